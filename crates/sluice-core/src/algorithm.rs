@@ -1,0 +1,77 @@
+//! The contract every algorithm keeps.
+
+use crate::clock::Nanos;
+use crate::decision::Decision;
+use crate::error::CheckError;
+
+/// What one check found: the decision, and the state change to make if the
+/// caller commits it.
+///
+/// `update` is `None` when the request was refused or cost nothing: refusals
+/// and peeks never change state. Keeping the change separate from the
+/// decision lets a store check several limits first and then commit all of
+/// them or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome<U> {
+    /// The decision for this request.
+    pub decision: Decision,
+    /// The state change to apply when the request is committed.
+    pub update: Option<U>,
+}
+
+/// A rate-limiting algorithm: parameters only, no state, no clock, no I/O.
+///
+/// Per-key state lives in the caller (a store); time comes in as `now`.
+/// Implementations use exact integer arithmetic, so the same inputs always
+/// give the same decision.
+pub trait Algorithm {
+    /// Per-key state. `Default` is the state of a key never seen (full quota).
+    type State: Default + Clone;
+    /// A committed change to the state.
+    type Update;
+
+    /// The most cost the limit admits at once: its burst.
+    fn capacity(&self) -> u64;
+
+    /// Decides a request of `cost` at time `now` without changing anything.
+    ///
+    /// A cost of 0 peeks. A cost above [`capacity`](Self::capacity) is an
+    /// error: it can never pass.
+    fn check(
+        &self,
+        state: &Self::State,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Outcome<Self::Update>, CheckError>;
+
+    /// Commits an update produced by [`check`](Self::check) on this state.
+    fn apply(&self, state: &mut Self::State, update: Self::Update);
+
+    /// The time at which `state` will be fully replenished, so that a store
+    /// may forget the key without changing any future decision.
+    fn idle_at(&self, state: &Self::State) -> Nanos;
+
+    /// Checks and, when the request is admitted, commits it in one step.
+    fn check_and_apply(
+        &self,
+        state: &mut Self::State,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        let outcome = self.check(state, now, cost)?;
+        if let Some(update) = outcome.update {
+            self.apply(state, update);
+        }
+        Ok(outcome.decision)
+    }
+}
+
+/// Refuses a cost the limit can never admit.
+#[inline]
+pub(crate) fn ensure_possible(cost: u64, capacity: u64) -> Result<(), CheckError> {
+    if cost > capacity {
+        Err(CheckError::CostExceedsCapacity { cost, capacity })
+    } else {
+        Ok(())
+    }
+}

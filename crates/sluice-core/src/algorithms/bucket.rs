@@ -1,0 +1,142 @@
+//! The fluid meter shared by the token and leaky buckets.
+//!
+//! A meter holds a level of used capacity that drains continuously at the
+//! rate. Quantities are *scaled* so that all arithmetic is exact integers:
+//! with the rate reduced to `a` units per `p` nanoseconds, one unit of cost
+//! is `p` scaled units and the level drains `a` scaled units per nanosecond.
+
+use crate::clock::Nanos;
+use crate::error::LimitError;
+use crate::math::ceil_div;
+use crate::rate::Rate;
+
+/// The parameters of a meter in scaled units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Meter {
+    /// Scaled units drained per nanosecond.
+    pub(crate) a: u64,
+    /// Scaled units per unit of cost.
+    pub(crate) p: u64,
+    /// Capacity in scaled units: `burst * p`.
+    pub(crate) cap: u64,
+    /// Capacity in units of cost.
+    pub(crate) burst: u64,
+}
+
+/// A meter's per-key state: the used level (scaled) as of `last`.
+///
+/// The default, level 0, is a full, idle bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct BucketState {
+    /// Used capacity in scaled units.
+    pub(crate) level: u64,
+    /// The time the level was last brought up to date.
+    pub(crate) last: Nanos,
+}
+
+impl BucketState {
+    /// Used capacity in scaled units (see the module docs).
+    pub fn level(&self) -> u64 {
+        self.level
+    }
+
+    /// When the level was last brought up to date.
+    pub fn last(&self) -> Nanos {
+        self.last
+    }
+}
+
+impl Meter {
+    pub(crate) fn new(rate: Rate, burst: u64) -> Result<Self, LimitError> {
+        if burst == 0 {
+            return Err(LimitError::ZeroBurst);
+        }
+        let (a, p) = rate.reduced();
+        let cap = burst.checked_mul(p).ok_or(LimitError::TooLong { burst })?;
+        // Keep `cap / a` nanoseconds (the time to drain a full meter) well
+        // inside u64 so that deadlines never overflow.
+        if cap / a > (500 * 365 * 86_400) * crate::clock::SECOND {
+            return Err(LimitError::TooLong { burst });
+        }
+        Ok(Self { a, p, cap, burst })
+    }
+
+    /// The level at `now`. A clock reading earlier than `last` is treated as
+    /// `last`: time stands still rather than running backwards.
+    #[inline]
+    pub(crate) fn level_at(&self, s: &BucketState, now: Nanos) -> u64 {
+        if now <= s.last {
+            return s.level;
+        }
+        let drained = u128::from(now - s.last) * u128::from(self.a);
+        u64::try_from(u128::from(s.level).saturating_sub(drained)).unwrap_or(0)
+    }
+
+    /// Nanoseconds for `level` scaled units to drain, rounded up.
+    #[inline]
+    pub(crate) fn drain_time(&self, level: u64) -> Nanos {
+        ceil_div(u128::from(level), u128::from(self.a))
+    }
+
+    /// Whole units of cost still free at `level`.
+    #[inline]
+    pub(crate) fn free_units(&self, level: u64) -> u64 {
+        (self.cap - level.min(self.cap)) / self.p
+    }
+}
+
+impl Meter {
+    /// Decides a request on the meter. With `queue` set, an admitted request
+    /// reports the time the water ahead of it needs to drain as its delay
+    /// (the leaky bucket without `nodelay`).
+    #[inline]
+    pub(crate) fn check(
+        &self,
+        s: &BucketState,
+        now: Nanos,
+        cost: u64,
+        queue: bool,
+    ) -> crate::algorithm::Outcome<BucketState> {
+        use crate::algorithm::Outcome;
+        use crate::decision::Decision;
+
+        let level = self.level_at(s, now);
+        // cost <= burst was checked by the caller, so this cannot overflow.
+        let need = cost * self.p;
+        if u128::from(level) + u128::from(need) <= u128::from(self.cap) {
+            let new_level = level + need;
+            let decision = Decision {
+                allowed: true,
+                limit: self.burst,
+                remaining: self.free_units(new_level),
+                reset_after: self.drain_time(new_level),
+                retry_after: None,
+                delay: if queue { self.drain_time(level) } else { 0 },
+            };
+            let update = (cost > 0).then_some(BucketState {
+                level: new_level,
+                last: now.max(s.last),
+            });
+            Outcome { decision, update }
+        } else {
+            let decision = Decision {
+                allowed: false,
+                limit: self.burst,
+                remaining: self.free_units(level),
+                reset_after: self.drain_time(level),
+                retry_after: Some(self.drain_time(level + need - self.cap)),
+                delay: 0,
+            };
+            Outcome {
+                decision,
+                update: None,
+            }
+        }
+    }
+
+    /// When the state is fully drained.
+    #[inline]
+    pub(crate) fn idle_at(&self, s: &BucketState) -> Nanos {
+        s.last.saturating_add(self.drain_time(s.level))
+    }
+}

@@ -1,0 +1,75 @@
+//! Window arithmetic shared by the fixed and sliding window counters.
+//!
+//! A window holds `burst` units and lasts `burst` emission intervals, i.e.
+//! `burst * p / a` nanoseconds with the rate reduced to `a` per `p` ns.
+//! Windows are aligned to multiples of their length since the clock's epoch
+//! (the Unix epoch for the system clock). Times are scaled by `a` so that
+//! window boundaries are exact.
+
+use crate::clock::Nanos;
+use crate::error::LimitError;
+use crate::math::ceil_div;
+use crate::rate::Rate;
+
+/// The largest burst a window counter accepts (counts are 32-bit).
+pub const MAX_WINDOW_BURST: u64 = u32::MAX as u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Windows {
+    /// Scale: scaled units per nanosecond.
+    pub(crate) a: u64,
+    /// Window length in scaled units.
+    pub(crate) len: u128,
+    /// Units admitted per window.
+    pub(crate) burst: u64,
+}
+
+impl Windows {
+    pub(crate) fn new(rate: Rate, burst: u64) -> Result<Self, LimitError> {
+        if burst == 0 {
+            return Err(LimitError::ZeroBurst);
+        }
+        if burst > MAX_WINDOW_BURST {
+            return Err(LimitError::BurstTooLarge {
+                burst,
+                max: MAX_WINDOW_BURST,
+            });
+        }
+        let (a, p) = rate.reduced();
+        let len = u128::from(burst) * u128::from(p);
+        if len / u128::from(a) > u128::from(500 * 365 * 86_400 * crate::clock::SECOND) {
+            return Err(LimitError::TooLong { burst });
+        }
+        Ok(Self { a, len, burst })
+    }
+
+    /// `now` in scaled units.
+    #[inline]
+    pub(crate) fn scaled(&self, now: Nanos) -> u128 {
+        u128::from(now) * u128::from(self.a)
+    }
+
+    /// The index of the window holding scaled time `t`.
+    #[inline]
+    pub(crate) fn index(&self, t: u128) -> u64 {
+        u64::try_from(t / self.len).unwrap_or(u64::MAX)
+    }
+
+    /// The scaled start of window `index`.
+    #[inline]
+    pub(crate) fn start(&self, index: u64) -> u128 {
+        u128::from(index) * self.len
+    }
+
+    /// Nanoseconds from scaled time `t` until scaled time `until`, rounded up.
+    #[inline]
+    pub(crate) fn until(&self, t: u128, until: u128) -> Nanos {
+        ceil_div(until.saturating_sub(t), u128::from(self.a))
+    }
+
+    /// The nanosecond at which scaled time `t` is reached, rounded up.
+    #[inline]
+    pub(crate) fn at(&self, t: u128) -> Nanos {
+        ceil_div(t, u128::from(self.a))
+    }
+}

@@ -1,0 +1,260 @@
+//! One type for "any of the six algorithms", for stores and configs that pick
+//! the algorithm at run time.
+
+use crate::algorithm::{Algorithm, Outcome};
+use crate::algorithms::bucket::BucketState;
+use crate::algorithms::fixed_window::FixedWindowState;
+use crate::algorithms::gcra::GcraState;
+use crate::algorithms::sliding_log::{LogAppend, SlidingLogState};
+use crate::algorithms::sliding_window::SlidingWindowState;
+use crate::clock::Nanos;
+use crate::error::{CheckError, LimitError};
+use crate::rate::Rate;
+use crate::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
+
+/// The name of an algorithm, as written in configs (`snake_case`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+pub enum AlgorithmKind {
+    /// [`FixedWindow`].
+    FixedWindow,
+    /// [`SlidingLog`].
+    SlidingLog,
+    /// [`SlidingWindow`].
+    SlidingWindow,
+    /// [`TokenBucket`] (the default).
+    #[default]
+    TokenBucket,
+    /// [`LeakyBucket`].
+    LeakyBucket,
+    /// [`Gcra`].
+    Gcra,
+}
+
+impl AlgorithmKind {
+    /// The config name of the algorithm.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::FixedWindow => "fixed_window",
+            Self::SlidingLog => "sliding_log",
+            Self::SlidingWindow => "sliding_window",
+            Self::TokenBucket => "token_bucket",
+            Self::LeakyBucket => "leaky_bucket",
+            Self::Gcra => "gcra",
+        }
+    }
+}
+
+/// Everything that defines a limit's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LimitSpec {
+    /// Which algorithm.
+    pub algorithm: AlgorithmKind,
+    /// The long-run rate.
+    pub rate: Rate,
+    /// The most cost admitted at once from idle.
+    pub burst: u64,
+    /// Leaky bucket only: admit without delay.
+    pub nodelay: bool,
+}
+
+impl LimitSpec {
+    /// Builds the limiter, checking the parameters.
+    pub fn build(&self) -> Result<Limiter, LimitError> {
+        Limiter::new(self)
+    }
+
+    /// The time, in nanoseconds, for an empty limit to fully replenish:
+    /// `burst` emission intervals (rounded up). Windowed algorithms use this
+    /// as their window length.
+    pub fn window(&self) -> Nanos {
+        let w = u128::from(self.burst) * u128::from(self.rate.period());
+        let a = u128::from(self.rate.amount());
+        u64::try_from(w.div_ceil(a)).unwrap_or(u64::MAX)
+    }
+}
+
+/// Any of the six algorithms, chosen at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limiter {
+    /// A fixed window.
+    FixedWindow(FixedWindow),
+    /// A sliding-window log.
+    SlidingLog(SlidingLog),
+    /// A sliding-window counter.
+    SlidingWindow(SlidingWindow),
+    /// A token bucket.
+    TokenBucket(TokenBucket),
+    /// A leaky bucket.
+    LeakyBucket(LeakyBucket),
+    /// GCRA.
+    Gcra(Gcra),
+}
+
+/// Per-key state of any algorithm. [`State::Fresh`] is a key never seen.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum State {
+    /// No state yet: a full, idle limit.
+    #[default]
+    Fresh,
+    /// Fixed window state.
+    FixedWindow(FixedWindowState),
+    /// Sliding log state (boxed: it grows with the burst).
+    SlidingLog(Box<SlidingLogState>),
+    /// Sliding window counter state.
+    SlidingWindow(SlidingWindowState),
+    /// Token or leaky bucket state.
+    Bucket(BucketState),
+    /// GCRA state.
+    Gcra(GcraState),
+}
+
+/// A state change of any algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    /// Replace a fixed window state.
+    FixedWindow(FixedWindowState),
+    /// Append to a sliding log.
+    SlidingLog(LogAppend),
+    /// Replace a sliding window state.
+    SlidingWindow(SlidingWindowState),
+    /// Replace a bucket state.
+    Bucket(BucketState),
+    /// Replace a GCRA state.
+    Gcra(GcraState),
+}
+
+macro_rules! dispatch_check {
+    ($alg:expr, $state:expr, $variant:ident, $update:ident, $now:expr, $cost:expr) => {{
+        let fresh = Default::default();
+        let s = match $state {
+            State::$variant(s) => s,
+            _ => &fresh,
+        };
+        let o = $alg.check(s, $now, $cost)?;
+        Ok(Outcome {
+            decision: o.decision,
+            update: o.update.map(Update::$update),
+        })
+    }};
+}
+
+impl Limiter {
+    /// Builds the limiter a spec describes.
+    pub fn new(spec: &LimitSpec) -> Result<Self, LimitError> {
+        let (rate, burst) = (spec.rate, spec.burst);
+        Ok(match spec.algorithm {
+            AlgorithmKind::FixedWindow => Self::FixedWindow(FixedWindow::new(rate, burst)?),
+            AlgorithmKind::SlidingLog => Self::SlidingLog(SlidingLog::new(rate, burst)?),
+            AlgorithmKind::SlidingWindow => Self::SlidingWindow(SlidingWindow::new(rate, burst)?),
+            AlgorithmKind::TokenBucket => Self::TokenBucket(TokenBucket::new(rate, burst)?),
+            AlgorithmKind::LeakyBucket => {
+                Self::LeakyBucket(LeakyBucket::new(rate, burst, spec.nodelay)?)
+            }
+            AlgorithmKind::Gcra => Self::Gcra(Gcra::new(rate, burst)?),
+        })
+    }
+
+    /// The limit's capacity (burst).
+    pub fn capacity(&self) -> u64 {
+        match self {
+            Self::FixedWindow(a) => a.capacity(),
+            Self::SlidingLog(a) => a.capacity(),
+            Self::SlidingWindow(a) => a.capacity(),
+            Self::TokenBucket(a) => a.capacity(),
+            Self::LeakyBucket(a) => a.capacity(),
+            Self::Gcra(a) => a.capacity(),
+        }
+    }
+
+    /// Decides without changing anything; see [`Algorithm::check`]. A state
+    /// of another algorithm is treated as fresh.
+    #[inline]
+    pub fn check(
+        &self,
+        state: &State,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Outcome<Update>, CheckError> {
+        match self {
+            Self::FixedWindow(a) => dispatch_check!(a, state, FixedWindow, FixedWindow, now, cost),
+            Self::SlidingWindow(a) => {
+                dispatch_check!(a, state, SlidingWindow, SlidingWindow, now, cost)
+            }
+            Self::TokenBucket(a) => dispatch_check!(a, state, Bucket, Bucket, now, cost),
+            Self::LeakyBucket(a) => dispatch_check!(a, state, Bucket, Bucket, now, cost),
+            Self::Gcra(a) => dispatch_check!(a, state, Gcra, Gcra, now, cost),
+            Self::SlidingLog(a) => {
+                let fresh = SlidingLogState::default();
+                let s = match state {
+                    State::SlidingLog(s) => s,
+                    _ => &fresh,
+                };
+                let o = a.check(s, now, cost)?;
+                Ok(Outcome {
+                    decision: o.decision,
+                    update: o.update.map(Update::SlidingLog),
+                })
+            }
+        }
+    }
+
+    /// Commits an update from [`check`](Self::check).
+    #[inline]
+    pub fn apply(&self, state: &mut State, update: Update) {
+        match (self, update) {
+            (Self::SlidingLog(a), Update::SlidingLog(u)) => {
+                if let State::SlidingLog(s) = state {
+                    a.apply(s, u);
+                } else {
+                    let mut s = Box::<SlidingLogState>::default();
+                    a.apply(&mut s, u);
+                    *state = State::SlidingLog(s);
+                }
+            }
+            (Self::Gcra(a), Update::Gcra(u)) => {
+                if let State::Gcra(s) = state {
+                    a.apply(s, u);
+                } else {
+                    *state = State::Gcra(u);
+                }
+            }
+            (_, Update::FixedWindow(u)) => *state = State::FixedWindow(u),
+            (_, Update::SlidingWindow(u)) => *state = State::SlidingWindow(u),
+            (_, Update::Bucket(u)) => *state = State::Bucket(u),
+            // An update from another limiter: nothing sensible to do.
+            _ => {}
+        }
+    }
+
+    /// When `state` is fully replenished; see [`Algorithm::idle_at`].
+    pub fn idle_at(&self, state: &State) -> Nanos {
+        match (self, state) {
+            (Self::FixedWindow(a), State::FixedWindow(s)) => a.idle_at(s),
+            (Self::SlidingLog(a), State::SlidingLog(s)) => a.idle_at(s),
+            (Self::SlidingWindow(a), State::SlidingWindow(s)) => a.idle_at(s),
+            (Self::TokenBucket(a), State::Bucket(s)) => a.idle_at(s),
+            (Self::LeakyBucket(a), State::Bucket(s)) => a.idle_at(s),
+            (Self::Gcra(a), State::Gcra(s)) => a.idle_at(s),
+            _ => 0,
+        }
+    }
+
+    /// Checks and commits in one step.
+    pub fn check_and_apply(
+        &self,
+        state: &mut State,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<crate::Decision, CheckError> {
+        let o = self.check(state, now, cost)?;
+        if let Some(u) = o.update {
+            self.apply(state, u);
+        }
+        Ok(o.decision)
+    }
+}
