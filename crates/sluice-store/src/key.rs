@@ -1,0 +1,91 @@
+//! Key identities: a keyed hash of (limit, client key).
+//!
+//! Stores never hold a raw client key (an API key is a secret). They hold a
+//! 128-bit SipHash of the limit name and the key, under a secret hashing key.
+//! Two different clients collide with probability about n²/2¹²⁹ for n tracked
+//! keys: negligible.
+
+use std::hash::Hasher;
+
+use siphasher::sip128::{Hasher128, SipHasher13};
+
+/// The identity of one client key under one limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyId(pub u128);
+
+impl KeyId {
+    /// The identity as 32 lowercase hex digits, for logs and store key names.
+    pub fn to_hex(&self) -> String {
+        format!("{:032x}", self.0)
+    }
+}
+
+/// Derives [`KeyId`]s with a secret hashing key.
+#[derive(Clone)]
+pub struct KeyHasher {
+    k0: u64,
+    k1: u64,
+}
+
+impl std::fmt::Debug for KeyHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyHasher(..)")
+    }
+}
+
+impl KeyHasher {
+    /// A hasher with a key from the operating system's randomness (through
+    /// std's hash seeds). Fine for an in-process store; instances that share a
+    /// store need [`KeyHasher::from_secret`] with the same secret.
+    pub fn random() -> Self {
+        use std::hash::{BuildHasher, RandomState};
+        let s = RandomState::new();
+        Self {
+            k0: s.hash_one(0x5eed_u64),
+            k1: s.hash_one(0xc0ffee_u64),
+        }
+    }
+
+    /// A hasher keyed by `secret` (any length; it is itself hashed down).
+    pub fn from_secret(secret: &[u8]) -> Self {
+        let mut h = SipHasher13::new_with_keys(0x736c_7569_6365_2d6b, 0x6579_2d68_6173_6865);
+        h.write(secret);
+        let k = h.finish128();
+        Self { k0: k.h1, k1: k.h2 }
+    }
+
+    /// The identity of `key` under the limit named `limit`.
+    #[inline]
+    pub fn key_id(&self, limit: &str, key: &str) -> KeyId {
+        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+        h.write(limit.as_bytes());
+        h.write_u8(0xff); // not valid UTF-8: separates limit from key
+        h.write(key.as_bytes());
+        KeyId(h.finish128().as_u128())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_secret_same_ids_different_limits_differ() {
+        let a = KeyHasher::from_secret(b"s3cret");
+        let b = KeyHasher::from_secret(b"s3cret");
+        assert_eq!(a.key_id("l", "k"), b.key_id("l", "k"));
+        assert_ne!(a.key_id("l", "k"), a.key_id("m", "k"));
+        assert_ne!(a.key_id("lk", ""), a.key_id("l", "k"));
+        assert_ne!(
+            KeyHasher::from_secret(b"other").key_id("l", "k"),
+            a.key_id("l", "k")
+        );
+    }
+
+    #[test]
+    fn hex_never_contains_the_key() {
+        let id = KeyHasher::random().key_id("limit", "super-secret-api-key");
+        assert_eq!(id.to_hex().len(), 32);
+        assert!(!id.to_hex().contains("secret"));
+    }
+}
