@@ -1,0 +1,250 @@
+//! The TOML config file: what it may say, and errors that point into it.
+//!
+//! Unknown fields are errors. Every error names the file, line and column,
+//! and says what was expected, e.g.
+//! `sluice.toml:12:8: invalid rate: unknown time unit `fortnight``.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use sluice_core::{AlgorithmKind, Rate};
+use toml::Spanned;
+
+use crate::key_source::KeySource;
+
+/// A parsed config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The data plane's address.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The control plane's address (check API, health).
+    #[serde(default = "default_control_listen")]
+    pub control_listen: SocketAddr,
+    /// With an upstream, the data plane is a reverse proxy to it.
+    pub upstream: Option<Spanned<String>>,
+    /// Where limiter state lives.
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// Which rate-limit header fields responses carry.
+    #[serde(default)]
+    pub headers: HeadersConfig,
+    /// How clients are identified.
+    #[serde(default)]
+    pub client: ClientConfig,
+    /// Plans by name.
+    #[serde(default)]
+    pub plans: BTreeMap<String, PlanConfig>,
+    /// Client keys assigned to plans: `"<key>" = "<plan>"`.
+    #[serde(default)]
+    pub keys: BTreeMap<String, Spanned<String>>,
+    /// Limits that apply to every client, whatever its plan.
+    #[serde(default)]
+    pub limits: Vec<Spanned<LimitConfig>>,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+fn default_control_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9090))
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The store's URL; `memory://` is the embedded store.
+    #[serde(default = "default_store_url")]
+    pub url: Spanned<String>,
+    /// The most keys the memory store tracks at once.
+    #[serde(default = "default_max_keys")]
+    pub max_keys: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: default_store_url(),
+            max_keys: default_max_keys(),
+        }
+    }
+}
+
+fn default_store_url() -> Spanned<String> {
+    Spanned::new(0..0, "memory://".to_owned())
+}
+
+fn default_max_keys() -> usize {
+    1_000_000
+}
+
+/// `[headers]`: the IETF `RateLimit-Policy`/`RateLimit` fields are always
+/// sent; older forms are opt-in.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HeadersConfig {
+    /// Also send `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`
+    /// (drafts -04 to -06; Reset in seconds from now).
+    #[serde(default)]
+    pub legacy: bool,
+    /// Also send `X-RateLimit-Limit`, `X-RateLimit-Remaining`,
+    /// `X-RateLimit-Reset` (Reset in seconds from now, not an epoch).
+    #[serde(default)]
+    pub x_ratelimit: bool,
+}
+
+/// `[client]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    /// Where the client's identity (its API key) comes from; plans and plan
+    /// limits are keyed by it.
+    pub key: Option<KeySource>,
+    /// The plan of a client key that is not assigned one.
+    pub default_plan: Option<Spanned<String>>,
+    /// Proxies whose `X-Forwarded-For`/`Forwarded` headers are believed.
+    #[serde(default)]
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+/// `[plans.<name>]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanConfig {
+    /// The plan's limits, keyed by the client key unless they say otherwise.
+    pub limits: Vec<Spanned<LimitConfig>>,
+}
+
+/// One limit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitConfig {
+    /// The limit's name, shown in headers and errors.
+    pub name: Option<String>,
+    /// The algorithm; `token_bucket` by default.
+    #[serde(default)]
+    pub algorithm: AlgorithmKind,
+    /// The long-run rate, e.g. `"10/s"`.
+    pub rate: Rate,
+    /// The most cost admitted at once; defaults to the rate's amount.
+    pub burst: Option<u64>,
+    /// Leaky bucket only: admit within `burst` without delay.
+    #[serde(default)]
+    pub nodelay: bool,
+    /// What the limit counts by; plan limits default to the client key.
+    pub key: Option<KeySource>,
+    /// Which requests the limit applies to; all by default.
+    #[serde(default, rename = "match")]
+    pub matches: MatchConfig,
+    /// The cost of one matching request.
+    #[serde(default = "default_cost")]
+    pub cost: u64,
+}
+
+fn default_cost() -> u64 {
+    1
+}
+
+/// `match = { ... }`: every condition given must hold.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MatchConfig {
+    /// HTTP methods, any of which matches (case-insensitive).
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// A path prefix, matched on whole segments (`/export` matches
+    /// `/export` and `/export/x`, not `/exports`).
+    pub path_prefix: Option<String>,
+}
+
+/// A config error, located in its file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line; 0 when the error has no location (e.g. unreadable file).
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+    /// What is wrong, and what was expected.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file.display(), self.message)
+        } else {
+            write!(
+                f,
+                "{}:{}:{}: {}",
+                self.file.display(),
+                self.line,
+                self.column,
+                self.message
+            )
+        }
+    }
+}
+
+/// A config's text, kept to turn byte spans into lines and columns.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The file name used in messages.
+    pub file: PathBuf,
+    /// The file's text.
+    pub text: String,
+}
+
+impl Source {
+    /// Reads a config file.
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_owned(),
+            line: 0,
+            column: 0,
+            message: format!("cannot read the config: {e}"),
+        })?;
+        Ok(Self {
+            file: path.to_owned(),
+            text,
+        })
+    }
+
+    /// An error at byte range `span` (or at no location, for an empty span
+    /// at 0 that stands for a default value).
+    pub fn error_at(&self, span: Option<Range<usize>>, message: impl Into<String>) -> ConfigError {
+        let (line, column) = match span {
+            Some(span) => {
+                let start = span.start.min(self.text.len());
+                let before = &self.text[..start];
+                let line = before.matches('\n').count() + 1;
+                let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+                (line, before[line_start..].chars().count() + 1)
+            }
+            None => (0, 0),
+        };
+        ConfigError {
+            file: self.file.clone(),
+            line,
+            column,
+            message: message.into(),
+        }
+    }
+
+    /// Parses the text as a [`Config`].
+    pub fn parse(&self) -> Result<Config, ConfigError> {
+        toml::from_str(&self.text).map_err(|e| {
+            let message = e.message().trim().to_owned();
+            self.error_at(Some(e.span().unwrap_or(0..0)), message)
+        })
+    }
+}

@@ -1,0 +1,178 @@
+//! The decision engine: a policy and a store, answering "may this request
+//! pass?" over every limit that applies to it, all-or-nothing.
+
+use std::sync::Arc;
+
+use sluice_core::{Clock, Decision, LimitSpec, Nanos, SystemClock};
+use sluice_store::{Check, KeyHasher, MemoryStore, MemoryStoreConfig};
+
+use crate::policy::{MissingKey, Policy, RequestInfo};
+
+/// One applied limit's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitResult {
+    /// The limit's name.
+    pub name: String,
+    /// Its algorithm, rate and burst.
+    pub spec: LimitSpec,
+    /// The decision under it.
+    pub decision: Decision,
+}
+
+/// The engine's answer for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether every applied limit allowed the request.
+    pub allowed: bool,
+    /// One result per applied limit, in policy order.
+    pub results: Vec<LimitResult>,
+}
+
+impl Verdict {
+    /// The limits that refused the request.
+    pub fn violated(&self) -> impl Iterator<Item = &LimitResult> {
+        self.results.iter().filter(|r| !r.decision.allowed)
+    }
+
+    /// How long until the request could pass: the longest retry-after of the
+    /// violated limits. `None` when allowed.
+    pub fn retry_after(&self) -> Option<Nanos> {
+        self.violated().filter_map(|r| r.decision.retry_after).max()
+    }
+
+    /// How long an admitted request should be held (leaky bucket queueing).
+    pub fn delay(&self) -> Nanos {
+        self.results
+            .iter()
+            .map(|r| r.decision.delay)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Why a request could not be decided.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecideError {
+    /// A limit needs a key the request lacks.
+    #[error(transparent)]
+    MissingKey(#[from] MissingKey),
+    /// The request costs more than a limit can ever admit.
+    #[error(
+        "limit `{limit}`: cost {cost} exceeds its capacity of {capacity}; this request can never pass"
+    )]
+    Impossible {
+        /// The limit.
+        limit: String,
+        /// The request's cost.
+        cost: u64,
+        /// The limit's burst.
+        capacity: u64,
+    },
+}
+
+/// A policy over a store.
+///
+/// ```
+/// use std::path::Path;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = std::env::temp_dir().join(format!("sluice-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// # let path = dir.join("engine.toml");
+/// std::fs::write(&path, r#"
+///     [[limits]]
+///     name = "per-ip"
+///     key = "ip"
+///     rate = "1/s"
+///     burst = 1
+/// "#)?;
+/// let engine = sluice_policy::Engine::new(sluice_policy::Policy::load(&path)?);
+/// let (method, headers) = (http::Method::GET, http::HeaderMap::new());
+/// let req = sluice_policy::RequestInfo {
+///     method: &method, path: "/", headers: &headers,
+///     peer: Some("192.0.2.1".parse()?), cost: None,
+/// };
+/// assert!(engine.decide(&req)?.allowed);
+/// assert!(!engine.decide(&req)?.allowed);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Engine<C: Clock = SystemClock> {
+    policy: Arc<Policy>,
+    store: Arc<MemoryStore<C>>,
+    hasher: KeyHasher,
+}
+
+impl Engine<SystemClock> {
+    /// An engine with a fresh in-memory store sized by the policy.
+    pub fn new(policy: Policy) -> Self {
+        let store = MemoryStore::new(MemoryStoreConfig {
+            max_keys: policy.max_keys,
+            shards: 0,
+        });
+        Self::with_store(policy, Arc::new(store), KeyHasher::random())
+    }
+}
+
+impl<C: Clock> Engine<C> {
+    /// An engine over an existing store (shared with other engines, or on a
+    /// manual clock).
+    pub fn with_store(policy: Policy, store: Arc<MemoryStore<C>>, hasher: KeyHasher) -> Self {
+        Self {
+            policy: Arc::new(policy),
+            store,
+            hasher,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<MemoryStore<C>> {
+        &self.store
+    }
+
+    /// Decides a request over every limit that applies to it.
+    pub fn decide(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
+        let applied = self.policy.resolve(req)?;
+        if let Some(a) = applied.iter().find(|a| a.cost > a.limit.spec.burst) {
+            return Err(DecideError::Impossible {
+                limit: a.limit.name.clone(),
+                cost: a.cost,
+                capacity: a.limit.spec.burst,
+            });
+        }
+        let checks: Vec<Check<'_>> = applied
+            .iter()
+            .map(|a| Check {
+                limiter: &a.limit.limiter,
+                key: self.hasher.key_id(&a.limit.id, &a.key),
+                cost: a.cost,
+            })
+            .collect();
+        let checked = self.store.check(&checks).map_err(|e| match e {
+            sluice_core::CheckError::CostExceedsCapacity { cost, capacity } => {
+                DecideError::Impossible {
+                    limit: String::new(),
+                    cost,
+                    capacity,
+                }
+            }
+        })?;
+        let results = applied
+            .iter()
+            .zip(checked.decisions)
+            .map(|(a, decision)| LimitResult {
+                name: a.limit.name.clone(),
+                spec: a.limit.spec,
+                decision,
+            })
+            .collect();
+        Ok(Verdict {
+            allowed: checked.allowed,
+            results,
+        })
+    }
+}

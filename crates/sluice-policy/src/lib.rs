@@ -1,0 +1,16 @@
+//! # sluice-policy
+//!
+//! The policy engine: the TOML config ([`config`]), compiled into a
+//! [`Policy`] that turns a request into the limits that apply to it, and the
+//! [`Engine`] that decides all of them together on a store.
+
+pub mod client_ip;
+pub mod config;
+pub mod engine;
+pub mod key_source;
+pub mod policy;
+
+pub use config::{Config, ConfigError, HeadersConfig, Source};
+pub use engine::{DecideError, Engine, LimitResult, Verdict};
+pub use key_source::KeySource;
+pub use policy::{Applied, LimitDef, Matcher, MissingKey, Policy, RequestInfo};

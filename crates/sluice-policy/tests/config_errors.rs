@@ -1,0 +1,112 @@
+//! Config errors name the file, line, column and field.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+
+use sluice_policy::{ConfigError, Policy, Source};
+
+fn compile(text: &str) -> Result<Policy, ConfigError> {
+    let source = Source {
+        file: PathBuf::from("test.toml"),
+        text: text.to_owned(),
+    };
+    let config = source.parse()?;
+    Policy::compile(&source, &config)
+}
+
+fn error(text: &str) -> String {
+    compile(text).unwrap_err().to_string()
+}
+
+#[test]
+fn the_shipped_examples_are_valid() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    for name in ["quickstart.toml", "proxy.toml"] {
+        Policy::load(&root.join(name)).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn an_unknown_field_is_located() {
+    let e = error("listen = \"127.0.0.1:1\"\n\n[store]\nurl = \"memory://\"\nmax_kyes = 5\n");
+    assert!(e.starts_with("test.toml:5:1: "), "{e}");
+    assert!(e.contains("max_kyes"), "{e}");
+}
+
+#[test]
+fn a_bad_rate_points_at_its_value() {
+    let e = error("[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"10/fortnight\"\n");
+    assert!(e.starts_with("test.toml:4:8: "), "{e}");
+    assert!(e.contains("fortnight"), "{e}");
+}
+
+#[test]
+fn a_bad_algorithm_lists_the_choices() {
+    let e =
+        error("[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"1/s\"\nalgorithm = \"magic\"\n");
+    assert!(e.starts_with("test.toml:5:13: "), "{e}");
+    assert!(e.contains("gcra"), "{e}");
+}
+
+#[test]
+fn a_missing_plan_is_located_at_its_reference() {
+    let e = error(
+        "[client]\nkey = \"header:X-Api-Key\"\ndefault_plan = \"gold\"\n\n[plans.free]\nlimits = [{ rate = \"1/s\" }]\n",
+    );
+    assert!(e.starts_with("test.toml:3:16: "), "{e}");
+    assert!(
+        e.contains("client.default_plan") && e.contains("gold"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_impossible_cost_is_refused_at_load() {
+    let e = error("[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"1/s\"\nburst = 2\ncost = 3\n");
+    assert!(e.starts_with("test.toml:1:1: "), "{e}");
+    assert!(e.contains("cost 3 exceeds burst 2"), "{e}");
+}
+
+#[test]
+fn a_sliding_log_too_large_is_refused() {
+    let e = error(
+        "[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"70000/day\"\nalgorithm = \"sliding_log\"\n",
+    );
+    assert!(e.contains("too large"), "{e}");
+}
+
+#[test]
+fn syntax_errors_are_located() {
+    let e = error("listen = \"127.0.0.1:1\"\n[store\n");
+    assert!(e.starts_with("test.toml:2:"), "{e}");
+}
+
+#[test]
+fn an_unsupported_store_is_named() {
+    let e = error("[store]\nurl = \"redis://localhost\"\n");
+    assert!(e.starts_with("test.toml:2:7: "), "{e}");
+    assert!(e.contains("store.url"), "{e}");
+}
+
+#[test]
+fn an_https_upstream_is_refused_for_now() {
+    let e = error("upstream = \"ftp://x\"\n");
+    assert!(e.starts_with("test.toml:1:12: "), "{e}");
+}
+
+#[test]
+fn a_global_limit_needs_a_key() {
+    let e = error("[[limits]]\nname = \"a\"\nrate = \"1/s\"\n");
+    assert!(e.contains("missing field `key`"), "{e}");
+}
+
+#[test]
+fn an_unreadable_file_is_named() {
+    let e = Policy::load(std::path::Path::new("/nonexistent/sluice.toml")).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/sluice.toml: cannot read"),
+        "{e}"
+    );
+}
