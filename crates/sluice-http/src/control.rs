@@ -1,0 +1,119 @@
+//! The control API on `control_listen`.
+//!
+//! - `POST /v1/check`: a JSON description of a request in, the decision out,
+//!   with status 200 (allowed) or 429 (refused) and the same header fields
+//!   the data plane sends, so that services in any language can ask.
+//! - `GET /healthz`: the process is up.
+//! - `GET /readyz`: the process is ready to decide.
+//!
+//! The request body of `/v1/check`:
+//!
+//! ```json
+//! {"method": "GET", "path": "/export/1", "headers": {"X-Api-Key": "alice"},
+//!  "client_ip": "192.0.2.7", "cost": 1}
+//! ```
+//!
+//! All fields are optional except `path`. `client_ip` is the address the
+//! described request came from; trusted-proxy rules then apply to it and to
+//! its `X-Forwarded-For`. `cost`, when given, replaces every matched limit's
+//! configured cost.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use serde::Deserialize;
+use sluice_policy::{Engine, RequestInfo};
+
+use crate::headers::add_headers;
+use crate::problem::Problem;
+use crate::verdict_json::{VerdictJson, decide_error_response};
+
+/// The body of `POST /v1/check`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest {
+    /// The HTTP method; `GET` by default.
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// The path (a query, if any, is ignored).
+    pub path: String,
+    /// Request header fields.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The address the request came from.
+    pub client_ip: Option<IpAddr>,
+    /// A cost that replaces each matched limit's configured cost.
+    pub cost: Option<u64>,
+}
+
+fn default_method() -> String {
+    "GET".into()
+}
+
+/// The control API's router.
+pub fn router(engine: Arc<Engine>) -> axum::Router {
+    axum::Router::new()
+        .route("/v1/check", post(check))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(engine)
+}
+
+async fn healthz() -> impl IntoResponse {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn readyz() -> impl IntoResponse {
+    Json(serde_json::json!({ "status": "ready" }))
+}
+
+fn bad_request(detail: String) -> Response {
+    Problem::new(StatusCode::BAD_REQUEST, detail).into_response()
+}
+
+async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
+    let req: CheckRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(format!("invalid check request: {e}")),
+    };
+    let Ok(method) = Method::from_bytes(req.method.to_ascii_uppercase().as_bytes()) else {
+        return bad_request(format!("`{}` is not an HTTP method", req.method));
+    };
+    let mut headers = HeaderMap::new();
+    for (name, value) in &req.headers {
+        let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) else {
+            return bad_request(format!("invalid header field `{name}`"));
+        };
+        headers.append(n, v);
+    }
+    let path = req.path.split('?').next().unwrap_or("/");
+    let decided = engine.decide(&RequestInfo {
+        method: &method,
+        path,
+        headers: &headers,
+        peer: req.client_ip,
+        cost: req.cost,
+    });
+    let verdict = match decided {
+        Ok(v) => v,
+        Err(e) => return decide_error_response(&e),
+    };
+    let status = if verdict.allowed {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let mut response = (status, Json(VerdictJson::new(&verdict))).into_response();
+    add_headers(&verdict, engine.policy().headers, response.headers_mut());
+    response
+}

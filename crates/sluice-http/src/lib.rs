@@ -1,0 +1,24 @@
+//! # sluice-http
+//!
+//! Sluice's HTTP adapters. They only translate: HTTP in, a
+//! [`RequestInfo`](sluice_policy::RequestInfo) to the engine, its
+//! [`Verdict`](sluice_policy::Verdict) back out as status, header fields and
+//! body.
+//!
+//! - [`headers`]: `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10),
+//!   `Retry-After`, and the opt-in older forms.
+//! - [`problem`]: `application/problem+json` bodies (RFC 9457).
+//! - [`data_plane`]: every path of `listen`: an echo of the decision, or a
+//!   reverse proxy to the upstream.
+//! - [`control`]: `POST /v1/check`, `/healthz`, `/readyz` on `control_listen`.
+//! - [`server`]: binds both and shuts down gracefully.
+
+pub mod control;
+pub mod data_plane;
+pub mod headers;
+pub mod problem;
+pub mod proxy;
+pub mod server;
+pub mod verdict_json;
+
+pub use server::{Servers, serve};

@@ -1,0 +1,134 @@
+//! A verdict as JSON and as an HTTP response, shared by the data plane and
+//! the control API.
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, StatusCode};
+use serde::Serialize;
+use sluice_policy::{DecideError, HeadersConfig, LimitResult, Verdict};
+
+use crate::headers::{add_headers, retry_after_secs};
+use crate::problem::{Problem, QUOTA_EXCEEDED};
+
+/// One limit's decision, as JSON.
+#[derive(Debug, Serialize)]
+pub struct LimitJson<'a> {
+    /// The limit's name.
+    pub name: &'a str,
+    /// Its algorithm.
+    pub algorithm: &'static str,
+    /// Its rate, as written in configs.
+    pub rate: String,
+    /// Whether this limit allowed the request.
+    pub allowed: bool,
+    /// Its capacity (burst).
+    pub limit: u64,
+    /// Quota left after this request.
+    pub remaining: u64,
+    /// Milliseconds until fully replenished (rounded up).
+    pub reset_after_ms: u64,
+    /// Milliseconds until the request could pass (rounded up), if refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+/// A verdict, as JSON.
+#[derive(Debug, Serialize)]
+pub struct VerdictJson<'a> {
+    /// Whether every limit allowed the request.
+    pub allowed: bool,
+    /// Milliseconds until the request could pass, if refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// Milliseconds an admitted request is held for smoothing (leaky bucket).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub delay_ms: u64,
+    /// Each applied limit.
+    pub limits: Vec<LimitJson<'a>>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn ms(ns: u64) -> u64 {
+    ns.div_ceil(1_000_000)
+}
+
+impl<'a> VerdictJson<'a> {
+    /// The JSON view of a verdict.
+    pub fn new(v: &'a Verdict) -> Self {
+        Self {
+            allowed: v.allowed,
+            retry_after_ms: v.retry_after().map(ms),
+            delay_ms: ms(v.delay()),
+            limits: v.results.iter().map(limit_json).collect(),
+        }
+    }
+}
+
+fn limit_json(r: &LimitResult) -> LimitJson<'_> {
+    LimitJson {
+        name: &r.name,
+        algorithm: r.spec.algorithm.name(),
+        rate: r.spec.rate.to_string(),
+        allowed: r.decision.allowed,
+        limit: r.decision.limit,
+        remaining: r.decision.remaining,
+        reset_after_ms: ms(r.decision.reset_after),
+        retry_after_ms: r.decision.retry_after.map(ms),
+    }
+}
+
+/// The problem body of a refusal: which limits refused, and when to retry.
+pub fn refusal(verdict: &Verdict) -> Problem {
+    let violated: Vec<String> = verdict.violated().map(|r| r.name.clone()).collect();
+    let retry = retry_after_secs(verdict.retry_after().unwrap_or(0));
+    let first = verdict.violated().next();
+    let detail = match first {
+        Some(r) => format!(
+            "Rate limit `{}` exceeded ({} per {} s, burst {}); retry in {} s.",
+            r.name,
+            crate::headers::quota_window(&r.spec).0,
+            crate::headers::quota_window(&r.spec).1,
+            r.spec.burst,
+            retry
+        ),
+        None => format!("Rate limit exceeded; retry in {retry} s."),
+    };
+    Problem {
+        kind: QUOTA_EXCEEDED.into(),
+        title: "Too Many Requests".into(),
+        status: 429,
+        detail,
+        violated_policies: violated,
+        retry_after: Some(retry),
+    }
+}
+
+/// The 429 response for a refusal, with every header.
+pub fn refusal_response(verdict: &Verdict, style: HeadersConfig) -> Response {
+    let mut response = refusal(verdict).into_response();
+    add_headers(verdict, style, response.headers_mut());
+    response
+}
+
+/// The response for a request that could not be decided.
+pub fn decide_error_response(e: &DecideError) -> Response {
+    match e {
+        DecideError::MissingKey(m) => Problem::new(
+            StatusCode::UNAUTHORIZED,
+            format!("This API needs a key: {m}."),
+        )
+        .into_response(),
+        DecideError::Impossible { .. } => {
+            Problem::new(StatusCode::BAD_REQUEST, e.to_string()).into_response()
+        }
+    }
+}
+
+/// The headers of an admitted request's response.
+pub fn allowed_headers(verdict: &Verdict, style: HeadersConfig) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    add_headers(verdict, style, &mut h);
+    h
+}

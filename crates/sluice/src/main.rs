@@ -1,0 +1,155 @@
+//! `sluice`: the binary. It only wires the library crates together.
+//!
+//! - `sluice serve --config FILE [--listen ADDR] [--control-listen ADDR]`
+//! - `sluice validate --config FILE`
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use sluice_policy::{Engine, Policy};
+
+/// Sluice: rate limits for APIs.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the data plane (echo or reverse proxy) and the control API.
+    Serve {
+        /// The config file (TOML).
+        #[arg(long)]
+        config: PathBuf,
+        /// Override the data plane's address.
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// Override the control API's address.
+        #[arg(long)]
+        control_listen: Option<SocketAddr>,
+        /// Log format.
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+    },
+    /// Check a config file: exit 0 if it is valid, else print
+    /// `FILE:LINE:COL: message` and exit 2.
+    Validate {
+        /// The config file (TOML).
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Validate { config } => match Policy::load(&config) {
+            Ok(policy) => {
+                println!(
+                    "{}: ok ({} limits)",
+                    config.display(),
+                    policy.limits().len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Serve {
+            config,
+            listen,
+            control_listen,
+            log_format,
+        } => {
+            init_logging(log_format);
+            let policy = match Policy::load(&config) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match serve(policy, listen, control_listen) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sluice: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[tokio::main]
+async fn serve(
+    policy: Policy,
+    listen: Option<SocketAddr>,
+    control_listen: Option<SocketAddr>,
+) -> anyhow::Result<()> {
+    let listen = listen.unwrap_or(policy.listen);
+    let control_listen = control_listen.unwrap_or(policy.control_listen);
+    let upstream = policy.upstream.clone();
+    let engine = Arc::new(Engine::new(policy));
+    let servers = sluice_http::serve(engine, listen, control_listen)
+        .await
+        .with_context(|| format!("cannot bind {listen} and {control_listen}"))?;
+    let (data, control) = (servers.data_addr()?, servers.control_addr()?);
+    match &upstream {
+        Some(u) => tracing::info!(%data, %control, upstream = %u, "sluice proxying"),
+        None => tracing::info!(%data, %control, "sluice serving"),
+    }
+    // A plain line that tests and scripts can wait for.
+    eprintln!("sluice: listening data=http://{data} control=http://{control}");
+    servers.run(shutdown_signal()).await?;
+    tracing::info!("sluice stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}
