@@ -64,7 +64,7 @@ pub struct StoreConfig {
     /// The store's URL; `memory://` is the embedded store.
     #[serde(default = "default_store_url")]
     pub url: Spanned<String>,
-    /// The most keys the memory store tracks at once.
+    /// The most keys the memory store tracks at once, per limit.
     #[serde(default = "default_max_keys")]
     pub max_keys: usize,
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use sluice_core::{Clock, Decision, LimitSpec, Nanos, SystemClock};
-use sluice_store::{Check, KeyHasher, MemoryStore, MemoryStoreConfig};
+use sluice_store::{Check, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
 
 use crate::policy::{MissingKey, Policy, RequestInfo};
 
@@ -98,6 +98,8 @@ pub enum DecideError {
 #[derive(Debug)]
 pub struct Engine<C: Clock = SystemClock> {
     policy: Arc<Policy>,
+    /// The store's state of each of the policy's limits, by index.
+    limits: Vec<Arc<Limit>>,
     store: Arc<MemoryStore<C>>,
     hasher: KeyHasher,
 }
@@ -117,8 +119,14 @@ impl<C: Clock> Engine<C> {
     /// An engine over an existing store (shared with other engines, or on a
     /// manual clock).
     pub fn with_store(policy: Policy, store: Arc<MemoryStore<C>>, hasher: KeyHasher) -> Self {
+        let limits = policy
+            .limits()
+            .iter()
+            .map(|def| store.limit(&def.id, def.limiter))
+            .collect();
         Self {
             policy: Arc::new(policy),
+            limits,
             store,
             hasher,
         }
@@ -144,12 +152,24 @@ impl<C: Clock> Engine<C> {
                 capacity: a.limit.spec.burst,
             });
         }
+        // Hash each distinct client key once.
+        let mut ids: Vec<(&str, KeyId)> = Vec::with_capacity(applied.len());
         let checks: Vec<Check<'_>> = applied
             .iter()
-            .map(|a| Check {
-                limiter: &a.limit.limiter,
-                key: self.hasher.key_id(&a.limit.id, &a.key),
-                cost: a.cost,
+            .map(|a| {
+                let key = match ids.iter().find(|(k, _)| *k == a.key) {
+                    Some((_, id)) => *id,
+                    None => {
+                        let id = self.hasher.key_id(&a.key);
+                        ids.push((&a.key, id));
+                        id
+                    }
+                };
+                Check {
+                    limit: &self.limits[a.index],
+                    key,
+                    cost: a.cost,
+                }
             })
             .collect();
         let checked = self.store.check(&checks).map_err(|e| match e {

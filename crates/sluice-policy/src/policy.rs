@@ -78,6 +78,8 @@ pub struct RequestInfo<'a> {
 pub struct Applied<'p> {
     /// The limit.
     pub limit: &'p LimitDef,
+    /// Its index in [`Policy::limits`].
+    pub index: usize,
     /// The key it counts this request under (raw; stores hash it).
     pub key: String,
     /// The cost of this request under it.
@@ -278,6 +280,7 @@ impl Policy {
             })?;
             applied.push(Applied {
                 limit,
+                index: i,
                 key,
                 cost: req.cost.unwrap_or(limit.cost),
             });

@@ -18,14 +18,19 @@
 //! .build()
 //! .unwrap();
 //! let store = MemoryStore::new(Default::default());
-//! let key = KeyHasher::random().key_id("per-key", "alice");
-//! let decisions = store.check(&[Check { limiter: &limiter, key, cost: 1 }]).unwrap();
-//! assert!(decisions.allowed);
-//! assert_eq!(decisions.decisions[0].remaining, 19);
+//! let per_key = store.limit("per-key", limiter);
+//! let key = KeyHasher::random().key_id("alice");
+//! let d = store.check_one(&Check { limit: &per_key, key, cost: 1 }).unwrap();
+//! assert!(d.allowed);
+//! assert_eq!(d.remaining, 19);
 //! ```
 
 mod key;
+mod limit;
 mod memory;
+mod table;
 
 pub use key::{KeyHasher, KeyId};
+pub use limit::Limit;
 pub use memory::{Check, Checked, MemoryStore, MemoryStoreConfig};
+pub use table::Table;

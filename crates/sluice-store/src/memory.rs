@@ -1,37 +1,39 @@
 //! The in-memory store: sharded, bounded, all-or-nothing.
 //!
-//! Keys are spread over many shards, each a small hash map behind its own
-//! mutex, so a check locks one shard for a few nanoseconds and never a global
-//! lock. A request that meets several limits locks the shards it needs in
-//! ascending order (no deadlock), decides every limit, and commits all of them
-//! only if all allow it: a refused request consumes nothing anywhere.
+//! Each limit has its own [table](crate::table::Table) of keys, spread over
+//! many shards, each a small hash map behind its own mutex: a check locks one
+//! shard for a few nanoseconds and never a global lock. A request that meets
+//! several limits locks the shards it needs in one global order (no
+//! deadlock), decides every limit, and commits all of them only if all allow
+//! it: a refused request consumes nothing anywhere.
 //!
 //! Memory is bounded two ways. A key whose state has fully replenished is
 //! worth nothing and is dropped (lazily when its shard fills, and by
-//! [`MemoryStore::purge_expired`]). And each shard holds at most its share of
-//! [`MemoryStoreConfig::max_keys`]; when a full shard must take a new key, it
-//! evicts the eighth of its keys that are closest to full replenishment.
-//! Eviction therefore errs towards *admitting*: an evicted key comes back
-//! with a full quota. That is deliberate: the alternative (refusing new keys
-//! when full) would let an attacker who sprays random keys lock out every new
-//! legitimate client, while evicting the nearly-replenished keys forgives at
-//! most a small remainder of their quota.
+//! [`MemoryStore::purge_expired`]). And each limit holds at most
+//! [`MemoryStoreConfig::max_keys`] keys; when a full shard must take a new
+//! key, it evicts the eighth of its keys that are closest to full
+//! replenishment. Eviction therefore errs towards *admitting*: an evicted key
+//! comes back with a full quota. That is deliberate: the alternative
+//! (refusing new keys when full) would let an attacker who sprays random keys
+//! lock out every new legitimate client, while evicting the nearly
+//! replenished keys forgives at most a small remainder of their quota.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Weak};
 
-use parking_lot::{Mutex, MutexGuard};
-use sluice_core::{CheckError, Clock, Decision, Limiter, Nanos, State, SystemClock};
+use parking_lot::Mutex;
+use sluice_core::{CheckError, Clock, Decision, Limiter, SystemClock};
 
 use crate::key::KeyId;
+use crate::limit::{AnyTable, Guard, Limit};
 
 /// Sizing of a [`MemoryStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryStoreConfig {
-    /// The most keys (key × limit pairs) held at once.
+    /// The most keys each limit holds at once.
     pub max_keys: usize,
-    /// The number of shards, rounded up to a power of two; 0 picks one from
-    /// the number of CPUs.
+    /// Shards per limit, rounded up to a power of two; 0 picks a number from
+    /// the CPUs.
     pub shards: usize,
 }
 
@@ -47,9 +49,9 @@ impl Default for MemoryStoreConfig {
 /// One limit to check for one request.
 #[derive(Debug, Clone, Copy)]
 pub struct Check<'a> {
-    /// The limit's algorithm and parameters.
-    pub limiter: &'a Limiter,
-    /// Whose state: the keyed hash of the limit and the client key.
+    /// The limit.
+    pub limit: &'a Limit,
+    /// The client's key id.
     pub key: KeyId,
     /// The request's cost under this limit.
     pub cost: u64,
@@ -67,51 +69,24 @@ pub struct Checked {
 
 /// The embedded, in-process store. See the module docs.
 pub struct MemoryStore<C: Clock = SystemClock> {
-    shards: Box<[Shard]>,
-    mask: usize,
-    per_shard_cap: usize,
+    config: MemoryStoreConfig,
+    shards: usize,
+    limits: Mutex<Registry>,
     clock: C,
+}
+
+#[derive(Default)]
+struct Registry {
+    by_id: HashMap<String, Weak<Limit>>,
+    next_serial: u64,
 }
 
 impl<C: Clock> std::fmt::Debug for MemoryStore<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
-            .field("shards", &self.shards.len())
-            .field("per_shard_cap", &self.per_shard_cap)
+            .field("config", &self.config)
+            .field("shards", &self.shards)
             .finish_non_exhaustive()
-    }
-}
-
-#[repr(align(128))]
-struct Shard(Mutex<ShardMap>);
-
-#[derive(Default)]
-struct ShardMap {
-    map: HashMap<u128, Entry, BuildHasherDefault<IdHasher>>,
-    /// The latest time this shard has seen: time never runs backwards here.
-    high: Nanos,
-}
-
-struct Entry {
-    state: State,
-    idle_at: Nanos,
-}
-
-/// Key ids are already uniformly random: hash them by taking their low bits.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u128(&mut self, i: u128) {
-        self.0 = i as u64;
     }
 }
 
@@ -126,27 +101,17 @@ impl<C: Clock> MemoryStore<C> {
     /// A store on the given clock (a `ManualClock` in tests and simulations).
     pub fn with_clock(config: MemoryStoreConfig, clock: C) -> Self {
         let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
-        let wanted = if config.shards == 0 {
-            (cpus * 64).max(64)
+        let shards = if config.shards == 0 {
+            (cpus * 32).max(64)
         } else {
             config.shards
         };
-        let n = wanted.next_power_of_two();
-        let per_shard_cap = config.max_keys.div_ceil(n).max(1);
-        let shards = (0..n)
-            .map(|_| Shard(Mutex::new(ShardMap::default())))
-            .collect();
         Self {
-            shards,
-            mask: n - 1,
-            per_shard_cap,
+            config,
+            shards: shards.next_power_of_two(),
+            limits: Mutex::new(Registry::default()),
             clock,
         }
-    }
-
-    /// The store's current time.
-    pub fn now(&self) -> Nanos {
-        self.clock.now()
     }
 
     /// The store's clock.
@@ -154,9 +119,36 @@ impl<C: Clock> MemoryStore<C> {
         &self.clock
     }
 
+    /// The state of the limit with identity `id`, created on first use.
+    ///
+    /// The same `id` gives the same state for as long as any handle to it
+    /// lives, so a config reload that keeps a limit's definition keeps its
+    /// counters. `id` should change whenever the definition does.
+    pub fn limit(&self, id: &str, limiter: Limiter) -> Arc<Limit> {
+        let mut reg = self.limits.lock();
+        if let Some(limit) = reg.by_id.get(id).and_then(Weak::upgrade) {
+            if limit.limiter() == limiter {
+                return limit;
+            }
+        }
+        reg.next_serial += 1;
+        let limit = Arc::new(Limit {
+            id: id.to_owned(),
+            serial: reg.next_serial,
+            table: AnyTable::new(limiter, self.shards, self.config.max_keys),
+        });
+        reg.by_id.retain(|_, w| w.strong_count() > 0);
+        reg.by_id.insert(id.to_owned(), Arc::downgrade(&limit));
+        limit
+    }
+
+    /// Checks one limit for one key: the fast path.
     #[inline]
-    fn shard_of(&self, key: KeyId) -> usize {
-        ((key.0 >> 64) as usize) & self.mask
+    pub fn check_one(&self, check: &Check<'_>) -> Result<Decision, CheckError> {
+        check
+            .limit
+            .table
+            .check(check.key, self.clock.now(), check.cost)
     }
 
     /// Checks one request against all its limits, all-or-nothing.
@@ -179,55 +171,44 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// Checks a single limit; the fast path.
-    #[inline]
-    pub fn check_one(&self, check: &Check<'_>) -> Result<Decision, CheckError> {
-        let mut shard = self.shards[self.shard_of(check.key)].0.lock();
-        let now = self.clock.now().max(shard.high);
-        shard.high = now;
-        let outcome = match shard.map.get(&check.key.0) {
-            Some(entry) => check.limiter.check(&entry.state, now, check.cost)?,
-            None => check.limiter.check(&State::Fresh, now, check.cost)?,
-        };
-        if let Some(update) = outcome.update {
-            let cap = self.per_shard_cap;
-            shard.commit(check.limiter, check.key, update, now, cap);
-        }
-        Ok(outcome.decision)
-    }
-
     fn check_many(&self, checks: &[Check<'_>]) -> Result<Checked, CheckError> {
-        let mut order: Vec<usize> = checks.iter().map(|c| self.shard_of(c.key)).collect();
-        order.sort_unstable();
-        order.dedup();
-        let mut guards: Vec<MutexGuard<'_, ShardMap>> =
-            order.iter().map(|i| self.shards[*i].0.lock()).collect();
-        let high = guards.iter().map(|g| g.high).max().unwrap_or(0);
-        let now = self.clock.now().max(high);
+        // Lock every (limit, shard) involved once, in one global order.
+        let slot = |c: &Check<'_>| (c.limit.serial, c.limit.table.shard_of(c.key));
+        let mut order: Vec<((u64, usize), &Limit)> =
+            checks.iter().map(|c| (slot(c), c.limit)).collect();
+        order.sort_unstable_by_key(|(s, _)| *s);
+        order.dedup_by_key(|(s, _)| *s);
+        let mut guards: Vec<Guard<'_>> = order
+            .iter()
+            .map(|((_, shard), limit)| limit.table.lock(*shard))
+            .collect();
+        let clock_now = self.clock.now();
+        let now = guards.iter().map(Guard::high).fold(clock_now, u64::max);
         for g in &mut guards {
-            g.high = now;
+            g.advance(now);
         }
-        let guard_of = |key: KeyId| order.binary_search(&self.shard_of(key)).unwrap_or(0);
+        let guard_of = |c: &Check<'_>| {
+            order
+                .binary_search_by_key(&slot(c), |(s, _)| *s)
+                .unwrap_or(0)
+        };
 
         let mut outcomes = Vec::with_capacity(checks.len());
         for c in checks {
-            let g = &guards[guard_of(c.key)];
-            let state = g.map.get(&c.key.0).map_or(&State::Fresh, |e| &e.state);
-            outcomes.push(c.limiter.check(state, now, c.cost)?);
+            outcomes.push(guards[guard_of(c)].peek(c.key, now, c.cost)?);
         }
         let allowed = outcomes.iter().all(|o| o.decision.allowed);
         let mut decisions = Vec::with_capacity(checks.len());
         for (c, o) in checks.iter().zip(outcomes) {
-            let g = &mut guards[guard_of(c.key)];
+            let g = &mut guards[guard_of(c)];
             if allowed {
                 if let Some(update) = o.update {
-                    g.commit(c.limiter, c.key, update, now, self.per_shard_cap);
+                    g.commit(c.key, update, now);
                 }
                 decisions.push(o.decision);
             } else if o.decision.allowed {
                 // Not committed: report the limit as it stands.
-                let state = g.map.get(&c.key.0).map_or(&State::Fresh, |e| &e.state);
-                decisions.push(c.limiter.check(state, now, 0)?.decision);
+                decisions.push(g.peek(c.key, now, 0)?.decision);
             } else {
                 decisions.push(o.decision);
             }
@@ -235,81 +216,14 @@ impl<C: Clock> MemoryStore<C> {
         Ok(Checked { allowed, decisions })
     }
 
-    /// Drops every key that has fully replenished. Returns how many.
+    /// Drops every fully replenished key of every live limit. Returns how
+    /// many.
     pub fn purge_expired(&self) -> usize {
+        let limits: Vec<Arc<Limit>> = {
+            let reg = self.limits.lock();
+            reg.by_id.values().filter_map(Weak::upgrade).collect()
+        };
         let now = self.clock.now();
-        self.shards
-            .iter()
-            .map(|s| {
-                let mut g = s.0.lock();
-                let before = g.map.len();
-                let now = now.max(g.high);
-                g.map.retain(|_, e| e.idle_at > now);
-                before - g.map.len()
-            })
-            .sum()
-    }
-
-    /// The number of keys held.
-    pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.lock().map.len()).sum()
-    }
-
-    /// Whether no key is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The most keys the store holds at once.
-    pub fn capacity(&self) -> usize {
-        self.per_shard_cap * self.shards.len()
-    }
-}
-
-impl ShardMap {
-    #[inline]
-    fn commit(
-        &mut self,
-        limiter: &Limiter,
-        key: KeyId,
-        update: sluice_core::Update,
-        now: Nanos,
-        cap: usize,
-    ) {
-        if let Some(entry) = self.map.get_mut(&key.0) {
-            limiter.apply(&mut entry.state, update);
-            entry.idle_at = limiter.idle_at(&entry.state);
-            return;
-        }
-        if self.map.len() >= cap {
-            self.make_room(now, cap);
-        }
-        let mut state = State::Fresh;
-        limiter.apply(&mut state, update);
-        let idle_at = limiter.idle_at(&state);
-        self.map.insert(key.0, Entry { state, idle_at });
-    }
-
-    /// Frees room in a full shard: forget replenished keys, then evict the
-    /// eighth closest to replenishment.
-    #[cold]
-    fn make_room(&mut self, now: Nanos, cap: usize) {
-        self.map.retain(|_, e| e.idle_at > now);
-        if self.map.len() < cap {
-            return;
-        }
-        let mut idle: Vec<Nanos> = self.map.values().map(|e| e.idle_at).collect();
-        let k = (idle.len() / 8).max(1) - 1;
-        let (_, threshold, _) = idle.select_nth_unstable(k);
-        let threshold = *threshold;
-        let mut to_evict = k + 1;
-        self.map.retain(|_, e| {
-            if to_evict > 0 && e.idle_at <= threshold {
-                to_evict -= 1;
-                false
-            } else {
-                true
-            }
-        });
+        limits.iter().map(|l| l.table.purge(now)).sum()
     }
 }

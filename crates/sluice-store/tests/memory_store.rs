@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluice_core::{AlgorithmKind, CheckError, LimitSpec, Limiter, ManualClock, Rate};
-use sluice_store::{Check, KeyHasher, MemoryStore, MemoryStoreConfig};
+use sluice_store::{Check, KeyHasher, Limit, MemoryStore, MemoryStoreConfig};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -34,18 +34,25 @@ fn store(max_keys: usize) -> (MemoryStore<ManualClock>, ManualClock) {
 fn a_refused_request_consumes_nothing_from_any_limit() {
     let (store, _clock) = store(1000);
     let h = KeyHasher::random();
-    let wide = limiter(AlgorithmKind::TokenBucket, Rate::per_second(10), 10);
-    let narrow = limiter(AlgorithmKind::FixedWindow, Rate::per_minute(2), 2);
+    let wide = store.limit(
+        "wide",
+        limiter(AlgorithmKind::TokenBucket, Rate::per_second(10), 10),
+    );
+    let narrow = store.limit(
+        "narrow",
+        limiter(AlgorithmKind::FixedWindow, Rate::per_minute(2), 2),
+    );
+    let key = h.key_id("k");
     let checks = |cost| {
         [
             Check {
-                limiter: &wide,
-                key: h.key_id("wide", "k"),
+                limit: &wide,
+                key,
                 cost,
             },
             Check {
-                limiter: &narrow,
-                key: h.key_id("narrow", "k"),
+                limit: &narrow,
+                key,
                 cost,
             },
         ]
@@ -66,17 +73,18 @@ fn a_refused_request_consumes_nothing_from_any_limit() {
 fn an_impossible_cost_is_an_error_and_changes_nothing() {
     let (store, _clock) = store(1000);
     let h = KeyHasher::random();
-    let a = limiter(AlgorithmKind::Gcra, Rate::per_second(10), 20);
-    let b = limiter(AlgorithmKind::Gcra, Rate::per_second(10), 5);
+    let a = store.limit("a", limiter(AlgorithmKind::Gcra, Rate::per_second(10), 20));
+    let b = store.limit("b", limiter(AlgorithmKind::Gcra, Rate::per_second(10), 5));
+    let key = h.key_id("k");
     let checks = [
         Check {
-            limiter: &a,
-            key: h.key_id("a", "k"),
+            limit: &a,
+            key,
             cost: 6,
         },
         Check {
-            limiter: &b,
-            key: h.key_id("b", "k"),
+            limit: &b,
+            key,
             cost: 6,
         },
     ];
@@ -87,60 +95,66 @@ fn an_impossible_cost_is_an_error_and_changes_nothing() {
             capacity: 5
         })
     );
-    assert!(store.is_empty());
+    assert!(a.is_empty() && b.is_empty());
 }
 
 #[test]
 fn replenished_keys_are_forgotten() {
     let (store, clock) = store(1000);
     let h = KeyHasher::random();
-    let l = limiter(AlgorithmKind::TokenBucket, Rate::per_second(10), 20);
+    let l = store.limit(
+        "l",
+        limiter(AlgorithmKind::TokenBucket, Rate::per_second(10), 20),
+    );
     for i in 0..100 {
-        let key = h.key_id("l", &format!("k{i}"));
+        let key = h.key_id(&format!("k{i}"));
         store
             .check(&[Check {
-                limiter: &l,
+                limit: &l,
                 key,
                 cost: 5,
             }])
             .unwrap();
     }
-    assert_eq!(store.len(), 100);
+    assert_eq!(l.len(), 100);
     clock.advance(SEC / 2 - 1);
     assert_eq!(store.purge_expired(), 0);
     clock.advance(1);
     assert_eq!(store.purge_expired(), 100);
-    assert!(store.is_empty());
+    assert!(l.is_empty());
 }
 
 #[test]
 fn the_key_count_is_capped_and_eviction_favours_nearly_replenished_keys() {
     let (store, _clock) = store(64);
     let h = KeyHasher::random();
-    let l = limiter(AlgorithmKind::TokenBucket, Rate::per_second(1), 100);
+    let l = store.limit(
+        "l",
+        limiter(AlgorithmKind::TokenBucket, Rate::per_second(1), 100),
+    );
     // One heavy key that must survive a flood of light keys.
-    let heavy = h.key_id("l", "heavy");
+    let heavy = h.key_id("heavy");
     store
         .check(&[Check {
-            limiter: &l,
+            limit: &l,
             key: heavy,
             cost: 100,
         }])
         .unwrap();
     for i in 0..10_000 {
-        let key = h.key_id("l", &format!("spray{i}"));
+        let key = h.key_id(&format!("spray{i}"));
         store
             .check(&[Check {
-                limiter: &l,
+                limit: &l,
                 key,
                 cost: 1,
             }])
             .unwrap();
-        assert!(store.len() <= store.capacity());
+        assert!(l.len() <= l.capacity());
     }
     let again = store
         .check(&[Check {
-            limiter: &l,
+            limit: &l,
             key: heavy,
             cost: 1,
         }])
@@ -152,12 +166,15 @@ fn the_key_count_is_capped_and_eviction_favours_nearly_replenished_keys() {
 fn a_clock_stepping_back_neither_admits_extra_nor_refuses_within_quota() {
     let (store, clock) = store(1000);
     let h = KeyHasher::random();
-    let l = limiter(AlgorithmKind::TokenBucket, Rate::per_second(10), 10);
-    let key = h.key_id("l", "k");
+    let l = store.limit(
+        "l",
+        limiter(AlgorithmKind::TokenBucket, Rate::per_second(10), 10),
+    );
+    let key = h.key_id("k");
     let check = |cost| {
         store
             .check(&[Check {
-                limiter: &l,
+                limit: &l,
                 key,
                 cost,
             }])
@@ -173,6 +190,39 @@ fn a_clock_stepping_back_neither_admits_extra_nor_refuses_within_quota() {
     assert!(!check(1), "nothing extra");
 }
 
+#[test]
+fn the_same_id_and_definition_share_state_and_a_new_definition_starts_fresh() {
+    let (store, _clock) = store(1000);
+    let key = KeyHasher::random().key_id("k");
+    let spec = limiter(AlgorithmKind::TokenBucket, Rate::per_second(1), 3);
+    let first = store.limit("l", spec);
+    let one = |l: &Limit| {
+        store
+            .check_one(&Check {
+                limit: l,
+                key,
+                cost: 1,
+            })
+            .unwrap()
+    };
+    assert_eq!(one(&first).remaining, 2);
+    let same = store.limit("l", spec);
+    assert_eq!(
+        one(&same).remaining,
+        1,
+        "same id and definition: same counters"
+    );
+    let changed = store.limit(
+        "l",
+        limiter(AlgorithmKind::TokenBucket, Rate::per_second(1), 5),
+    );
+    assert_eq!(
+        one(&changed).remaining,
+        4,
+        "a changed definition starts fresh"
+    );
+}
+
 fn clock_now(c: &ManualClock) -> u64 {
     use sluice_core::Clock;
     c.now()
@@ -183,8 +233,8 @@ fn threads_hammering_one_key_admit_exactly_the_burst() {
     let (store, _clock) = store(1000);
     let store = Arc::new(store);
     let h = KeyHasher::random();
-    let l = Arc::new(limiter(AlgorithmKind::Gcra, Rate::per_second(1), 1000));
-    let key = h.key_id("l", "shared");
+    let l: Arc<Limit> = store.limit("l", limiter(AlgorithmKind::Gcra, Rate::per_second(1), 1000));
+    let key = h.key_id("shared");
     let admitted = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..4)
         .map(|_| {
@@ -192,7 +242,7 @@ fn threads_hammering_one_key_admit_exactly_the_burst() {
             std::thread::spawn(move || {
                 for _ in 0..1000 {
                     let c = Check {
-                        limiter: &l,
+                        limit: &l,
                         key,
                         cost: 1,
                     };

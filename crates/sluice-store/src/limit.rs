@@ -1,0 +1,218 @@
+//! A limit's table, whichever algorithm it runs: the store's handle on it.
+
+use parking_lot::MutexGuard;
+use sluice_core::algorithms::bucket::BucketState;
+use sluice_core::algorithms::fixed_window::FixedWindowState;
+use sluice_core::algorithms::gcra::GcraState;
+use sluice_core::algorithms::sliding_log::SlidingLogState;
+use sluice_core::algorithms::sliding_window::SlidingWindowState;
+use sluice_core::{
+    CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, Nanos, Outcome, SlidingLog,
+    SlidingWindow, TokenBucket, Update,
+};
+
+use crate::key::KeyId;
+use crate::table::{ShardMap, Table};
+
+macro_rules! dispatch {
+    ($table:expr, $t:ident => $body:expr) => {
+        match $table {
+            AnyTable::FixedWindow($t) => $body,
+            AnyTable::SlidingLog($t) => $body,
+            AnyTable::SlidingWindow($t) => $body,
+            AnyTable::TokenBucket($t) => $body,
+            AnyTable::LeakyBucket($t) => $body,
+            AnyTable::Gcra($t) => $body,
+        }
+    };
+}
+
+/// One limit's state in a [`MemoryStore`](crate::MemoryStore), obtained with
+/// [`MemoryStore::limit`](crate::MemoryStore::limit).
+#[derive(Debug)]
+pub struct Limit {
+    pub(crate) id: String,
+    /// Orders locks across limits.
+    pub(crate) serial: u64,
+    pub(crate) table: AnyTable,
+}
+
+impl Limit {
+    /// The limit's identity (scope, name and definition).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The algorithm and parameters.
+    pub fn limiter(&self) -> Limiter {
+        self.table.limiter()
+    }
+
+    /// The number of keys held.
+    pub fn len(&self) -> usize {
+        dispatch!(&self.table, t => t.len())
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The most keys held at once.
+    pub fn capacity(&self) -> usize {
+        dispatch!(&self.table, t => t.capacity())
+    }
+}
+
+/// A table of any algorithm.
+#[derive(Debug)]
+pub(crate) enum AnyTable {
+    FixedWindow(Table<FixedWindow>),
+    SlidingLog(Table<SlidingLog>),
+    SlidingWindow(Table<SlidingWindow>),
+    TokenBucket(Table<TokenBucket>),
+    LeakyBucket(Table<LeakyBucket>),
+    Gcra(Table<Gcra>),
+}
+
+impl AnyTable {
+    pub(crate) fn new(limiter: Limiter, shards: usize, max_keys: usize) -> Self {
+        match limiter {
+            Limiter::FixedWindow(a) => Self::FixedWindow(Table::new(a, shards, max_keys)),
+            Limiter::SlidingLog(a) => Self::SlidingLog(Table::new(a, shards, max_keys)),
+            Limiter::SlidingWindow(a) => Self::SlidingWindow(Table::new(a, shards, max_keys)),
+            Limiter::TokenBucket(a) => Self::TokenBucket(Table::new(a, shards, max_keys)),
+            Limiter::LeakyBucket(a) => Self::LeakyBucket(Table::new(a, shards, max_keys)),
+            Limiter::Gcra(a) => Self::Gcra(Table::new(a, shards, max_keys)),
+        }
+    }
+
+    pub(crate) fn limiter(&self) -> Limiter {
+        match self {
+            Self::FixedWindow(t) => Limiter::FixedWindow(*t.algorithm()),
+            Self::SlidingLog(t) => Limiter::SlidingLog(*t.algorithm()),
+            Self::SlidingWindow(t) => Limiter::SlidingWindow(*t.algorithm()),
+            Self::TokenBucket(t) => Limiter::TokenBucket(*t.algorithm()),
+            Self::LeakyBucket(t) => Limiter::LeakyBucket(*t.algorithm()),
+            Self::Gcra(t) => Limiter::Gcra(*t.algorithm()),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn check(&self, key: KeyId, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
+        dispatch!(self, t => t.check(key, now, cost))
+    }
+
+    #[inline]
+    pub(crate) fn shard_of(&self, key: KeyId) -> usize {
+        dispatch!(self, t => t.shard_of(key))
+    }
+
+    pub(crate) fn purge(&self, now: Nanos) -> usize {
+        dispatch!(self, t => t.purge(now))
+    }
+
+    /// Locks one shard for a multi-limit decision.
+    pub(crate) fn lock(&self, shard: usize) -> Guard<'_> {
+        match self {
+            Self::FixedWindow(t) => Guard::FixedWindow(t, t.lock(shard)),
+            Self::SlidingLog(t) => Guard::SlidingLog(t, t.lock(shard)),
+            Self::SlidingWindow(t) => Guard::SlidingWindow(t, t.lock(shard)),
+            Self::TokenBucket(t) => Guard::TokenBucket(t, t.lock(shard)),
+            Self::LeakyBucket(t) => Guard::LeakyBucket(t, t.lock(shard)),
+            Self::Gcra(t) => Guard::Gcra(t, t.lock(shard)),
+        }
+    }
+}
+
+/// A locked shard of a table of any algorithm.
+pub(crate) enum Guard<'a> {
+    FixedWindow(
+        &'a Table<FixedWindow>,
+        MutexGuard<'a, ShardMap<FixedWindowState>>,
+    ),
+    SlidingLog(
+        &'a Table<SlidingLog>,
+        MutexGuard<'a, ShardMap<SlidingLogState>>,
+    ),
+    SlidingWindow(
+        &'a Table<SlidingWindow>,
+        MutexGuard<'a, ShardMap<SlidingWindowState>>,
+    ),
+    TokenBucket(
+        &'a Table<TokenBucket>,
+        MutexGuard<'a, ShardMap<BucketState>>,
+    ),
+    LeakyBucket(
+        &'a Table<LeakyBucket>,
+        MutexGuard<'a, ShardMap<BucketState>>,
+    ),
+    Gcra(&'a Table<Gcra>, MutexGuard<'a, ShardMap<GcraState>>),
+}
+
+macro_rules! each_guard {
+    ($guard:expr, $t:ident, $g:ident, $u:ident => $body:expr) => {
+        match $guard {
+            Guard::FixedWindow($t, $g) => {
+                #[allow(unused_imports)]
+                use Update::FixedWindow as $u;
+                $body
+            }
+            Guard::SlidingLog($t, $g) => {
+                #[allow(unused_imports)]
+                use Update::SlidingLog as $u;
+                $body
+            }
+            Guard::SlidingWindow($t, $g) => {
+                #[allow(unused_imports)]
+                use Update::SlidingWindow as $u;
+                $body
+            }
+            Guard::TokenBucket($t, $g) => {
+                #[allow(unused_imports)]
+                use Update::Bucket as $u;
+                $body
+            }
+            Guard::LeakyBucket($t, $g) => {
+                #[allow(unused_imports)]
+                use Update::Bucket as $u;
+                $body
+            }
+            Guard::Gcra($t, $g) => {
+                #[allow(unused_imports)]
+                use Update::Gcra as $u;
+                $body
+            }
+        }
+    };
+}
+
+impl Guard<'_> {
+    pub(crate) fn high(&self) -> Nanos {
+        each_guard!(self, _t, g, _U => g.high())
+    }
+
+    pub(crate) fn advance(&mut self, now: Nanos) {
+        each_guard!(self, _t, g, _U => { g.advance(now); })
+    }
+
+    pub(crate) fn peek(
+        &self,
+        key: KeyId,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Outcome<Update>, CheckError> {
+        each_guard!(self, t, g, U => {
+            let o = g.peek(t.algorithm(), key, now, cost)?;
+            Ok(Outcome { decision: o.decision, update: o.update.map(U) })
+        })
+    }
+
+    pub(crate) fn commit(&mut self, key: KeyId, update: Update, now: Nanos) {
+        each_guard!(self, t, g, U => {
+            if let U(u) = update {
+                g.commit(t.algorithm(), key, u, now, t.per_shard_cap());
+            }
+        })
+    }
+}
