@@ -126,10 +126,9 @@ impl<C: Clock> MemoryStore<C> {
     /// counters. `id` should change whenever the definition does.
     pub fn limit(&self, id: &str, limiter: Limiter) -> Arc<Limit> {
         let mut reg = self.limits.lock();
-        if let Some(limit) = reg.by_id.get(id).and_then(Weak::upgrade) {
-            if limit.limiter() == limiter {
-                return limit;
-            }
+        let existing = reg.by_id.get(id).and_then(Weak::upgrade);
+        if let Some(limit) = existing.filter(|l| l.limiter() == limiter) {
+            return limit;
         }
         reg.next_serial += 1;
         let limit = Arc::new(Limit {

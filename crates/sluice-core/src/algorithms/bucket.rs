@@ -119,12 +119,15 @@ impl Meter {
             });
             Outcome { decision, update }
         } else {
+            // `level + need` may exceed u64 when the capacity is above half
+            // of it (very long limits), so the excess is taken in u128.
+            let excess = u128::from(level) + u128::from(need) - u128::from(self.cap);
             let decision = Decision {
                 allowed: false,
                 limit: self.burst,
                 remaining: self.free_units(level),
                 reset_after: self.drain_time(level),
-                retry_after: Some(self.drain_time(level + need - self.cap)),
+                retry_after: Some(ceil_div(excess, u128::from(self.a))),
                 delay: 0,
             };
             Outcome {
