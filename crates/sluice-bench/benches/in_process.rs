@@ -1,0 +1,180 @@
+//! Sluice's in-process checks beside governor 0.10, in one run.
+//!
+//! `cargo bench -p sluice-bench --bench in_process`
+//!
+//! Both limiters get the same quota (GCRA / token bucket, 1000/s, burst
+//! 1000 per key) and the same key sequences. Keys are `u64`; Sluice hashes
+//! their bytes with its keyed SipHash, governor hashes them in its DashMap.
+
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use governor::{Quota, RateLimiter};
+use sluice_bench::{uniform_keys, zipf_keys};
+use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+use sluice_store::{Check, KeyHasher, Limit, MemoryStore, MemoryStoreConfig};
+
+const KEYS: u64 = 100_000;
+const SEQ: usize = 1 << 20;
+
+fn quota() -> Quota {
+    Quota::per_second(NonZeroU32::new(1000).unwrap()).allow_burst(NonZeroU32::new(1000).unwrap())
+}
+
+fn sluice(algorithm: AlgorithmKind) -> (Arc<MemoryStore>, Arc<Limit>) {
+    let store = Arc::new(MemoryStore::new(MemoryStoreConfig::default()));
+    let spec = LimitSpec {
+        algorithm,
+        rate: Rate::per_second(1000),
+        burst: 1000,
+        nodelay: true,
+    };
+    let limit = store.limit("bench", spec.build().unwrap());
+    (store, limit)
+}
+
+fn single_key(c: &mut Criterion) {
+    let mut g = c.benchmark_group("single_key");
+    g.throughput(Throughput::Elements(1));
+    let gov = RateLimiter::direct(quota());
+    g.bench_function("governor_direct", |b| {
+        b.iter(|| black_box(gov.check().is_ok()))
+    });
+    for alg in [AlgorithmKind::Gcra, AlgorithmKind::TokenBucket] {
+        let (store, limit) = sluice(alg);
+        let key = KeyHasher::random().key_id("global");
+        g.bench_function(format!("sluice_{}", alg.name()), |b| {
+            b.iter(|| {
+                let c = Check {
+                    limit: &limit,
+                    key,
+                    cost: 1,
+                };
+                black_box(store.check_one(&c).map(|d| d.allowed))
+            })
+        });
+    }
+    g.finish();
+}
+
+fn keyed(c: &mut Criterion, name: &str, keys: &[u64]) {
+    let mut g = c.benchmark_group(name);
+    g.throughput(Throughput::Elements(1));
+    let gov = RateLimiter::keyed(quota());
+    for k in 0..KEYS {
+        let _ = gov.check_key(&k);
+    }
+    let mut i = 0;
+    g.bench_function("governor_keyed", |b| {
+        b.iter(|| {
+            i = (i + 1) & (SEQ - 1);
+            black_box(gov.check_key(&keys[i]).is_ok())
+        })
+    });
+    for alg in [AlgorithmKind::Gcra, AlgorithmKind::TokenBucket] {
+        let (store, limit) = sluice(alg);
+        let hasher = KeyHasher::random();
+        for k in 0..KEYS {
+            let key = hasher.key_id_bytes(&k.to_le_bytes());
+            let _ = store.check_one(&Check {
+                limit: &limit,
+                key,
+                cost: 1,
+            });
+        }
+        let mut i = 0;
+        g.bench_function(format!("sluice_{}", alg.name()), |b| {
+            b.iter(|| {
+                i = (i + 1) & (SEQ - 1);
+                let key = hasher.key_id_bytes(&keys[i].to_le_bytes());
+                black_box(
+                    store
+                        .check_one(&Check {
+                            limit: &limit,
+                            key,
+                            cost: 1,
+                        })
+                        .map(|d| d.allowed),
+                )
+            })
+        });
+    }
+    g.finish();
+}
+
+fn keyed_uniform(c: &mut Criterion) {
+    keyed(c, "keyed_uniform_100k", &uniform_keys(KEYS, SEQ, 42));
+}
+
+fn keyed_zipf(c: &mut Criterion) {
+    keyed(c, "keyed_zipf_100k", &zipf_keys(KEYS, SEQ, 1.0, 42));
+}
+
+/// Runs `iters` checks split over `threads` threads; returns the wall time.
+fn parallel(threads: usize, iters: u64, check: Arc<dyn Fn(u64) -> bool + Send + Sync>) -> Duration {
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let check = check.clone();
+            let per = iters / threads as u64;
+            std::thread::spawn(move || {
+                let offset = t as u64 * 7919;
+                for i in 0..per {
+                    black_box(check(i + offset));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    start.elapsed()
+}
+
+fn keyed_threads(c: &mut Criterion) {
+    let keys = Arc::new(uniform_keys(KEYS, SEQ, 42));
+    let mut g = c.benchmark_group("keyed_uniform_100k_threads");
+    g.throughput(Throughput::Elements(1));
+    let gov = Arc::new(RateLimiter::keyed(quota()));
+    let (store, limit) = sluice(AlgorithmKind::Gcra);
+    let hasher = KeyHasher::random();
+    for threads in [1, 2] {
+        let (gov, keys2) = (gov.clone(), keys.clone());
+        let gov_check: Arc<dyn Fn(u64) -> bool + Send + Sync> =
+            Arc::new(move |i| gov.check_key(&keys2[(i as usize) & (SEQ - 1)]).is_ok());
+        g.bench_function(format!("governor_keyed/{threads}"), |b| {
+            b.iter_custom(|iters| parallel(threads, iters, gov_check.clone()))
+        });
+        let (store, limit, hasher, keys2) =
+            (store.clone(), limit.clone(), hasher.clone(), keys.clone());
+        let sluice_check: Arc<dyn Fn(u64) -> bool + Send + Sync> = Arc::new(move |i| {
+            let key = hasher.key_id_bytes(&keys2[(i as usize) & (SEQ - 1)].to_le_bytes());
+            store
+                .check_one(&Check {
+                    limit: &limit,
+                    key,
+                    cost: 1,
+                })
+                .is_ok_and(|d| d.allowed)
+        });
+        g.bench_function(format!("sluice_gcra/{threads}"), |b| {
+            b.iter_custom(|iters| parallel(threads, iters, sluice_check.clone()))
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(30);
+    targets = single_key, keyed_uniform, keyed_zipf, keyed_threads
+}
+criterion_main!(benches);

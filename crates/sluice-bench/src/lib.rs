@@ -1,0 +1,73 @@
+//! Workloads shared by Sluice's benchmarks: key sequences (uniform and
+//! Zipf-like) from a small deterministic generator, so that Sluice and its
+//! peers see exactly the same keys in the same order.
+
+/// A xorshift64* generator: deterministic, fast, good enough for workloads.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a non-zero seed.
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A float uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// `len` keys drawn uniformly from `0..keys`.
+pub fn uniform_keys(keys: u64, len: usize, seed: u64) -> Vec<u64> {
+    let mut rng = Rng::new(seed);
+    (0..len).map(|_| rng.next_u64() % keys).collect()
+}
+
+/// `len` keys from `0..keys` with Zipf-like popularity: key `i` is drawn
+/// with probability proportional to `1 / (i + 1)^s`.
+pub fn zipf_keys(keys: u64, len: usize, s: f64, seed: u64) -> Vec<u64> {
+    let mut cdf = Vec::with_capacity(keys as usize);
+    let mut total = 0.0;
+    for i in 0..keys {
+        total += 1.0 / ((i + 1) as f64).powf(s);
+        cdf.push(total);
+    }
+    let mut rng = Rng::new(seed);
+    (0..len)
+        .map(|_| {
+            let x = rng.next_f64() * total;
+            cdf.partition_point(|c| *c < x) as u64
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zipf_favours_low_keys() {
+        let keys = zipf_keys(1000, 100_000, 1.0, 7);
+        let zero = keys.iter().filter(|k| **k == 0).count();
+        let last = keys.iter().filter(|k| **k == 999).count();
+        assert!(zero > 50 * last.max(1), "{zero} vs {last}");
+        assert!(keys.iter().all(|k| *k < 1000));
+    }
+
+    #[test]
+    fn uniform_covers_the_range() {
+        let keys = uniform_keys(100, 100_000, 3);
+        assert!((0..100).all(|k| keys.contains(&k)));
+    }
+}
