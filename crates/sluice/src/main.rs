@@ -125,31 +125,46 @@ async fn serve(
         Some(u) => tracing::info!(%data, %control, upstream = %u, "sluice proxying"),
         None => tracing::info!(%data, %control, "sluice serving"),
     }
+    // Listen for the stop signals before announcing readiness: a signal
+    // sent as soon as the line below is out must stop Sluice gracefully,
+    // not kill it.
+    let shutdown = shutdown_signal();
     // A plain line that tests and scripts can wait for.
     eprintln!("sluice: listening data=http://{data} control=http://{control}");
-    servers.run(shutdown_signal()).await?;
+    servers.run(shutdown).await?;
     tracing::info!("sluice stopped");
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
+/// Completes on SIGINT (Ctrl-C) or SIGTERM. The signal handlers are
+/// installed when this is called, not when the future is first polled.
+#[cfg(unix)]
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    async fn recv(signal: Option<Signal>) {
+        match signal {
+            Some(mut s) => {
                 s.recv().await;
             }
-            Err(_) => std::future::pending::<()>().await,
+            None => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
     }
-    tracing::info!("shutting down: finishing requests in flight");
+    let int = recv(signal(SignalKind::interrupt()).ok());
+    let term = recv(signal(SignalKind::terminate()).ok());
+    async move {
+        tokio::select! {
+            () = int => {},
+            () = term => {},
+        }
+        tracing::info!("shutting down: finishing requests in flight");
+    }
+}
+
+/// Completes on Ctrl-C.
+#[cfg(not(unix))]
+fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: finishing requests in flight");
+    }
 }

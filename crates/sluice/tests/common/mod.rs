@@ -1,0 +1,554 @@
+//! Shared helpers for the HTTP integration tests: start the real `sluice`
+//! binary on ephemeral ports, write temporary configs, run an in-test
+//! upstream, and parse the rate-limit header fields.
+//!
+//! Every process and server started here is stopped on `Drop`, so nothing
+//! leaks when a test panics.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long `serve` may take to print its listening line.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A guard against hung requests; not a timing assertion.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The text of a file under `examples/`.
+pub fn example(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The path of a file under `examples/`.
+pub fn example_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name)
+}
+
+/// `text` with `from` replaced by `to`; panics if `from` is not there, so a
+/// changed example cannot silently make a test vacuous.
+pub fn replace_once(text: &str, from: &str, to: &str) -> String {
+    assert_eq!(
+        text.matches(from).count(),
+        1,
+        "expected exactly one `{from}` in the config"
+    );
+    text.replacen(from, to, 1)
+}
+
+/// A config file under the temp dir with a unique name, removed on drop.
+#[derive(Debug)]
+pub struct TempConfig {
+    path: PathBuf,
+}
+
+impl TempConfig {
+    /// Writes `text` to a fresh file whose name contains `label`.
+    pub fn new(label: &str, text: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "sluice-it-{}-{n}-{nanos}-{label}.toml",
+            std::process::id()
+        ));
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        Self { path }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempConfig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Kills and reaps a child process when dropped.
+#[derive(Debug)]
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A running `sluice serve`.
+#[derive(Debug)]
+pub struct Sluice {
+    child: KillOnDrop,
+    /// The data plane's address.
+    pub data: SocketAddr,
+    /// The control API's address.
+    pub control: SocketAddr,
+    log: Arc<Mutex<String>>,
+    // Reads stderr into `log` until the process closes it.
+    reader: Option<JoinHandle<()>>,
+    // Keeps the config file alive as long as the process.
+    config: Option<TempConfig>,
+}
+
+fn parse_listening(line: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let rest = line.strip_prefix("sluice: listening data=http://")?;
+    let (data, control) = rest.split_once(" control=http://")?;
+    Some((data.trim().parse().ok()?, control.trim().parse().ok()?))
+}
+
+impl Sluice {
+    /// Starts `sluice serve` on a config written from `text`.
+    pub fn start_with(label: &str, text: &str) -> Self {
+        let config = TempConfig::new(label, text);
+        let mut s = Self::start(config.path());
+        s.config = Some(config);
+        s
+    }
+
+    /// Starts `sluice serve --config <config>` on ephemeral loopback ports
+    /// and waits for its listening line.
+    pub fn start(config: &Path) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .args(["--listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0"])
+            .env("SLUICE_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sluice");
+        let mut child = KillOnDrop(child);
+        let stderr = child.0.stderr.take().expect("piped stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let thread_log = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addrs) = parse_listening(&line) {
+                    let _ = tx.send(addrs);
+                }
+                let mut log = thread_log.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let (data, control) = match rx.recv_timeout(START_TIMEOUT) {
+            Ok(addrs) => addrs,
+            Err(e) => {
+                // Give the reader a moment to collect what the process said.
+                std::thread::sleep(Duration::from_millis(100));
+                let status = child.0.try_wait();
+                panic!(
+                    "sluice did not print its listening line ({e:?}); status {status:?}; stderr:\n{}",
+                    log.lock().unwrap()
+                );
+            }
+        };
+        Self {
+            child,
+            data,
+            control,
+            log,
+            reader: Some(reader),
+            config: None,
+        }
+    }
+
+    /// A URL on the data plane.
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("http://{}{path_and_query}", self.data)
+    }
+
+    /// A URL on the control API.
+    pub fn control_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.control)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    /// Sends SIGTERM with `kill -TERM <pid>`.
+    pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends a signal by name (`TERM`, `INT`) with `kill -<NAME> <pid>`.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} failed: {status}");
+    }
+
+    /// Waits for the process to exit, panicking after `timeout` (a guard
+    /// against hangs, not a timing assertion). Once it has, [`Self::log`]
+    /// holds all it wrote.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.0.try_wait().expect("try_wait") {
+                // Its stderr is closed now: let the reader drain it.
+                if let Some(reader) = self.reader.take() {
+                    let _ = reader.join();
+                }
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sluice did not exit; stderr:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What the process has written to stderr so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+/// An HTTP client for the tests: no proxies, a generous overall timeout.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(REQUEST_TIMEOUT)
+        .build()
+        .expect("build the HTTP client")
+}
+
+/// A response read in full.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The status code.
+    pub status: u16,
+    /// The header fields.
+    pub headers: reqwest::header::HeaderMap,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// Sends a request and reads the whole response.
+pub async fn send(request: reqwest::RequestBuilder) -> Reply {
+    let response = request.send().await.expect("send the request");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.bytes().await.expect("read the body").to_vec();
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+impl Reply {
+    /// A header's value; panics when absent or not visible ASCII.
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .unwrap_or_else(|| panic!("no `{name}` in {:?}", self.headers))
+            .to_str()
+            .unwrap_or_else(|e| panic!("`{name}` is not visible ASCII: {e}"))
+    }
+
+    /// Whether a header is present.
+    pub fn has(&self, name: &str) -> bool {
+        self.headers.contains_key(name)
+    }
+
+    /// A header's value as a non-negative integer; panics otherwise.
+    pub fn int_header(&self, name: &str) -> u64 {
+        let v = self.header(name);
+        v.parse()
+            .unwrap_or_else(|e| panic!("`{name}: {v}` is not an integer: {e}"))
+    }
+
+    /// The body as JSON; panics when it is not.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// `RateLimit-Policy`, parsed.
+    pub fn policy(&self) -> Vec<SfItem> {
+        sf_list(self.header("ratelimit-policy"), &["q", "w"])
+    }
+
+    /// `RateLimit`, parsed.
+    pub fn ratelimit(&self) -> Vec<SfItem> {
+        sf_list(self.header("ratelimit"), &["r", "t"])
+    }
+
+    /// Checks the reply is `application/problem+json` with `status` in both
+    /// the status line and the body, and returns the body.
+    pub fn problem(&self, status: u16) -> serde_json::Value {
+        assert_eq!(
+            self.status,
+            status,
+            "body: {}",
+            String::from_utf8_lossy(&self.body)
+        );
+        assert_eq!(self.header("content-type"), "application/problem+json");
+        let body = self.json();
+        assert_eq!(body["status"], status, "problem body {body}");
+        assert!(body["title"].is_string(), "problem body {body}");
+        assert!(body["detail"].is_string(), "problem body {body}");
+        body
+    }
+}
+
+/// One item of a rate-limit Structured Field List: a String with integer
+/// parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SfItem {
+    /// The item's String value (the limit's name).
+    pub name: String,
+    /// Its parameters.
+    pub params: BTreeMap<String, i64>,
+}
+
+impl SfItem {
+    /// An integer parameter; panics when absent.
+    pub fn param(&self, key: &str) -> i64 {
+        *self
+            .params
+            .get(key)
+            .unwrap_or_else(|| panic!("item {self:?} lacks parameter `{key}`"))
+    }
+}
+
+/// Parses an RFC 9651 List whose members are all String items with integer
+/// parameters named in `keys` (and no others); panics otherwise.
+pub fn sf_list(value: &str, keys: &[&str]) -> Vec<SfItem> {
+    let list = sfv::Parser::new(value)
+        .parse::<sfv::List>()
+        .unwrap_or_else(|e| panic!("`{value}` is not a Structured Field List: {e}"));
+    assert!(!list.is_empty(), "empty list `{value}`");
+    list.into_iter()
+        .map(|entry| {
+            let sfv::ListEntry::Item(item) = entry else {
+                panic!("`{value}` holds an inner list");
+            };
+            let name = item
+                .bare_item
+                .as_string()
+                .unwrap_or_else(|| panic!("`{value}`: item {:?} is not a String", item.bare_item))
+                .as_str()
+                .to_owned();
+            let params: BTreeMap<String, i64> = item
+                .params
+                .iter()
+                .map(|(k, v)| {
+                    let n = v.as_integer().unwrap_or_else(|| {
+                        panic!("`{value}`: parameter `{}` is not an Integer", k.as_str())
+                    });
+                    (k.as_str().to_owned(), i64::from(n))
+                })
+                .collect();
+            let mut got: Vec<&str> = params.keys().map(String::as_str).collect();
+            let mut want = keys.to_vec();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(got, want, "`{value}`: parameters of `{name}`");
+            SfItem { name, params }
+        })
+        .collect()
+}
+
+/// The item named `name` in a parsed list; panics when absent.
+pub fn sf_item<'a>(list: &'a [SfItem], name: &str) -> &'a SfItem {
+    list.iter()
+        .find(|i| i.name == name)
+        .unwrap_or_else(|| panic!("no item `{name}` in {list:?}"))
+}
+
+/// A request the upstream received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// The method.
+    pub method: String,
+    /// The path and query, as received.
+    pub path_and_query: String,
+    /// The header fields, as received.
+    pub headers: axum::http::HeaderMap,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// What the upstream answers.
+#[derive(Debug, Clone)]
+pub struct UpstreamReply {
+    /// The status.
+    pub status: u16,
+    /// How long to wait before answering.
+    pub delay: Duration,
+}
+
+/// The fixed body the upstream answers with.
+pub const UPSTREAM_BODY: &str = "hello from the upstream\n";
+
+#[derive(Debug, Default)]
+struct UpstreamState {
+    arrived: AtomicUsize,
+    recorded: Mutex<Vec<Recorded>>,
+}
+
+/// An HTTP server on an ephemeral loopback port, on its own thread and
+/// runtime, that records every request and answers `UpstreamReply` with
+/// header fields `x-upstream: yes`, `content-type: application/x-upstream`,
+/// `set-cookie: a=1`, `set-cookie: b=2` and body [`UPSTREAM_BODY`]. Stopped
+/// on drop.
+#[derive(Debug)]
+pub struct Upstream {
+    /// Its address.
+    pub addr: SocketAddr,
+    state: Arc<UpstreamState>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Upstream {
+    /// Starts an upstream.
+    pub fn start(reply: UpstreamReply) -> Self {
+        let state = Arc::new(UpstreamState::default());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let thread_state = state.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("upstream runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind the upstream");
+                ready_tx.send(listener.local_addr().expect("addr")).unwrap();
+                let app = axum::Router::new()
+                    .fallback(move |req: axum::extract::Request| {
+                        let state = thread_state.clone();
+                        let reply = reply.clone();
+                        async move { upstream_handle(state, reply, req).await }
+                    })
+                    .into_make_service();
+                tokio::select! {
+                    r = axum::serve(listener, app) => r.expect("upstream serve"),
+                    _ = stopped => {}
+                }
+            });
+        });
+        let addr = ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the upstream started");
+        Self {
+            addr,
+            state,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Its base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// How many requests have reached it (counted on arrival, before the
+    /// body is read).
+    pub fn arrived(&self) -> usize {
+        self.state.arrived.load(Ordering::SeqCst)
+    }
+
+    /// The requests it has fully received.
+    pub fn recorded(&self) -> Vec<Recorded> {
+        self.state.recorded.lock().unwrap().clone()
+    }
+}
+
+async fn upstream_handle(
+    state: Arc<UpstreamState>,
+    reply: UpstreamReply,
+    req: axum::extract::Request,
+) -> axum::response::Response {
+    state.arrived.fetch_add(1, Ordering::SeqCst);
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .expect("the upstream read the body");
+    state.recorded.lock().unwrap().push(Recorded {
+        method: parts.method.to_string(),
+        path_and_query: parts
+            .uri
+            .path_and_query()
+            .map_or_else(String::new, |pq| pq.as_str().to_owned()),
+        headers: parts.headers,
+        body: body.to_vec(),
+    });
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    axum::response::Response::builder()
+        .status(reply.status)
+        .header("x-upstream", "yes")
+        .header("content-type", "application/x-upstream")
+        .header("set-cookie", "a=1")
+        .header("set-cookie", "b=2")
+        .body(axum::body::Body::from(UPSTREAM_BODY))
+        .expect("the upstream response")
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A loopback port with nothing listening on it (bound, then released).
+pub fn unused_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// The proxy example with its `upstream` pointed at `url`.
+pub fn proxy_config(url: &str) -> String {
+    replace_once(
+        &example("proxy.toml"),
+        "upstream = \"http://127.0.0.1:8000\"",
+        &format!("upstream = \"{url}\""),
+    )
+}
