@@ -133,24 +133,23 @@ pub struct LimitConfig {
     #[serde(default)]
     pub algorithm: AlgorithmKind,
     /// The long-run rate, e.g. `"10/s"`.
-    pub rate: Rate,
+    pub rate: Spanned<Rate>,
     /// The most cost admitted at once; defaults to the rate's amount.
-    pub burst: Option<u64>,
+    pub burst: Option<Spanned<u64>>,
     /// Leaky bucket only: admit within `burst` without delay.
     #[serde(default)]
     pub nodelay: bool,
     /// What the limit counts by; plan limits default to the client key.
     pub key: Option<KeySource>,
     /// Which requests the limit applies to; all by default.
-    #[serde(default, rename = "match")]
-    pub matches: MatchConfig,
-    /// The cost of one matching request.
-    #[serde(default = "default_cost")]
-    pub cost: u64,
+    #[serde(default = "default_match", rename = "match")]
+    pub matches: Spanned<MatchConfig>,
+    /// The cost of one matching request; 1 by default.
+    pub cost: Option<Spanned<u64>>,
 }
 
-fn default_cost() -> u64 {
-    1
+fn default_match() -> Spanned<MatchConfig> {
+    Spanned::new(0..0, MatchConfig::default())
 }
 
 /// `match = { ... }`: every condition given must hold.

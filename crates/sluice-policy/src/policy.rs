@@ -343,25 +343,34 @@ fn compile_limit(
 ) -> Result<LimitDef, ConfigError> {
     let c = l.get_ref();
     let at = |msg: String| source.error_at(Some(l.span()), msg);
+    let at_span = |span: std::ops::Range<usize>, msg: String| source.error_at(Some(span), msg);
     if !valid_name(&name) {
         return Err(at(format!(
             "limit name `{name}`: use 1 to 64 letters, digits, `-`, `_`, `.`, `:` or `/`"
         )));
     }
+    let rate = *c.rate.get_ref();
     let spec = LimitSpec {
         algorithm: c.algorithm,
-        rate: c.rate,
-        burst: c.burst.unwrap_or(c.rate.amount()),
+        rate,
+        burst: c.burst.as_ref().map_or(rate.amount(), |b| *b.get_ref()),
         nodelay: c.nodelay,
     };
+    // A bad burst is reported at the burst, or at the rate it defaults from.
+    let burst_span = c.burst.as_ref().map_or(c.rate.span(), Spanned::span);
     let limiter = spec
         .build()
-        .map_err(|e| at(format!("limit `{name}`: {e}")))?;
-    if c.cost > spec.burst {
-        return Err(at(format!(
-            "limit `{name}`: cost {} exceeds burst {}: no matching request could ever pass",
-            c.cost, spec.burst
-        )));
+        .map_err(|e| at_span(burst_span.clone(), format!("limit `{name}`: burst: {e}")))?;
+    let cost = c.cost.as_ref().map_or(1, |c| *c.get_ref());
+    if cost > spec.burst {
+        let span = c.cost.as_ref().map_or(burst_span, Spanned::span);
+        return Err(at_span(
+            span,
+            format!(
+                "limit `{name}`: cost {cost} exceeds burst {}: no matching request could ever pass",
+                spec.burst
+            ),
+        ));
     }
     let key = match (&c.key, client_key) {
         (Some(k), _) => k.clone(),
@@ -372,19 +381,19 @@ fn compile_limit(
             )));
         }
     };
+    let matches = c.matches.get_ref();
+    let at_match = |msg: String| at_span(c.matches.span(), msg);
     let mut methods = Vec::new();
-    for m in &c.matches.methods {
-        let method = Method::from_bytes(m.to_ascii_uppercase().as_bytes())
-            .map_err(|_| at(format!("limit `{name}`: `{m}` is not an HTTP method")))?;
+    for m in &matches.methods {
+        let method = Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
+            at_match(format!(
+                "limit `{name}`: match.methods: `{m}` is not an HTTP method"
+            ))
+        })?;
         methods.push(method);
     }
-    if let Some(p) = c
-        .matches
-        .path_prefix
-        .as_ref()
-        .filter(|p| !p.starts_with('/'))
-    {
-        return Err(at(format!(
+    if let Some(p) = matches.path_prefix.as_ref().filter(|p| !p.starts_with('/')) {
+        return Err(at_match(format!(
             "limit `{name}`: match.path_prefix `{p}` must start with `/`"
         )));
     }
@@ -405,8 +414,8 @@ fn compile_limit(
         key,
         matcher: Matcher {
             methods,
-            path_prefix: c.matches.path_prefix.clone(),
+            path_prefix: matches.path_prefix.clone(),
         },
-        cost: c.cost,
+        cost,
     })
 }

@@ -64,7 +64,7 @@ fn a_missing_plan_is_located_at_its_reference() {
 #[test]
 fn an_impossible_cost_is_refused_at_load() {
     let e = error("[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"1/s\"\nburst = 2\ncost = 3\n");
-    assert!(e.starts_with("test.toml:1:1: "), "{e}");
+    assert!(e.starts_with("test.toml:6:8: "), "{e}");
     assert!(e.contains("cost 3 exceeds burst 2"), "{e}");
 }
 
@@ -73,7 +73,24 @@ fn a_sliding_log_too_large_is_refused() {
     let e = error(
         "[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"70000/day\"\nalgorithm = \"sliding_log\"\n",
     );
-    assert!(e.contains("too large"), "{e}");
+    assert!(e.starts_with("test.toml:4:8: "), "{e}");
+    assert!(e.contains("burst") && e.contains("too large"), "{e}");
+}
+
+#[test]
+fn a_zero_burst_points_at_the_burst() {
+    let e = error("[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"1/s\"\nburst = 0\n");
+    assert!(e.starts_with("test.toml:5:9: "), "{e}");
+    assert!(e.contains("burst must be at least 1"), "{e}");
+}
+
+#[test]
+fn a_bad_method_points_at_the_match() {
+    let e = error(
+        "[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"1/s\"\nmatch = { methods = [\"G ET\"] }\n",
+    );
+    assert!(e.starts_with("test.toml:5:9: "), "{e}");
+    assert!(e.contains("match.methods"), "{e}");
 }
 
 #[test]
