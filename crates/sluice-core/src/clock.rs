@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Nanoseconds since an epoch. For [`SystemClock`] the epoch is the Unix epoch.
 pub type Nanos = u64;
@@ -22,30 +22,40 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> Nanos;
 }
 
-/// The system clock: Unix time in nanoseconds that never runs backwards.
+/// The system clock: Unix time in nanoseconds, read cheaply.
 ///
 /// It reads the wall clock once, when created, and from then on advances with
-/// the monotonic clock. Fixed windows thus align to wall-clock multiples of
-/// their length (to within the wall clock's accuracy at start-up), while an
-/// NTP step or a VM migration cannot move time backwards under a limiter.
-/// The algorithms tolerate a backwards step anyway (time stands still until
-/// the clock catches up), for callers that bring their own clock.
-#[derive(Debug, Clone, Copy)]
+/// the CPU's time-stamp counter (through `quanta`, which falls back to the
+/// OS's monotonic clock where the counter is unreliable). A read costs a few
+/// nanoseconds instead of a system clock call, and an NTP step cannot move it.
+/// Fixed windows thus align to wall-clock multiples of their length (to
+/// within the wall clock's accuracy at start-up).
+///
+/// A time-stamp counter can disagree slightly between cores, so two reads on
+/// different threads may go backwards. The algorithms tolerate that (time
+/// stands still until the clock catches up), and the memory store keeps a
+/// high-water mark per shard, so no decision is ever made at an earlier time
+/// than one already made for the same key.
+#[derive(Debug, Clone)]
 pub struct SystemClock {
     unix_at_start: Nanos,
-    start: Instant,
+    clock: quanta::Clock,
+    start: u64,
 }
 
 impl SystemClock {
     /// A clock anchored to the wall clock now.
     pub fn new() -> Self {
+        let clock = quanta::Clock::new();
+        let start = clock.raw();
         let unix_at_start = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
             .unwrap_or(0);
         Self {
             unix_at_start,
-            start: Instant::now(),
+            clock,
+            start,
         }
     }
 }
@@ -59,7 +69,7 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Nanos {
-        let elapsed = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let elapsed = self.clock.delta_as_nanos(self.start, self.clock.raw());
         self.unix_at_start.saturating_add(elapsed)
     }
 }

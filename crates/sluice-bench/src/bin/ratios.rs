@@ -1,0 +1,106 @@
+//! Reads the last `cargo bench -p sluice-bench --bench in_process` run and
+//! prints Sluice's ratios to governor beside the floors of issue 3.
+//!
+//! `cargo run --release -p sluice-bench --bin ratios [CRITERION_DIR]`
+
+use std::path::{Path, PathBuf};
+
+/// Median time per element, in ns, of one benchmark.
+fn median(dir: &Path, group: &str, bench: &str) -> Option<f64> {
+    let path = dir.join(group).join(bench).join("new/estimates.json");
+    let text = std::fs::read_to_string(&path).ok()?;
+    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    json.get("median")?.get("point_estimate")?.as_f64()
+}
+
+struct Row {
+    what: &'static str,
+    sluice: (&'static str, &'static str),
+    peer: (&'static str, &'static str),
+    floor: f64,
+}
+
+const ROWS: &[Row] = &[
+    Row {
+        what: "single key: Sluice GCRA / governor direct",
+        sluice: ("single_key", "sluice_gcra"),
+        peer: ("single_key", "governor_direct"),
+        floor: 1.0,
+    },
+    Row {
+        what: "keyed 100k uniform: Sluice GCRA / governor keyed",
+        sluice: ("keyed_uniform_100k", "sluice_gcra"),
+        peer: ("keyed_uniform_100k", "governor_keyed"),
+        floor: 0.8,
+    },
+    Row {
+        what: "keyed 100k uniform: Sluice token bucket / governor keyed",
+        sluice: ("keyed_uniform_100k", "sluice_token_bucket"),
+        peer: ("keyed_uniform_100k", "governor_keyed"),
+        floor: 0.8,
+    },
+    Row {
+        what: "keyed 100k Zipf: Sluice GCRA / governor keyed",
+        sluice: ("keyed_zipf_100k", "sluice_gcra"),
+        peer: ("keyed_zipf_100k", "governor_keyed"),
+        floor: 0.8,
+    },
+    Row {
+        what: "keyed 100k, 2 threads: Sluice GCRA / governor keyed",
+        sluice: ("keyed_uniform_100k_threads", "sluice_gcra_2"),
+        peer: ("keyed_uniform_100k_threads", "governor_keyed_2"),
+        floor: 0.8,
+    },
+];
+
+fn main() {
+    let dir = std::env::args()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target/criterion"));
+    println!("| comparison | Sluice (ns/check) | peer (ns/check) | ratio | floor | met |");
+    println!("|---|---:|---:|---:|---:|:---:|");
+    let mut missing = false;
+    for r in ROWS {
+        match (
+            median(&dir, r.sluice.0, r.sluice.1),
+            median(&dir, r.peer.0, r.peer.1),
+        ) {
+            (Some(s), Some(p)) => {
+                let ratio = s / p;
+                let met = if ratio <= r.floor { "yes" } else { "no" };
+                println!(
+                    "| {} | {s:.1} | {p:.1} | {ratio:.2} | ≤ {:.1} | {met} |",
+                    r.what, r.floor
+                );
+            }
+            _ => missing = true,
+        }
+    }
+    let group = "keyed_uniform_100k_threads";
+    for (name, one, two) in [
+        ("Sluice GCRA", "sluice_gcra_1", "sluice_gcra_2"),
+        ("governor keyed", "governor_keyed_1", "governor_keyed_2"),
+    ] {
+        if let (Some(t1), Some(t2)) = (median(&dir, group, one), median(&dir, group, two)) {
+            let speedup = t1 / t2;
+            let met = if name.starts_with("Sluice") {
+                if speedup >= 1.7 { "yes" } else { "no" }
+            } else {
+                "(peer)"
+            };
+            println!(
+                "| 2 threads / 1 thread throughput, {name} | {t2:.1} | {t1:.1} | {speedup:.2}× | ≥ 1.7× | {met} |"
+            );
+        } else {
+            missing = true;
+        }
+    }
+    if missing {
+        eprintln!(
+            "some results are missing under {}: run `cargo bench -p sluice-bench --bench in_process` first",
+            dir.display()
+        );
+        std::process::exit(1);
+    }
+}
