@@ -28,6 +28,7 @@
 mod key;
 mod limit;
 mod memory;
+mod sync;
 mod table;
 
 pub use key::{KeyHasher, KeyId};

@@ -1,6 +1,5 @@
 //! A limit's table, whichever algorithm it runs: the store's handle on it.
 
-use parking_lot::MutexGuard;
 use sluice_core::algorithms::bucket::BucketState;
 use sluice_core::algorithms::fixed_window::FixedWindowState;
 use sluice_core::algorithms::gcra::GcraState;
@@ -12,6 +11,7 @@ use sluice_core::{
 };
 
 use crate::key::KeyId;
+use crate::sync::MutexGuard;
 use crate::table::{ShardMap, Table};
 
 macro_rules! dispatch {

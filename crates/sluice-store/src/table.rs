@@ -9,10 +9,10 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use parking_lot::{Mutex, MutexGuard};
 use sluice_core::{Algorithm, CheckError, Decision, Nanos, Outcome};
 
 use crate::key::KeyId;
+use crate::sync::{Mutex, MutexGuard};
 
 /// Key ids are already uniformly random: hash them by taking their bits.
 #[derive(Default)]
