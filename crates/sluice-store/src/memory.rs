@@ -90,6 +90,38 @@ impl<C: Clock> std::fmt::Debug for MemoryStore<C> {
     }
 }
 
+/// Whether two checks name the same state.
+fn same_state(a: &Check<'_>, b: &Check<'_>) -> bool {
+    std::ptr::eq(a.limit, b.limit) && a.key == b.key
+}
+
+/// Folds checks that name the same (limit, key) into one with their summed
+/// cost, so that a request is never decided against a state it has already
+/// changed. Returns `None` when there are no duplicates (the common case),
+/// else the unique checks and, for each original check, its unique index.
+fn merge_duplicates<'a>(checks: &[Check<'a>]) -> Option<(Vec<Check<'a>>, Vec<usize>)> {
+    let duplicated =
+        (1..checks.len()).any(|i| checks[..i].iter().any(|c| same_state(c, &checks[i])));
+    if !duplicated {
+        return None;
+    }
+    let mut unique: Vec<Check<'a>> = Vec::with_capacity(checks.len());
+    let mut index = Vec::with_capacity(checks.len());
+    for c in checks {
+        match unique.iter().position(|u| same_state(u, c)) {
+            Some(i) => {
+                unique[i].cost = unique[i].cost.saturating_add(c.cost);
+                index.push(i);
+            }
+            None => {
+                index.push(unique.len());
+                unique.push(*c);
+            }
+        }
+    }
+    Some((unique, index))
+}
+
 impl MemoryStore<SystemClock> {
     /// A store on the system clock.
     pub fn new(config: MemoryStoreConfig) -> Self {
@@ -166,7 +198,16 @@ impl<C: Clock> MemoryStore<C> {
                     decisions: vec![decision],
                 })
             }
-            many => self.check_many(many),
+            many => match merge_duplicates(many) {
+                None => self.check_many(many),
+                Some((unique, index)) => {
+                    let merged = self.check(&unique)?;
+                    Ok(Checked {
+                        allowed: merged.allowed,
+                        decisions: index.iter().map(|i| merged.decisions[*i]).collect(),
+                    })
+                }
+            },
         }
     }
 

@@ -223,6 +223,41 @@ fn the_same_id_and_definition_share_state_and_a_new_definition_starts_fresh() {
     );
 }
 
+#[test]
+fn a_request_naming_one_state_twice_is_charged_the_sum() {
+    for algorithm in [
+        AlgorithmKind::SlidingLog,
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::Gcra,
+        AlgorithmKind::FixedWindow,
+    ] {
+        let (store, _clock) = store(1000);
+        let key = KeyHasher::random().key_id("k");
+        let l = store.limit("l", limiter(algorithm, Rate::per_minute(3), 3));
+        let other = store.limit("o", limiter(algorithm, Rate::per_minute(9), 9));
+        let c = Check {
+            limit: &l,
+            key,
+            cost: 1,
+        };
+        let o = Check {
+            limit: &other,
+            key,
+            cost: 1,
+        };
+        // 3 units: the first request takes 2 of them.
+        let first = store.check(&[c, o, c]).unwrap();
+        assert!(first.allowed, "{algorithm:?}");
+        assert_eq!(first.decisions[0], first.decisions[2]);
+        assert_eq!(first.decisions[0].remaining, 1, "{algorithm:?}");
+        // One unit left: a request costing two in total must be refused.
+        let second = store.check(&[c, o, c]).unwrap();
+        assert!(!second.allowed, "{algorithm:?}");
+        let one = store.check_one(&c).unwrap();
+        assert!(one.allowed && one.remaining == 0, "{algorithm:?}: {one:?}");
+    }
+}
+
 fn clock_now(c: &ManualClock) -> u64 {
     use sluice_core::Clock;
     c.now()
