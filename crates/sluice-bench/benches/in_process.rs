@@ -17,7 +17,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use sluice_bench::{uniform_keys, zipf_keys};
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
-use sluice_store::{Check, KeyHasher, Limit, MemoryStore, MemoryStoreConfig};
+use sluice_store::{Check, DirectLimiter, KeyHasher, Limit, MemoryStore, MemoryStoreConfig};
 
 const KEYS: u64 = 100_000;
 const SEQ: usize = 1 << 20;
@@ -44,6 +44,17 @@ fn single_key(c: &mut Criterion) {
     let gov = RateLimiter::direct(quota());
     g.bench_function("governor_direct", |b| {
         b.iter(|| black_box(gov.check().is_ok()))
+    });
+    let direct = DirectLimiter::new(&LimitSpec {
+        algorithm: AlgorithmKind::Gcra,
+        rate: Rate::per_second(1000),
+        burst: 1000,
+        nodelay: true,
+    })
+    .unwrap();
+    assert!(direct.is_lock_free());
+    g.bench_function("sluice_direct_gcra", |b| {
+        b.iter(|| black_box(direct.check(1).map(|d| d.allowed)))
     });
     for alg in [AlgorithmKind::Gcra, AlgorithmKind::TokenBucket] {
         let (store, limit) = sluice(alg);

@@ -25,12 +25,14 @@
 //! assert_eq!(d.remaining, 19);
 //! ```
 
+mod direct;
 mod key;
 mod limit;
 mod memory;
 mod sync;
 mod table;
 
+pub use direct::DirectLimiter;
 pub use key::{KeyHasher, KeyId};
 pub use limit::Limit;
 pub use memory::{Check, Checked, MemoryStore, MemoryStoreConfig};

@@ -71,6 +71,7 @@ impl Algorithm for FixedWindow {
         self.windows.burst
     }
 
+    #[inline]
     fn check(
         &self,
         state: &FixedWindowState,
@@ -124,6 +125,7 @@ impl Algorithm for FixedWindow {
         }
     }
 
+    #[inline]
     fn apply(&self, state: &mut FixedWindowState, update: FixedWindowState) {
         *state = update;
     }

@@ -43,11 +43,14 @@ pub struct GcraState {
 }
 
 impl GcraState {
-    fn tat(&self) -> u128 {
+    /// The theoretical arrival time in scaled units: nanoseconds times
+    /// [`Gcra::scale`]. With a scale of 1 it is plain nanoseconds.
+    pub fn tat(&self) -> u128 {
         (u128::from(self.hi) << 64) | u128::from(self.lo)
     }
 
-    fn from_tat(tat: u128) -> Self {
+    /// A state with the given theoretical arrival time in scaled units.
+    pub fn from_tat(tat: u128) -> Self {
         Self {
             hi: (tat >> 64) as u64,
             lo: tat as u64,
@@ -64,6 +67,64 @@ impl Gcra {
     }
 }
 
+impl Gcra {
+    /// Scaled units per nanosecond: the rate reduced to `scale` units per
+    /// `p` ns. When it is 1 (the emission interval is a whole number of
+    /// nanoseconds, as for `10/s` or `1000/min`), the TAT is in nanoseconds.
+    pub fn scale(&self) -> u64 {
+        self.meter.a
+    }
+
+    /// The capacity in scaled units: how far ahead of now the TAT may run.
+    pub fn tolerance(&self) -> u128 {
+        u128::from(self.meter.cap)
+    }
+
+    /// [`check`](Algorithm::check) on a TAT held as plain nanoseconds, in
+    /// 64-bit arithmetic: for a [`scale`](Self::scale) of 1, where it gives
+    /// exactly `check`'s decision and update. Returns the new TAT when the
+    /// request is admitted with a cost. The caller keeps `tat` and
+    /// `now + tolerance` below `u64::MAX` (a store that holds the TAT in one
+    /// atomic word); values beyond saturate.
+    #[inline]
+    pub fn check_nanos(
+        &self,
+        tat: Nanos,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(Decision, Option<Nanos>), CheckError> {
+        let m = &self.meter;
+        ensure_possible(cost, m.burst)?;
+        debug_assert_eq!(m.a, 1, "check_nanos needs a scale of 1");
+        let base = tat.max(now);
+        // cost <= burst, so cost * p <= cap: no overflow.
+        let new_tat = base.saturating_add(cost * m.p);
+        let ahead = new_tat - now;
+        if ahead <= m.cap {
+            let decision = Decision {
+                allowed: true,
+                limit: m.burst,
+                remaining: (m.cap - ahead) / m.p,
+                reset_after: ahead,
+                retry_after: None,
+                delay: 0,
+            };
+            Ok((decision, (cost > 0).then_some(new_tat)))
+        } else {
+            let used = base - now;
+            let decision = Decision {
+                allowed: false,
+                limit: m.burst,
+                remaining: m.cap.saturating_sub(used) / m.p,
+                reset_after: used,
+                retry_after: Some(ahead - m.cap),
+                delay: 0,
+            };
+            Ok((decision, None))
+        }
+    }
+}
+
 impl Algorithm for Gcra {
     type State = GcraState;
     type Update = GcraState;
@@ -72,6 +133,7 @@ impl Algorithm for Gcra {
         self.meter.burst
     }
 
+    #[inline]
     fn check(
         &self,
         state: &GcraState,
@@ -113,6 +175,7 @@ impl Algorithm for Gcra {
         }
     }
 
+    #[inline]
     fn apply(&self, state: &mut GcraState, update: GcraState) {
         // Never move the TAT backwards, even if updates are applied late.
         if update.tat() > state.tat() {

@@ -59,6 +59,7 @@ impl Algorithm for LeakyBucket {
         self.meter.burst
     }
 
+    #[inline]
     fn check(
         &self,
         state: &BucketState,
@@ -69,6 +70,7 @@ impl Algorithm for LeakyBucket {
         Ok(self.meter.check(state, now, cost, !self.nodelay))
     }
 
+    #[inline]
     fn apply(&self, state: &mut BucketState, update: BucketState) {
         *state = update;
     }

@@ -98,6 +98,7 @@ impl Algorithm for SlidingLog {
         self.windows.burst
     }
 
+    #[inline]
     fn check(
         &self,
         state: &SlidingLogState,
@@ -156,6 +157,7 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    #[inline]
     fn apply(&self, state: &mut SlidingLogState, update: LogAppend) {
         let t = self.windows.scaled(update.at);
         while let Some((at, _)) = state.entries.front() {

@@ -96,6 +96,7 @@ impl Algorithm for SlidingWindow {
         self.windows.burst
     }
 
+    #[inline]
     fn check(
         &self,
         state: &SlidingWindowState,
@@ -152,6 +153,7 @@ impl Algorithm for SlidingWindow {
         }
     }
 
+    #[inline]
     fn apply(&self, state: &mut SlidingWindowState, update: SlidingWindowState) {
         *state = update;
     }

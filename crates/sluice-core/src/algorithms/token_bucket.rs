@@ -44,6 +44,7 @@ impl Algorithm for TokenBucket {
         self.meter.burst
     }
 
+    #[inline]
     fn check(
         &self,
         state: &BucketState,
@@ -54,6 +55,7 @@ impl Algorithm for TokenBucket {
         Ok(self.meter.check(state, now, cost, false))
     }
 
+    #[inline]
     fn apply(&self, state: &mut BucketState, update: BucketState) {
         *state = update;
     }
