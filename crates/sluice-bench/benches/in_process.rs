@@ -118,6 +118,73 @@ fn keyed(c: &mut Criterion, name: &str, keys: &[u64]) {
     g.finish();
 }
 
+/// The same, with 16-byte API-key-like keys (`b"key-000000012345"`), held
+/// inline in one array so that reading a key costs both sides the same.
+/// governor keys its map by `[u8; 16]`; Sluice hashes the 16 bytes.
+fn keyed_strings(c: &mut Criterion, name: &str, keys: &[u64]) {
+    let mut g = c.benchmark_group(name);
+    g.throughput(Throughput::Elements(1));
+    let names: Vec<[u8; 16]> = (0..KEYS)
+        .map(|k| {
+            let mut b = [0u8; 16];
+            b.copy_from_slice(format!("key-{k:012}").as_bytes());
+            b
+        })
+        .collect();
+    let gov = RateLimiter::keyed(quota());
+    for n in &names {
+        let _ = gov.check_key(n);
+    }
+    let mut i = 0;
+    g.bench_function("governor_keyed", |b| {
+        b.iter(|| {
+            i = (i + 1) & (SEQ - 1);
+            black_box(gov.check_key(&names[keys[i] as usize]).is_ok())
+        })
+    });
+    for alg in [AlgorithmKind::Gcra, AlgorithmKind::TokenBucket] {
+        let (store, limit) = sluice(alg);
+        let hasher = KeyHasher::random();
+        for n in &names {
+            let key = hasher.key_id_bytes(n);
+            let _ = store.check_one(&Check {
+                limit: &limit,
+                key,
+                cost: 1,
+            });
+        }
+        let mut i = 0;
+        g.bench_function(format!("sluice_{}", alg.name()), |b| {
+            b.iter(|| {
+                i = (i + 1) & (SEQ - 1);
+                let key = hasher.key_id_bytes(&names[keys[i] as usize]);
+                black_box(
+                    store
+                        .check_one(&Check {
+                            limit: &limit,
+                            key,
+                            cost: 1,
+                        })
+                        .map(|d| d.allowed),
+                )
+            })
+        });
+    }
+    g.finish();
+}
+
+fn keyed_uniform_strings(c: &mut Criterion) {
+    keyed_strings(
+        c,
+        "keyed_uniform_100k_apikeys",
+        &uniform_keys(KEYS, SEQ, 42),
+    );
+}
+
+fn keyed_zipf_strings(c: &mut Criterion) {
+    keyed_strings(c, "keyed_zipf_100k_apikeys", &zipf_keys(KEYS, SEQ, 1.0, 42));
+}
+
 fn keyed_uniform(c: &mut Criterion) {
     keyed(c, "keyed_uniform_100k", &uniform_keys(KEYS, SEQ, 42));
 }
@@ -186,6 +253,6 @@ criterion_group! {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .sample_size(30);
-    targets = single_key, keyed_uniform, keyed_zipf, keyed_threads
+    targets = single_key, keyed_uniform, keyed_zipf, keyed_uniform_strings, keyed_zipf_strings, keyed_threads
 }
 criterion_main!(benches);

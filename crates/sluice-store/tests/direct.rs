@@ -24,13 +24,47 @@ fn spec(algorithm: AlgorithmKind, rate: Rate, burst: u64, nodelay: bool) -> Limi
 #[test]
 fn gcra_equivalents_with_whole_nanosecond_intervals_are_lock_free() {
     let clock = ManualClock::new(0);
-    let free = |s: LimitSpec| DirectLimiter::with_clock(&s, clock.clone()).unwrap().is_lock_free();
-    assert!(free(spec(AlgorithmKind::Gcra, Rate::per_second(10), 20, false)));
-    assert!(free(spec(AlgorithmKind::TokenBucket, Rate::per_minute(100), 5, false)));
-    assert!(free(spec(AlgorithmKind::LeakyBucket, Rate::per_second(4), 5, true)));
-    assert!(!free(spec(AlgorithmKind::LeakyBucket, Rate::per_second(4), 5, false)));
-    assert!(!free(spec(AlgorithmKind::Gcra, Rate::per_second(3), 5, false)));
-    assert!(!free(spec(AlgorithmKind::SlidingLog, Rate::per_second(10), 5, false)));
+    let free = |s: LimitSpec| {
+        DirectLimiter::with_clock(&s, clock.clone())
+            .unwrap()
+            .is_lock_free()
+    };
+    assert!(free(spec(
+        AlgorithmKind::Gcra,
+        Rate::per_second(10),
+        20,
+        false
+    )));
+    assert!(free(spec(
+        AlgorithmKind::TokenBucket,
+        Rate::per_minute(100),
+        5,
+        false
+    )));
+    assert!(free(spec(
+        AlgorithmKind::LeakyBucket,
+        Rate::per_second(4),
+        5,
+        true
+    )));
+    assert!(!free(spec(
+        AlgorithmKind::LeakyBucket,
+        Rate::per_second(4),
+        5,
+        false
+    )));
+    assert!(!free(spec(
+        AlgorithmKind::Gcra,
+        Rate::per_second(3),
+        5,
+        false
+    )));
+    assert!(!free(spec(
+        AlgorithmKind::SlidingLog,
+        Rate::per_second(10),
+        5,
+        false
+    )));
 }
 
 proptest! {

@@ -22,7 +22,13 @@ struct Row {
 
 const ROWS: &[Row] = &[
     Row {
-        what: "single key: Sluice GCRA / governor direct",
+        what: "single key: Sluice DirectLimiter (GCRA) / governor direct",
+        sluice: ("single_key", "sluice_direct_gcra"),
+        peer: ("single_key", "governor_direct"),
+        floor: 1.0,
+    },
+    Row {
+        what: "single key: Sluice store, one fixed key / governor direct",
         sluice: ("single_key", "sluice_gcra"),
         peer: ("single_key", "governor_direct"),
         floor: 1.0,
@@ -43,6 +49,18 @@ const ROWS: &[Row] = &[
         what: "keyed 100k Zipf: Sluice GCRA / governor keyed",
         sluice: ("keyed_zipf_100k", "sluice_gcra"),
         peer: ("keyed_zipf_100k", "governor_keyed"),
+        floor: 0.8,
+    },
+    Row {
+        what: "keyed 100k uniform, 16-byte keys: Sluice GCRA / governor keyed",
+        sluice: ("keyed_uniform_100k_apikeys", "sluice_gcra"),
+        peer: ("keyed_uniform_100k_apikeys", "governor_keyed"),
+        floor: 0.8,
+    },
+    Row {
+        what: "keyed 100k Zipf, 16-byte keys: Sluice GCRA / governor keyed",
+        sluice: ("keyed_zipf_100k_apikeys", "sluice_gcra"),
+        peer: ("keyed_zipf_100k_apikeys", "governor_keyed"),
         floor: 0.8,
     },
     Row {
