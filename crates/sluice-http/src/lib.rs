@@ -8,17 +8,20 @@
 //! - [`headers`]: `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10),
 //!   `Retry-After`, and the opt-in older forms.
 //! - [`problem`]: `application/problem+json` bodies (RFC 9457).
-//! - [`data_plane`]: every path of `listen`: an echo of the decision, or a
-//!   reverse proxy to the upstream.
+//! - [`layer`]: the tower middleware, for any axum `Router` or hyper service.
+//! - [`data_plane`]: every path of `listen`: the middleware around an echo of
+//!   the decision, or around a reverse proxy to the upstream.
 //! - [`control`]: `POST /v1/check`, `/healthz`, `/readyz` on `control_listen`.
 //! - [`server`]: binds both and shuts down gracefully.
 
 pub mod control;
 pub mod data_plane;
 pub mod headers;
+pub mod layer;
 pub mod problem;
 pub mod proxy;
 pub mod server;
 pub mod verdict_json;
 
+pub use layer::{RateLimit, RateLimitLayer};
 pub use server::{Servers, serve};

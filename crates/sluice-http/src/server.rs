@@ -10,7 +10,7 @@ use sluice_policy::Engine;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::data_plane::{self, DataPlane};
+use crate::data_plane;
 use crate::proxy::Proxy;
 
 /// The two bound servers, ready to run.
@@ -55,10 +55,7 @@ impl Servers {
     ) -> std::io::Result<()> {
         let (tx, rx) = watch::channel(false);
         let proxy = self.engine.policy().upstream.clone().map(Proxy::new);
-        let data_app = data_plane::router(DataPlane {
-            engine: self.engine.clone(),
-            proxy,
-        });
+        let data_app = data_plane::router(self.engine.clone(), proxy);
         let control_app = crate::control::router(self.engine.clone());
 
         let stop = |mut rx: watch::Receiver<bool>| async move {

@@ -419,3 +419,31 @@ fn compile_limit(
         cost,
     })
 }
+
+impl Policy {
+    /// Parses and checks a config given as TOML text; `name` stands for the
+    /// file in error messages.
+    ///
+    /// ```
+    /// let policy = sluice_policy::Policy::from_toml(
+    ///     "inline.toml",
+    ///     r#"
+    ///         [[limits]]
+    ///         name = "per-ip"
+    ///         key = "ip"
+    ///         rate = "10/s"
+    ///         burst = 20
+    ///     "#,
+    /// )
+    /// .unwrap();
+    /// assert_eq!(policy.limits().len(), 1);
+    /// ```
+    pub fn from_toml(name: &str, text: &str) -> Result<Self, ConfigError> {
+        let source = Source {
+            file: name.into(),
+            text: text.to_owned(),
+        };
+        let config = source.parse()?;
+        Self::compile(&source, &config)
+    }
+}

@@ -1,0 +1,195 @@
+//! The tower middleware: Sluice in front of any tower `Service`, such as an
+//! axum `Router` or a bare hyper service.
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use axum::{Router, routing::get};
+//! use sluice_http::RateLimitLayer;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::from_file("sluice.toml")?);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every clone of the layer and of the services it makes shares one
+//! [`Engine`] behind an `Arc`, so all connections and all routes count
+//! against the same limits. A refused request gets the same 429 (or 401)
+//! problem response and header fields as `sluice serve`, and never reaches
+//! the inner service. An admitted one reaches it with its [`Verdict`] in the
+//! request extensions, and its response gets the rate-limit fields.
+//!
+//! The client address is the socket peer found in the request extensions
+//! (`axum::extract::ConnectInfo<SocketAddr>`, or a plain `SocketAddr`); the
+//! policy then applies its trusted-proxy rules. Replace it with
+//! [`RateLimitLayer::with_peer`].
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use bytes::Bytes;
+use http::{Extensions, HeaderMap, Request, Response};
+use sluice_policy::{ConfigError, Engine, Policy, RequestInfo, Verdict};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::verdict_json::{allowed_headers, decide_error_response, refusal_response};
+
+/// Finds the address a request came from.
+pub type PeerFn = Arc<dyn Fn(&HeaderMap, &Extensions) -> Option<IpAddr> + Send + Sync>;
+
+/// The socket peer from the request extensions.
+pub fn socket_peer(_: &HeaderMap, extensions: &Extensions) -> Option<IpAddr> {
+    extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+        .or_else(|| extensions.get::<SocketAddr>().map(SocketAddr::ip))
+}
+
+/// A tower layer that rate limits with a Sluice [`Engine`].
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    engine: Arc<Engine>,
+    peer: PeerFn,
+}
+
+impl std::fmt::Debug for RateLimitLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("engine", &self.engine)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimitLayer {
+    /// A layer over an engine (which may be shared with other layers or a
+    /// `sluice serve` data plane in the same process).
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Self {
+            engine,
+            peer: Arc::new(socket_peer),
+        }
+    }
+
+    /// A layer with its own engine, from a Sluice config file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        Ok(Self::new(Arc::new(Engine::new(Policy::load(
+            path.as_ref(),
+        )?))))
+    }
+
+    /// A layer with its own engine, from config text (TOML).
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        Ok(Self::new(Arc::new(Engine::new(Policy::from_toml(
+            "<inline config>",
+            text,
+        )?))))
+    }
+
+    /// Finds the client address with `peer` instead of the socket peer.
+    pub fn with_peer(
+        mut self,
+        peer: impl Fn(&HeaderMap, &Extensions) -> Option<IpAddr> + Send + Sync + 'static,
+    ) -> Self {
+        self.peer = Arc::new(peer);
+        self
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> RateLimit<S> {
+        RateLimit {
+            inner,
+            engine: self.engine.clone(),
+            peer: self.peer.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] wraps around another.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    engine: Arc<Engine>,
+    peer: PeerFn,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        let style = self.engine.policy().headers;
+        let peer = (self.peer)(req.headers(), req.extensions());
+        let decided = self.engine.decide(&RequestInfo {
+            method: req.method(),
+            path: req.uri().path(),
+            headers: req.headers(),
+            peer,
+            cost: None,
+        });
+        let verdict: Verdict = match decided {
+            Err(e) => return Box::pin(std::future::ready(Ok(decide_error_response(&e)))),
+            Ok(v) if !v.allowed => {
+                return Box::pin(std::future::ready(Ok(refusal_response(&v, style))));
+            }
+            Ok(v) => v,
+        };
+        let headers = allowed_headers(&verdict, style);
+        let delay = verdict.delay();
+        req.extensions_mut().insert(Arc::new(verdict));
+        // The service that was polled ready is the one to call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(async move {
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_nanos(delay)).await;
+            }
+            let mut response = inner.call(req).await?.map(Body::new);
+            for (name, value) in &headers {
+                response.headers_mut().insert(name, value.clone());
+            }
+            Ok(response)
+        })
+    }
+}
