@@ -1,0 +1,160 @@
+//! The tower layer in an axum app served over real HTTP, and around a bare
+//! tower service.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::convert::Infallible;
+use std::future::Ready;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::extract::Extension;
+use axum::{Router, routing::get};
+use http::{Request, Response, StatusCode};
+use sluice_http::RateLimitLayer;
+use sluice_policy::Verdict;
+use tower_layer::Layer;
+use tower_service::Service;
+
+const PER_IP: &str = r#"
+    [[limits]]
+    name = "per-ip"
+    key = "ip"
+    rate = "1/min"
+    burst = 4
+"#;
+
+async fn serve(app: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    format!("http://{addr}/")
+}
+
+async fn remaining(Extension(verdict): Extension<Arc<Verdict>>) -> String {
+    verdict.results[0].decision.remaining.to_string()
+}
+
+#[tokio::test]
+async fn admits_the_burst_then_answers_429_with_the_fields() {
+    let app = Router::new()
+        .route("/", get(remaining))
+        .layer(RateLimitLayer::from_toml(PER_IP).unwrap());
+    let url = serve(app).await;
+    let client = reqwest::Client::new();
+    for left in (0..4).rev() {
+        let r = client.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(
+            r.headers()["ratelimit"],
+            format!("\"per-ip\";r={left};t={}", 60 * (4 - left) / 1)
+        );
+        // The handler saw its verdict.
+        assert_eq!(r.text().await.unwrap(), left.to_string());
+    }
+    let r = client.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.headers()["retry-after"], "60");
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["violated-policies"][0], "per-ip");
+}
+
+#[tokio::test]
+async fn clones_of_the_layer_share_one_count() {
+    let layer = RateLimitLayer::from_toml(PER_IP).unwrap();
+    let a = serve(
+        Router::new()
+            .route("/", get(|| async { "a" }))
+            .layer(layer.clone()),
+    )
+    .await;
+    let b = serve(Router::new().route("/", get(|| async { "b" })).layer(layer)).await;
+    let client = reqwest::Client::new();
+    let mut admitted = 0;
+    for i in 0..10 {
+        let url = if i % 2 == 0 { &a } else { &b };
+        if client.get(url).send().await.unwrap().status() == StatusCode::OK {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 4, "two apps, one limit");
+}
+
+#[tokio::test]
+async fn without_a_peer_address_an_ip_limit_cannot_key_the_request() {
+    // Served without connect info: the layer finds no client address.
+    let app = Router::new()
+        .route("/", get(|| async { "x" }))
+        .layer(RateLimitLayer::from_toml(PER_IP).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let r = reqwest::get(format!("http://{addr}/")).await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+}
+
+#[tokio::test]
+async fn a_custom_peer_function_replaces_the_socket_address() {
+    let layer = RateLimitLayer::from_toml(PER_IP)
+        .unwrap()
+        .with_peer(|headers, _| headers.get("x-test-ip")?.to_str().ok()?.parse().ok());
+    let app = Router::new().route("/", get(|| async { "x" })).layer(layer);
+    let url = serve(app).await;
+    let client = reqwest::Client::new();
+    let status = |ip: &'static str| {
+        let req = client.get(&url).header("x-test-ip", ip);
+        async move { req.send().await.unwrap().status() }
+    };
+    for _ in 0..4 {
+        assert_eq!(status("192.0.2.1").await, StatusCode::OK);
+    }
+    assert_eq!(status("192.0.2.1").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(status("192.0.2.2").await, StatusCode::OK, "another client");
+}
+
+/// A bare tower service, no axum: the layer wraps it all the same.
+#[derive(Clone)]
+struct Hello;
+
+impl Service<Request<String>> for Hello {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<String>, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<String>) -> Self::Future {
+        std::future::ready(Ok(Response::new("hello".to_owned())))
+    }
+}
+
+#[tokio::test]
+async fn wraps_a_bare_tower_service() {
+    let mut svc = RateLimitLayer::from_toml(PER_IP).unwrap().layer(Hello);
+    let request = || {
+        let mut r = Request::new(String::new());
+        r.extensions_mut()
+            .insert(SocketAddr::from(([192, 0, 2, 9], 1234)));
+        r
+    };
+    for _ in 0..4 {
+        let r = svc.call(request()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(r.headers().contains_key("ratelimit"));
+    }
+    assert_eq!(
+        svc.call(request()).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
