@@ -99,10 +99,15 @@ pub fn ratelimit_field(results: &[LimitResult]) -> Option<String> {
     ser.finish()
 }
 
-fn put(headers: &mut HeaderMap, name: HeaderName, value: impl ToString) {
-    if let Ok(v) = HeaderValue::from_str(&value.to_string()) {
+/// Inserts a serialized Structured Field without copying it again.
+fn put_field(headers: &mut HeaderMap, name: HeaderName, value: String) {
+    if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(value)) {
         headers.insert(name, v);
     }
+}
+
+fn put_number(headers: &mut HeaderMap, name: HeaderName, value: u64) {
+    headers.insert(name, HeaderValue::from(value));
 }
 
 /// Adds the rate-limit fields of a verdict to `headers` (and `Retry-After`
@@ -110,10 +115,10 @@ fn put(headers: &mut HeaderMap, name: HeaderName, value: impl ToString) {
 pub fn add_headers(verdict: &Verdict, style: HeadersConfig, headers: &mut HeaderMap) {
     let results = &verdict.results;
     if let Some(v) = policy_field(results) {
-        put(headers, RATELIMIT_POLICY, v);
+        put_field(headers, RATELIMIT_POLICY, v);
     }
     if let Some(v) = ratelimit_field(results) {
-        put(headers, RATELIMIT, v);
+        put_field(headers, RATELIMIT, v);
     }
     if !verdict.allowed {
         let retry = verdict
@@ -121,7 +126,7 @@ pub fn add_headers(verdict: &Verdict, style: HeadersConfig, headers: &mut Header
             .map(seconds_until_quota)
             .max()
             .unwrap_or(1);
-        put(headers, http::header::RETRY_AFTER, retry.max(1));
+        put_number(headers, http::header::RETRY_AFTER, retry.max(1));
     }
     if style.legacy || style.x_ratelimit {
         // The most restrictive limit: a refusing one, else the least remaining.
@@ -133,22 +138,22 @@ pub fn add_headers(verdict: &Verdict, style: HeadersConfig, headers: &mut Header
             let reset = seconds_until_quota(r);
             let (limit, remaining) = (r.decision.limit, r.decision.remaining);
             if style.legacy {
-                put(headers, HeaderName::from_static("ratelimit-limit"), limit);
-                put(
+                put_number(headers, HeaderName::from_static("ratelimit-limit"), limit);
+                put_number(
                     headers,
                     HeaderName::from_static("ratelimit-remaining"),
                     remaining,
                 );
-                put(headers, HeaderName::from_static("ratelimit-reset"), reset);
+                put_number(headers, HeaderName::from_static("ratelimit-reset"), reset);
             }
             if style.x_ratelimit {
-                put(headers, HeaderName::from_static("x-ratelimit-limit"), limit);
-                put(
+                put_number(headers, HeaderName::from_static("x-ratelimit-limit"), limit);
+                put_number(
                     headers,
                     HeaderName::from_static("x-ratelimit-remaining"),
                     remaining,
                 );
-                put(headers, HeaderName::from_static("x-ratelimit-reset"), reset);
+                put_number(headers, HeaderName::from_static("x-ratelimit-reset"), reset);
             }
         }
     }

@@ -43,7 +43,8 @@ use sluice_policy::{ConfigError, Engine, Policy, RequestInfo, Verdict};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::verdict_json::{allowed_headers, decide_error_response, refusal_response};
+use crate::headers::add_headers;
+use crate::verdict_json::{decide_error_response, refusal_response};
 
 /// Finds the address a request came from.
 pub type PeerFn = Arc<dyn Fn(&HeaderMap, &Extensions) -> Option<IpAddr> + Send + Sync>;
@@ -175,9 +176,9 @@ where
             }
             Ok(v) => v,
         };
-        let headers = allowed_headers(&verdict, style);
         let delay = verdict.delay();
-        req.extensions_mut().insert(Arc::new(verdict));
+        let verdict = Arc::new(verdict);
+        req.extensions_mut().insert(verdict.clone());
         // The service that was polled ready is the one to call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
@@ -186,9 +187,7 @@ where
                 tokio::time::sleep(Duration::from_nanos(delay)).await;
             }
             let mut response = inner.call(req).await?.map(Body::new);
-            for (name, value) in &headers {
-                response.headers_mut().insert(name, value.clone());
-            }
+            add_headers(&verdict, style, response.headers_mut());
             Ok(response)
         })
     }

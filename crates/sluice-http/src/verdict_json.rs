@@ -2,7 +2,7 @@
 //! the control API.
 
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 use serde::Serialize;
 use sluice_policy::{DecideError, HeadersConfig, LimitResult, Verdict};
 
@@ -81,7 +81,7 @@ fn limit_json(r: &LimitResult) -> LimitJson<'_> {
 
 /// The problem body of a refusal: which limits refused, and when to retry.
 pub fn refusal(verdict: &Verdict) -> Problem {
-    let violated: Vec<String> = verdict.violated().map(|r| r.name.clone()).collect();
+    let violated: Vec<String> = verdict.violated().map(|r| r.name.to_string()).collect();
     let retry = retry_after_secs(verdict.retry_after().unwrap_or(0));
     let first = verdict.violated().next();
     let detail = match first {
@@ -124,11 +124,4 @@ pub fn decide_error_response(e: &DecideError) -> Response {
             Problem::new(StatusCode::BAD_REQUEST, e.to_string()).into_response()
         }
     }
-}
-
-/// The headers of an admitted request's response.
-pub fn allowed_headers(verdict: &Verdict, style: HeadersConfig) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    add_headers(verdict, style, &mut h);
-    h
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use sluice_core::{Clock, Decision, LimitSpec, Nanos, SystemClock};
 use sluice_store::{Check, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
+use smallvec::SmallVec;
 
 use crate::policy::{MissingKey, Policy, RequestInfo};
 
@@ -12,7 +13,7 @@ use crate::policy::{MissingKey, Policy, RequestInfo};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitResult {
     /// The limit's name.
-    pub name: String,
+    pub name: Arc<str>,
     /// Its algorithm, rate and burst.
     pub spec: LimitSpec,
     /// The decision under it.
@@ -143,18 +144,18 @@ impl<C: Clock> Engine<C> {
     }
 
     /// Decides a request over every limit that applies to it.
-    pub fn decide(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
+    pub fn decide<'r>(&self, req: &RequestInfo<'r>) -> Result<Verdict, DecideError> {
         let applied = self.policy.resolve(req)?;
         if let Some(a) = applied.iter().find(|a| a.cost > a.limit.spec.burst) {
             return Err(DecideError::Impossible {
-                limit: a.limit.name.clone(),
+                limit: a.limit.name.to_string(),
                 cost: a.cost,
                 capacity: a.limit.spec.burst,
             });
         }
         // Hash each distinct client key once.
-        let mut ids: Vec<(&str, KeyId)> = Vec::with_capacity(applied.len());
-        let checks: Vec<Check<'_>> = applied
+        let mut ids: SmallVec<[(&str, KeyId); 4]> = SmallVec::new();
+        let checks: SmallVec<[Check<'_>; 4]> = applied
             .iter()
             .map(|a| {
                 let key = match ids.iter().find(|(k, _)| *k == a.key) {

@@ -1,8 +1,10 @@
 //! The policy: a compiled config that turns a request into the limits that
 //! apply to it, each with its key and cost.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use http::{HeaderMap, Method};
 use sluice_core::{LimitSpec, Limiter};
@@ -16,7 +18,7 @@ use crate::key_source::KeySource;
 #[derive(Debug, Clone)]
 pub struct LimitDef {
     /// The name shown in headers and problem bodies.
-    pub name: String,
+    pub name: Arc<str>,
     /// The identity of the limit's counters: scope, name and definition. A
     /// limit whose definition changes gets fresh counters.
     pub id: String,
@@ -81,7 +83,7 @@ pub struct Applied<'p> {
     /// Its index in [`Policy::limits`].
     pub index: usize,
     /// The key it counts this request under (raw; stores hash it).
-    pub key: String,
+    pub key: Cow<'p, str>,
     /// The cost of this request under it.
     pub cost: u64,
 }
@@ -157,7 +159,7 @@ impl Policy {
                 .clone()
                 .unwrap_or_else(|| format!("limit-{}", i + 1));
             let def = compile_limit(source, l, name, None, None)?;
-            if !names.insert(def.name.clone()) {
+            if !names.insert(def.name.to_string()) {
                 return Err(err(
                     l.span(),
                     format!("limits: duplicate limit name `{}`", def.name),
@@ -257,7 +259,7 @@ impl Policy {
     }
 
     /// The limits that apply to a request, with their keys and costs.
-    pub fn resolve<'p>(&'p self, req: &RequestInfo<'_>) -> Result<Vec<Applied<'p>>, MissingKey> {
+    pub fn resolve<'p>(&'p self, req: &RequestInfo<'p>) -> Result<Vec<Applied<'p>>, MissingKey> {
         let client_key = self
             .client_key
             .as_ref()
@@ -275,7 +277,7 @@ impl Policy {
                 continue;
             }
             let key = key_of(&limit.key, req, &self.trusted).ok_or_else(|| MissingKey {
-                limit: limit.name.clone(),
+                limit: limit.name.to_string(),
                 from: limit.key.clone(),
             })?;
             applied.push(Applied {
@@ -298,19 +300,23 @@ impl Policy {
     }
 }
 
-fn key_of(source: &KeySource, req: &RequestInfo<'_>, trusted: &TrustedProxies) -> Option<String> {
+fn key_of<'a>(
+    source: &KeySource,
+    req: &RequestInfo<'a>,
+    trusted: &TrustedProxies,
+) -> Option<Cow<'a, str>> {
     match source {
-        KeySource::Global => Some(String::new()),
+        KeySource::Global => Some(Cow::Borrowed("")),
         KeySource::Ip => req
             .peer
-            .map(|peer| trusted.client_ip(peer, req.headers).to_string()),
+            .map(|peer| Cow::Owned(trusted.client_ip(peer, req.headers).to_string())),
         KeySource::Header(name) => req
             .headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
             .filter(|v| !v.is_empty())
-            .map(str::to_owned),
+            .map(Cow::Borrowed),
     }
 }
 
@@ -406,7 +412,7 @@ fn compile_limit(
         spec.nodelay
     );
     Ok(LimitDef {
-        name,
+        name: name.into(),
         id,
         plan: plan.cloned(),
         spec,

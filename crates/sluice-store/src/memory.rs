@@ -23,6 +23,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 use sluice_core::{CheckError, Clock, Decision, Limiter, SystemClock};
+use smallvec::SmallVec;
 
 use crate::key::KeyId;
 use crate::limit::{AnyTable, Guard, Limit};
@@ -214,11 +215,11 @@ impl<C: Clock> MemoryStore<C> {
     fn check_many(&self, checks: &[Check<'_>]) -> Result<Checked, CheckError> {
         // Lock every (limit, shard) involved once, in one global order.
         let slot = |c: &Check<'_>| (c.limit.serial, c.limit.table.shard_of(c.key));
-        let mut order: Vec<((u64, usize), &Limit)> =
+        let mut order: SmallVec<[((u64, usize), &Limit); 4]> =
             checks.iter().map(|c| (slot(c), c.limit)).collect();
         order.sort_unstable_by_key(|(s, _)| *s);
         order.dedup_by_key(|(s, _)| *s);
-        let mut guards: Vec<Guard<'_>> = order
+        let mut guards: SmallVec<[Guard<'_>; 4]> = order
             .iter()
             .map(|((_, shard), limit)| limit.table.lock(*shard))
             .collect();
@@ -233,7 +234,7 @@ impl<C: Clock> MemoryStore<C> {
                 .unwrap_or(0)
         };
 
-        let mut outcomes = Vec::with_capacity(checks.len());
+        let mut outcomes: SmallVec<[_; 4]> = SmallVec::with_capacity(checks.len());
         for c in checks {
             outcomes.push(guards[guard_of(c)].peek(c.key, now, c.cost)?);
         }
