@@ -3,6 +3,8 @@
 //! - `POST /v1/check`: a JSON description of a request in, the decision out,
 //!   with status 200 (allowed) or 429 (refused) and the same header fields
 //!   the data plane sends, so that services in any language can ask.
+//! - `GET /v1/auth`: the same decision for nginx's `auth_request`
+//!   (see [`nginx_auth`](crate::nginx_auth)).
 //! - `GET /healthz`: the process is up.
 //! - `GET /readyz`: the process is ready to decide.
 //!
@@ -61,6 +63,7 @@ fn default_method() -> String {
 pub fn router(engine: Arc<Engine>) -> axum::Router {
     axum::Router::new()
         .route("/v1/check", post(check))
+        .route("/v1/auth", get(crate::nginx_auth::auth))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(engine)

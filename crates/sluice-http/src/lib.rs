@@ -11,13 +11,15 @@
 //! - [`layer`]: the tower middleware, for any axum `Router` or hyper service.
 //! - [`data_plane`]: every path of `listen`: the middleware around an echo of
 //!   the decision, or around a reverse proxy to the upstream.
-//! - [`control`]: `POST /v1/check`, `/healthz`, `/readyz` on `control_listen`.
+//! - [`control`]: `POST /v1/check`, `GET /v1/auth` (for nginx), `/healthz`,
+//!   `/readyz` on `control_listen`.
 //! - [`server`]: binds both and shuts down gracefully.
 
 pub mod control;
 pub mod data_plane;
 pub mod headers;
 pub mod layer;
+pub mod nginx_auth;
 pub mod problem;
 pub mod proxy;
 pub mod server;

@@ -66,8 +66,11 @@ impl Servers {
             data_app.into_make_service_with_connect_info::<SocketAddr>(),
         )
         .with_graceful_shutdown(stop(rx.clone()));
-        let control =
-            axum::serve(self.control, control_app).with_graceful_shutdown(stop(rx.clone()));
+        let control = axum::serve(
+            self.control,
+            control_app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(stop(rx.clone()));
 
         // Forget fully replenished keys in the background.
         let store = self.engine.store().clone();

@@ -112,16 +112,19 @@ pub fn refusal_response(verdict: &Verdict, style: HeadersConfig) -> Response {
     response
 }
 
-/// The response for a request that could not be decided.
-pub fn decide_error_response(e: &DecideError) -> Response {
+/// The problem for a request that could not be decided: 401 for a missing
+/// key, 400 for a cost no limit could ever admit.
+pub fn decide_error(e: &DecideError) -> Problem {
     match e {
         DecideError::MissingKey(m) => Problem::new(
             StatusCode::UNAUTHORIZED,
             format!("This API needs a key: {m}."),
-        )
-        .into_response(),
-        DecideError::Impossible { .. } => {
-            Problem::new(StatusCode::BAD_REQUEST, e.to_string()).into_response()
-        }
+        ),
+        DecideError::Impossible { .. } => Problem::new(StatusCode::BAD_REQUEST, e.to_string()),
     }
+}
+
+/// The response for a request that could not be decided.
+pub fn decide_error_response(e: &DecideError) -> Response {
+    decide_error(e).into_response()
 }

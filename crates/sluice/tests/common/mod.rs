@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub mod nginx;
+
 /// How long `serve` may take to print its listening line.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
