@@ -17,7 +17,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use sluice_bench::{uniform_keys, zipf_keys};
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
-use sluice_store::{Check, DirectLimiter, KeyHasher, Limit, MemoryStore, MemoryStoreConfig};
+use sluice_store::{Check, DirectLimiter, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
 
 const KEYS: u64 = 100_000;
 const SEQ: usize = 1 << 20;
@@ -73,126 +73,120 @@ fn single_key(c: &mut Criterion) {
     g.finish();
 }
 
-fn keyed(c: &mut Criterion, name: &str, keys: &[u64]) {
-    let mut g = c.benchmark_group(name);
+/// Both limiters over the key universe `names`, checked in the order
+/// `picks` (indexes into `names`). `id` is how Sluice hashes one key.
+fn keyed<K>(
+    c: &mut Criterion,
+    group: &str,
+    names: &[K],
+    picks: &[u64],
+    id: impl Fn(&KeyHasher, &K) -> KeyId,
+) where
+    K: std::hash::Hash + Eq + Clone,
+{
+    let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(1));
+    let pick = |i: usize| &names[picks[i] as usize];
     let gov = RateLimiter::keyed(quota());
-    for k in 0..KEYS {
-        let _ = gov.check_key(&k);
-    }
-    let mut i = 0;
-    g.bench_function("governor_keyed", |b| {
-        b.iter(|| {
-            i = (i + 1) & (SEQ - 1);
-            black_box(gov.check_key(&keys[i]).is_ok())
-        })
-    });
-    for alg in [AlgorithmKind::Gcra, AlgorithmKind::TokenBucket] {
-        let (store, limit) = sluice(alg);
-        let hasher = KeyHasher::random();
-        for k in 0..KEYS {
-            let key = hasher.key_id_bytes(&k.to_le_bytes());
-            let _ = store.check_one(&Check {
-                limit: &limit,
-                key,
-                cost: 1,
-            });
-        }
-        let mut i = 0;
-        g.bench_function(format!("sluice_{}", alg.name()), |b| {
-            b.iter(|| {
-                i = (i + 1) & (SEQ - 1);
-                let key = hasher.key_id_bytes(&keys[i].to_le_bytes());
-                black_box(
-                    store
-                        .check_one(&Check {
-                            limit: &limit,
-                            key,
-                            cost: 1,
-                        })
-                        .map(|d| d.allowed),
-                )
-            })
-        });
-    }
-    g.finish();
-}
-
-/// The same, with 16-byte API-key-like keys (`b"key-000000012345"`), held
-/// inline in one array so that reading a key costs both sides the same.
-/// governor keys its map by `[u8; 16]`; Sluice hashes the 16 bytes.
-fn keyed_strings(c: &mut Criterion, name: &str, keys: &[u64]) {
-    let mut g = c.benchmark_group(name);
-    g.throughput(Throughput::Elements(1));
-    let names: Vec<[u8; 16]> = (0..KEYS)
-        .map(|k| {
-            let mut b = [0u8; 16];
-            b.copy_from_slice(format!("key-{k:012}").as_bytes());
-            b
-        })
-        .collect();
-    let gov = RateLimiter::keyed(quota());
-    for n in &names {
+    for n in names {
         let _ = gov.check_key(n);
     }
     let mut i = 0;
     g.bench_function("governor_keyed", |b| {
         b.iter(|| {
             i = (i + 1) & (SEQ - 1);
-            black_box(gov.check_key(&names[keys[i] as usize]).is_ok())
+            black_box(gov.check_key(pick(i)).is_ok())
         })
     });
     for alg in [AlgorithmKind::Gcra, AlgorithmKind::TokenBucket] {
         let (store, limit) = sluice(alg);
         let hasher = KeyHasher::random();
-        for n in &names {
-            let key = hasher.key_id_bytes(n);
-            let _ = store.check_one(&Check {
+        let check = |key| {
+            store.check_one(&Check {
                 limit: &limit,
                 key,
                 cost: 1,
-            });
+            })
+        };
+        for n in names {
+            let _ = check(id(&hasher, n));
         }
         let mut i = 0;
         g.bench_function(format!("sluice_{}", alg.name()), |b| {
             b.iter(|| {
                 i = (i + 1) & (SEQ - 1);
-                let key = hasher.key_id_bytes(&names[keys[i] as usize]);
-                black_box(
-                    store
-                        .check_one(&Check {
-                            limit: &limit,
-                            key,
-                            cost: 1,
-                        })
-                        .map(|d| d.allowed),
-                )
+                black_box(check(id(&hasher, pick(i))).map(|d| d.allowed))
             })
         });
     }
     g.finish();
 }
 
+/// `u64` keys `0..KEYS`.
+fn u64_keys() -> Vec<u64> {
+    (0..KEYS).collect()
+}
+
+fn u64_id(h: &KeyHasher, k: &u64) -> KeyId {
+    h.key_id_bytes(&k.to_le_bytes())
+}
+
+/// 16-byte API-key-like keys (`b"key-000000012345"`), held inline in one
+/// array so that reading a key costs both sides the same. governor keys its
+/// map by `[u8; 16]`; Sluice hashes the 16 bytes.
+fn api_keys() -> Vec<[u8; 16]> {
+    (0..KEYS)
+        .map(|k| {
+            let mut b = [0u8; 16];
+            b.copy_from_slice(format!("key-{k:012}").as_bytes());
+            b
+        })
+        .collect()
+}
+
+fn api_key_id(h: &KeyHasher, k: &[u8; 16]) -> KeyId {
+    h.key_id_bytes(k)
+}
+
+fn keyed_uniform(c: &mut Criterion) {
+    keyed(
+        c,
+        "keyed_uniform_100k",
+        &u64_keys(),
+        &uniform_keys(KEYS, SEQ, 42),
+        u64_id,
+    );
+}
+
+fn keyed_zipf(c: &mut Criterion) {
+    keyed(
+        c,
+        "keyed_zipf_100k",
+        &u64_keys(),
+        &zipf_keys(KEYS, SEQ, 1.0, 42),
+        u64_id,
+    );
+}
+
 fn keyed_uniform_strings(c: &mut Criterion) {
-    keyed_strings(
+    keyed(
         c,
         "keyed_uniform_100k_apikeys",
+        &api_keys(),
         &uniform_keys(KEYS, SEQ, 42),
+        api_key_id,
     );
 }
 
 fn keyed_zipf_strings(c: &mut Criterion) {
-    keyed_strings(c, "keyed_zipf_100k_apikeys", &zipf_keys(KEYS, SEQ, 1.0, 42));
+    keyed(
+        c,
+        "keyed_zipf_100k_apikeys",
+        &api_keys(),
+        &zipf_keys(KEYS, SEQ, 1.0, 42),
+        api_key_id,
+    );
 }
-
-fn keyed_uniform(c: &mut Criterion) {
-    keyed(c, "keyed_uniform_100k", &uniform_keys(KEYS, SEQ, 42));
-}
-
-fn keyed_zipf(c: &mut Criterion) {
-    keyed(c, "keyed_zipf_100k", &zipf_keys(KEYS, SEQ, 1.0, 42));
-}
-
 /// Runs `iters` checks split over `threads` threads; returns the wall time.
 fn parallel(threads: usize, iters: u64, check: Arc<dyn Fn(u64) -> bool + Send + Sync>) -> Duration {
     let start = Instant::now();

@@ -33,6 +33,20 @@ pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-poli
 /// `RateLimit`.
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 
+/// `RateLimit-Limit`, `-Remaining`, `-Reset` (drafts -04 to -06).
+const LEGACY_FIELDS: [HeaderName; 3] = [
+    HeaderName::from_static("ratelimit-limit"),
+    HeaderName::from_static("ratelimit-remaining"),
+    HeaderName::from_static("ratelimit-reset"),
+];
+
+/// `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
+const X_RATELIMIT_FIELDS: [HeaderName; 3] = [
+    HeaderName::from_static("x-ratelimit-limit"),
+    HeaderName::from_static("x-ratelimit-remaining"),
+    HeaderName::from_static("x-ratelimit-reset"),
+];
+
 /// Whole seconds, rounded up.
 pub fn ceil_secs(ns: Nanos) -> u64 {
     u64::try_from(u128::from(ns).div_ceil(NS_PER_SEC)).unwrap_or(u64::MAX)
@@ -136,24 +150,15 @@ pub fn add_headers(verdict: &Verdict, style: HeadersConfig, headers: &mut Header
             .or_else(|| results.iter().min_by_key(|r| r.decision.remaining));
         if let Some(r) = tightest {
             let reset = seconds_until_quota(r);
-            let (limit, remaining) = (r.decision.limit, r.decision.remaining);
-            if style.legacy {
-                put_number(headers, HeaderName::from_static("ratelimit-limit"), limit);
-                put_number(
-                    headers,
-                    HeaderName::from_static("ratelimit-remaining"),
-                    remaining,
-                );
-                put_number(headers, HeaderName::from_static("ratelimit-reset"), reset);
-            }
-            if style.x_ratelimit {
-                put_number(headers, HeaderName::from_static("x-ratelimit-limit"), limit);
-                put_number(
-                    headers,
-                    HeaderName::from_static("x-ratelimit-remaining"),
-                    remaining,
-                );
-                put_number(headers, HeaderName::from_static("x-ratelimit-reset"), reset);
+            let values = [r.decision.limit, r.decision.remaining, reset];
+            let forms = [
+                (style.legacy, LEGACY_FIELDS),
+                (style.x_ratelimit, X_RATELIMIT_FIELDS),
+            ];
+            for (_, names) in forms.into_iter().filter(|(on, _)| *on) {
+                for (name, value) in names.into_iter().zip(values) {
+                    put_number(headers, name, value);
+                }
             }
         }
     }
