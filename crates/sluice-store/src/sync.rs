@@ -19,6 +19,7 @@ mod model {
     pub(crate) type MutexGuard<'a, T> = shuttle::sync::MutexGuard<'a, T>;
 
     /// `shuttle::sync::Mutex` with `parking_lot`'s API: `lock` never fails.
+    #[derive(Debug)]
     pub(crate) struct Mutex<T>(shuttle::sync::Mutex<T>);
 
     impl<T> Mutex<T> {
