@@ -13,4 +13,4 @@ pub mod policy;
 pub use config::{Config, ConfigError, HeadersConfig, Source};
 pub use engine::{DecideError, Engine, LimitResult, Verdict};
 pub use key_source::KeySource;
-pub use policy::{Applied, LimitDef, Matcher, MissingKey, Policy, RequestInfo};
+pub use policy::{Applied, EnvoySettings, LimitDef, Matcher, MissingKey, Policy, RequestInfo};

@@ -118,6 +118,19 @@ pub struct Policy {
     pub upstream: Option<http::Uri>,
     /// The most keys the store tracks.
     pub max_keys: usize,
+    /// The Envoy Rate Limit Service, if configured.
+    pub envoy: Option<EnvoySettings>,
+}
+
+/// The `[envoy]` table, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvoySettings {
+    /// The envoyproxy/ratelimit YAML file.
+    pub config: std::path::PathBuf,
+    /// The gRPC address.
+    pub grpc_listen: SocketAddr,
+    /// The algorithm of every descriptor limit.
+    pub algorithm: sluice_core::AlgorithmKind,
 }
 
 impl Policy {
@@ -237,6 +250,14 @@ impl Policy {
             control_listen: config.control_listen,
             upstream,
             max_keys: config.store.max_keys,
+            envoy: config.envoy.as_ref().map(|e| {
+                let dir = source.file.parent().unwrap_or(std::path::Path::new(""));
+                EnvoySettings {
+                    config: dir.join(e.config.get_ref()),
+                    grpc_listen: e.grpc_listen,
+                    algorithm: e.algorithm,
+                }
+            }),
         })
     }
 

@@ -33,6 +33,9 @@ enum Command {
         /// Override the control API's address.
         #[arg(long)]
         control_listen: Option<SocketAddr>,
+        /// Override the Envoy Rate Limit Service's address (needs `[envoy]`).
+        #[arg(long)]
+        grpc_listen: Option<SocketAddr>,
         /// Log format.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
@@ -57,6 +60,13 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { config } => match Policy::load(&config) {
             Ok(policy) => {
+                if let Some(e) = &policy.envoy {
+                    let store = sluice_store::MemoryStore::new(Default::default());
+                    if let Err(err) = sluice_envoy::Rules::load(&e.config, &store, e.algorithm) {
+                        eprintln!("{err}");
+                        return ExitCode::from(2);
+                    }
+                }
                 println!(
                     "{}: ok ({} limits)",
                     config.display(),
@@ -73,6 +83,7 @@ fn main() -> ExitCode {
             config,
             listen,
             control_listen,
+            grpc_listen,
             log_format,
         } => {
             init_logging(log_format);
@@ -83,7 +94,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match serve(policy, listen, control_listen) {
+            match serve(policy, listen, control_listen, grpc_listen) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sluice: {e:#}");
@@ -112,11 +123,29 @@ async fn serve(
     policy: Policy,
     listen: Option<SocketAddr>,
     control_listen: Option<SocketAddr>,
+    grpc_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     let listen = listen.unwrap_or(policy.listen);
     let control_listen = control_listen.unwrap_or(policy.control_listen);
     let upstream = policy.upstream.clone();
+    let envoy = policy.envoy.clone();
+    if grpc_listen.is_some() && envoy.is_none() {
+        anyhow::bail!("--grpc-listen needs an [envoy] table in the config");
+    }
     let engine = Arc::new(Engine::new(policy));
+    // The Envoy Rate Limit Service shares the engine's store.
+    let rls = match &envoy {
+        None => None,
+        Some(e) => {
+            let rules = sluice_envoy::Rules::load(&e.config, engine.store(), e.algorithm)?;
+            let addr = grpc_listen.unwrap_or(e.grpc_listen);
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot bind {addr}"))?;
+            let service = sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.store().clone());
+            Some((listener, service))
+        }
+    };
     let servers = sluice_http::serve(engine, listen, control_listen)
         .await
         .with_context(|| format!("cannot bind {listen} and {control_listen}"))?;
@@ -129,9 +158,35 @@ async fn serve(
     // sent as soon as the line below is out must stop Sluice gracefully,
     // not kill it.
     let shutdown = shutdown_signal();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let grpc = match rls {
+        None => None,
+        Some((listener, service)) => {
+            let addr = listener.local_addr()?;
+            let mut rx = stop_rx.clone();
+            let stopped = async move {
+                let _ = rx.wait_for(|s| *s).await;
+            };
+            let task = tokio::spawn(sluice_envoy::serve(listener, service, stopped));
+            Some((addr, task))
+        }
+    };
     // A plain line that tests and scripts can wait for.
-    eprintln!("sluice: listening data=http://{data} control=http://{control}");
-    servers.run(shutdown).await?;
+    match &grpc {
+        Some((addr, _)) => {
+            eprintln!("sluice: listening data=http://{data} control=http://{control} grpc={addr}")
+        }
+        None => eprintln!("sluice: listening data=http://{data} control=http://{control}"),
+    }
+    servers
+        .run(async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        })
+        .await?;
+    if let Some((_, task)) = grpc {
+        task.await??;
+    }
     tracing::info!("sluice stopped");
     Ok(())
 }

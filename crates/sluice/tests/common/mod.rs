@@ -104,6 +104,8 @@ pub struct Sluice {
     pub data: SocketAddr,
     /// The control API's address.
     pub control: SocketAddr,
+    /// The Envoy Rate Limit Service's address, when configured.
+    pub grpc: Option<SocketAddr>,
     log: Arc<Mutex<String>>,
     // Reads stderr into `log` until the process closes it.
     reader: Option<JoinHandle<()>>,
@@ -111,10 +113,20 @@ pub struct Sluice {
     config: Option<TempConfig>,
 }
 
-fn parse_listening(line: &str) -> Option<(SocketAddr, SocketAddr)> {
+type Listening = (SocketAddr, SocketAddr, Option<SocketAddr>);
+
+fn parse_listening(line: &str) -> Option<Listening> {
     let rest = line.strip_prefix("sluice: listening data=http://")?;
-    let (data, control) = rest.split_once(" control=http://")?;
-    Some((data.trim().parse().ok()?, control.trim().parse().ok()?))
+    let (data, rest) = rest.split_once(" control=http://")?;
+    let (control, grpc) = match rest.split_once(" grpc=") {
+        Some((control, grpc)) => (control, Some(grpc.trim().parse().ok()?)),
+        None => (rest, None),
+    };
+    Some((
+        data.trim().parse().ok()?,
+        control.trim().parse().ok()?,
+        grpc,
+    ))
 }
 
 impl Sluice {
@@ -129,11 +141,17 @@ impl Sluice {
     /// Starts `sluice serve --config <config>` on ephemeral loopback ports
     /// and waits for its listening line.
     pub fn start(config: &Path) -> Self {
+        Self::start_args(config, &[])
+    }
+
+    /// Like [`Sluice::start`], with extra `serve` arguments.
+    pub fn start_args(config: &Path, extra: &[&str]) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .arg("serve")
             .arg("--config")
             .arg(config)
             .args(["--listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0"])
+            .args(extra)
             .env("SLUICE_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -156,7 +174,7 @@ impl Sluice {
                 log.push('\n');
             }
         });
-        let (data, control) = match rx.recv_timeout(START_TIMEOUT) {
+        let (data, control, grpc) = match rx.recv_timeout(START_TIMEOUT) {
             Ok(addrs) => addrs,
             Err(e) => {
                 // Give the reader a moment to collect what the process said.
@@ -172,6 +190,7 @@ impl Sluice {
             child,
             data,
             control,
+            grpc,
             log,
             reader: Some(reader),
             config: None,

@@ -1,0 +1,285 @@
+//! `ShouldRateLimit`: Envoy's descriptors in, one status per descriptor out.
+//!
+//! - Each request descriptor is matched against the [`Rules`]; its cost is
+//!   its own `hits_addend` if set, else the request's (0 meaning 1).
+//! - The descriptors that meet an enforced limit are decided together,
+//!   all-or-nothing: if one is over its limit, the answer is `OVER_LIMIT`
+//!   and no descriptor consumes anything.
+//! - Shadow-mode limits count, but always answer `OK`. Unmatched and
+//!   `unlimited` descriptors answer `OK` with no `current_limit`.
+//! - Every status carries `current_limit`, `limit_remaining` and
+//!   `duration_until_reset` (for a refused descriptor: until it could pass);
+//!   `response_headers_to_add` carries the `RateLimit-Policy`/`RateLimit`
+//!   fields, and `Retry-After` when over the limit.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as CurrentLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use sluice_core::{Decision, Nanos};
+use sluice_policy::LimitResult;
+use sluice_store::{Check, KeyHasher, MemoryStore};
+use tonic::{Request, Response, Status};
+
+use crate::rules::{Rule, Rules};
+
+/// The Rate Limit Service.
+#[derive(Debug)]
+pub struct EnvoyRls {
+    rules: Arc<Rules>,
+    store: Arc<MemoryStore>,
+    hasher: KeyHasher,
+}
+
+/// One descriptor's match.
+struct Matched<'a> {
+    rule: Option<&'a Arc<Rule>>,
+    cost: u64,
+    key: String,
+}
+
+impl EnvoyRls {
+    /// A service over compiled rules whose limits live in `store`.
+    pub fn new(rules: Arc<Rules>, store: Arc<MemoryStore>) -> Self {
+        Self {
+            rules,
+            store,
+            hasher: KeyHasher::random(),
+        }
+    }
+
+    /// Decides one `ShouldRateLimit` request.
+    pub fn decide(&self, req: &RateLimitRequest) -> RateLimitResponse {
+        let request_hits = if req.hits_addend == 0 {
+            1
+        } else {
+            u64::from(req.hits_addend)
+        };
+        let known_domain = req.domain == self.rules.domain;
+        if !known_domain {
+            tracing::warn!(domain = %req.domain, "ShouldRateLimit for an unknown domain: allowed");
+        }
+        let mut matched: Vec<Matched<'_>> = req
+            .descriptors
+            .iter()
+            .map(|d| self.match_one(d, request_hits, known_domain))
+            .collect();
+        // A matched rule that another matched rule replaces does not apply.
+        let replaced: Vec<String> = matched
+            .iter()
+            .filter_map(|m| m.rule)
+            .flat_map(|r| r.replaces.iter().cloned())
+            .collect();
+        for m in &mut matched {
+            if m.rule
+                .is_some_and(|r| replaced.iter().any(|n| *n == *r.name))
+            {
+                m.rule = None;
+            }
+        }
+
+        let enforced = |m: &Matched<'_>| m.rule.is_some_and(|r| !r.shadow && r.limited.is_some());
+        let impossible = matched.iter().any(|m| {
+            m.rule
+                .and_then(|r| r.limited.as_ref())
+                .is_some_and(|l| m.cost > l.spec.burst)
+        });
+        let checks: Vec<Check<'_>> = matched
+            .iter()
+            .filter(|m| enforced(m))
+            .filter_map(|m| {
+                let limited = m.rule?.limited.as_ref()?;
+                let cost = if impossible {
+                    0
+                } else {
+                    m.cost.min(limited.spec.burst)
+                };
+                Some(Check {
+                    limit: &limited.limit,
+                    key: self.hasher.key_id(&m.key),
+                    cost,
+                })
+            })
+            .collect();
+        let mut decisions = match self.store.check(&checks) {
+            Ok(c) => c.decisions.into_iter(),
+            Err(e) => {
+                tracing::error!(error = %e, "ShouldRateLimit: cannot decide");
+                Vec::new().into_iter()
+            }
+        };
+
+        let mut statuses = Vec::with_capacity(matched.len());
+        let mut results = Vec::new();
+        let mut over = false;
+        let mut retry: Nanos = 0;
+        for m in &matched {
+            let Some(rule) = m.rule else {
+                statuses.push(ok_unlimited());
+                continue;
+            };
+            let Some(limited) = &rule.limited else {
+                statuses.push(ok_unlimited());
+                continue;
+            };
+            let decision = if enforced(m) {
+                let mut d = decisions
+                    .next()
+                    .unwrap_or(Decision::full(limited.spec.burst));
+                if impossible && m.cost > limited.spec.burst {
+                    d.allowed = false;
+                    d.retry_after = Some(Nanos::MAX);
+                }
+                d
+            } else {
+                // Shadow mode: count, never refuse.
+                let key = self.hasher.key_id(&m.key);
+                let cost = m.cost.min(limited.spec.burst);
+                self.store
+                    .check_one(&Check {
+                        limit: &limited.limit,
+                        key,
+                        cost,
+                    })
+                    .unwrap_or(Decision::full(limited.spec.burst))
+            };
+            let refused = !decision.allowed && !rule.shadow;
+            if refused {
+                over = true;
+                retry = retry.max(decision.retry_after.unwrap_or(0));
+            }
+            let until = if refused {
+                decision.retry_after.unwrap_or(decision.reset_after)
+            } else {
+                decision.reset_after
+            };
+            statuses.push(DescriptorStatus {
+                code: if refused { Code::OverLimit } else { Code::Ok } as i32,
+                current_limit: Some(CurrentLimit {
+                    name: rule.name.to_string(),
+                    requests_per_unit: rule.requests_per_unit,
+                    unit: rule.unit as i32,
+                }),
+                limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
+                duration_until_reset: Some(duration(until)),
+                ..Default::default()
+            });
+            if !rule.shadow {
+                results.push(LimitResult {
+                    name: rule.name.clone(),
+                    spec: limited.spec,
+                    decision,
+                });
+            }
+        }
+
+        let mut headers = Vec::new();
+        let mut add = |key: &str, value: String| {
+            headers.push(HeaderValue {
+                key: key.to_owned(),
+                value,
+                ..Default::default()
+            });
+        };
+        if let Some(v) = sluice_http::headers::policy_field(&results) {
+            add("RateLimit-Policy", v);
+        }
+        if let Some(v) = sluice_http::headers::ratelimit_field(&results) {
+            add("RateLimit", v);
+        }
+        if over {
+            add(
+                "Retry-After",
+                sluice_http::headers::retry_after_secs(retry).to_string(),
+            );
+        }
+        RateLimitResponse {
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            response_headers_to_add: headers,
+            ..Default::default()
+        }
+    }
+
+    fn match_one<'a>(
+        &'a self,
+        d: &RateLimitDescriptor,
+        request_hits: u64,
+        known: bool,
+    ) -> Matched<'a> {
+        let cost = match (&d.hits_addend, d.is_negative_hits) {
+            // Giving quota back is not supported: such a descriptor only peeks.
+            (_, true) => 0,
+            (Some(h), false) => h.value,
+            (None, false) => request_hits,
+        };
+        let rule = if known {
+            self.rules
+                .find(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())))
+        } else {
+            None
+        };
+        let mut key = String::new();
+        for e in &d.entries {
+            key.push_str(&e.key);
+            key.push('\u{1f}');
+            key.push_str(&e.value);
+            key.push('\u{1e}');
+        }
+        Matched { rule, cost, key }
+    }
+}
+
+fn ok_unlimited() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        ..Default::default()
+    }
+}
+
+fn duration(ns: Nanos) -> PbDuration {
+    PbDuration {
+        seconds: i64::try_from(ns / 1_000_000_000).unwrap_or(i64::MAX),
+        nanos: i32::try_from(ns % 1_000_000_000).unwrap_or(0),
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for EnvoyRls {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        Ok(Response::new(self.decide(request.get_ref())))
+    }
+}
+
+/// Serves the Rate Limit Service and `grpc.health.v1` on `listener` until
+/// `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    service: EnvoyRls,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_serving::<RateLimitServiceServer<EnvoyRls>>()
+        .await;
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(RateLimitServiceServer::new(service))
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener),
+            shutdown,
+        )
+        .await
+}

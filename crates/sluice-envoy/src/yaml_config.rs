@@ -1,0 +1,80 @@
+//! The envoyproxy/ratelimit config format, read as it is.
+//!
+//! ```yaml
+//! domain: edge_proxy
+//! descriptors:
+//!   - key: remote_address
+//!     rate_limit: { unit: second, requests_per_unit: 10 }
+//!   - key: api_key
+//!     value: premium-*
+//!     rate_limit: { unit: minute, requests_per_unit: 600, name: premium }
+//!     descriptors:
+//!       - key: path
+//!         rate_limit: { unit: second, requests_per_unit: 5 }
+//! ```
+
+use serde::Deserialize;
+
+/// A whole config file: one domain.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct YamlConfig {
+    /// The domain Envoy names in its requests.
+    pub domain: String,
+    /// The top level of the descriptor tree.
+    #[serde(default)]
+    pub descriptors: Vec<YamlDescriptor>,
+}
+
+/// One node of the descriptor tree.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct YamlDescriptor {
+    /// The entry key to match.
+    pub key: String,
+    /// The entry value to match: exact, or a prefix ending in `*`; any value
+    /// when absent.
+    pub value: Option<String>,
+    /// The limit of a request descriptor that ends at this node.
+    pub rate_limit: Option<YamlRateLimit>,
+    /// Deeper levels.
+    #[serde(default)]
+    pub descriptors: Vec<YamlDescriptor>,
+    /// Count, but never refuse.
+    #[serde(default)]
+    pub shadow_mode: bool,
+    /// Accepted and ignored (per-value metrics in the reference server).
+    #[serde(default)]
+    pub detailed_metric: bool,
+    /// Accepted and ignored (metrics naming in the reference server).
+    #[serde(default)]
+    pub value_to_metric: bool,
+}
+
+/// `rate_limit:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct YamlRateLimit {
+    /// `second`, `minute`, `hour`, `day`, `week`, `month` or `year`.
+    #[serde(default)]
+    pub unit: Option<String>,
+    /// Requests per unit.
+    #[serde(default)]
+    pub requests_per_unit: u32,
+    /// No limit at all.
+    #[serde(default)]
+    pub unlimited: bool,
+    /// A name for the limit (shown in statuses and header fields).
+    pub name: Option<String>,
+    /// Names of limits this one replaces when both apply.
+    #[serde(default)]
+    pub replaces: Vec<YamlReplace>,
+}
+
+/// An entry of `replaces:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct YamlReplace {
+    /// The replaced limit's name.
+    pub name: String,
+}
