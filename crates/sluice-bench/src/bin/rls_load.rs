@@ -1,0 +1,71 @@
+//! A load generator for an Envoy Rate Limit Service: `CONCURRENCY` gRPC calls
+//! in flight on one HTTP/2 connection each, for `SECONDS`, over `KEYS`
+//! distinct `remote_address` descriptors. Prints throughput and latency.
+//!
+//! `rls_load ADDR [SECONDS] [CONCURRENCY] [KEYS]`
+
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let addr = args.next().unwrap_or_else(|| "127.0.0.1:8081".into());
+    let secs: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
+    let concurrency: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(64);
+    let keys: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let client = RateLimitServiceClient::connect(format!("http://{addr}")).await?;
+        tasks.push(tokio::spawn(async move {
+            let mut client = client;
+            let mut latencies = Vec::new();
+            let mut over = 0u64;
+            let mut i = t;
+            while Instant::now() < deadline {
+                i = (i + concurrency) % keys;
+                let request = RateLimitRequest {
+                    domain: "edge_proxy".into(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: "remote_address".into(),
+                            value: format!("10.0.{}.{}", i / 256, i % 256),
+                        }],
+                        ..Default::default()
+                    }],
+                    hits_addend: 1,
+                };
+                let start = Instant::now();
+                match client.should_rate_limit(request).await {
+                    Ok(r) if r.get_ref().overall_code == 2 => over += 1,
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+                latencies.push(start.elapsed());
+            }
+            (latencies, over)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut over = 0;
+    for t in tasks {
+        let (l, o) = t.await?;
+        all.extend(l);
+        over += o;
+    }
+    all.sort();
+    let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)));
+    println!(
+        "calls: {}  over_limit: {over}  throughput: {:.0}/s  p50: {:?}  p99: {:?}",
+        all.len(),
+        all.len() as f64 / secs as f64,
+        pct(0.50).copied().unwrap_or_default(),
+        pct(0.99).copied().unwrap_or_default(),
+    );
+    Ok(())
+}
