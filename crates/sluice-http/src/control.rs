@@ -117,6 +117,6 @@ async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
         StatusCode::TOO_MANY_REQUESTS
     };
     let mut response = (status, Json(VerdictJson::new(&verdict))).into_response();
-    add_headers(&verdict, engine.policy().headers, response.headers_mut());
+    add_headers(&verdict, response.headers_mut());
     response
 }

@@ -24,7 +24,7 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sfv::{KeyRef, ListSerializer, StringRef};
 use sluice_core::{LimitSpec, Nanos};
-use sluice_policy::{HeadersConfig, LimitResult, Verdict};
+use sluice_policy::{LimitResult, Verdict};
 
 const NS_PER_SEC: u128 = 1_000_000_000;
 
@@ -125,8 +125,9 @@ fn put_number(headers: &mut HeaderMap, name: HeaderName, value: u64) {
 }
 
 /// Adds the rate-limit fields of a verdict to `headers` (and `Retry-After`
-/// when it refuses).
-pub fn add_headers(verdict: &Verdict, style: HeadersConfig, headers: &mut HeaderMap) {
+/// when it refuses), in the header style of the config that decided it.
+pub fn add_headers(verdict: &Verdict, headers: &mut HeaderMap) {
+    let style = verdict.style;
     let results = &verdict.results;
     if let Some(v) = policy_field(results) {
         put_field(headers, RATELIMIT_POLICY, v);
@@ -168,6 +169,7 @@ pub fn add_headers(verdict: &Verdict, style: HeadersConfig, headers: &mut Header
 mod tests {
     use super::*;
     use sluice_core::{AlgorithmKind, Decision, Rate};
+    use sluice_policy::HeadersConfig;
 
     fn result(name: &str, rate: &str, burst: u64, decision: Decision) -> LimitResult {
         LimitResult {
@@ -212,16 +214,13 @@ mod tests {
         let verdict = Verdict {
             allowed: false,
             results,
-        };
-        let mut h = HeaderMap::new();
-        add_headers(
-            &verdict,
-            HeadersConfig {
+            style: HeadersConfig {
                 legacy: true,
                 x_ratelimit: true,
             },
-            &mut h,
-        );
+        };
+        let mut h = HeaderMap::new();
+        add_headers(&verdict, &mut h);
         assert_eq!(h["retry-after"], "30");
         assert_eq!(h["ratelimit-limit"], "2");
         assert_eq!(h["x-ratelimit-remaining"], "0");

@@ -160,7 +160,6 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        let style = self.engine.policy().headers;
         let peer = (self.peer)(req.headers(), req.extensions());
         let decided = self.engine.decide(&RequestInfo {
             method: req.method(),
@@ -172,7 +171,7 @@ where
         let verdict: Verdict = match decided {
             Err(e) => return Box::pin(std::future::ready(Ok(decide_error_response(&e)))),
             Ok(v) if !v.allowed => {
-                return Box::pin(std::future::ready(Ok(refusal_response(&v, style))));
+                return Box::pin(std::future::ready(Ok(refusal_response(&v))));
             }
             Ok(v) => v,
         };
@@ -187,7 +186,7 @@ where
                 tokio::time::sleep(Duration::from_nanos(delay)).await;
             }
             let mut response = inner.call(req).await?.map(Body::new);
-            add_headers(&verdict, style, response.headers_mut());
+            add_headers(&verdict, response.headers_mut());
             Ok(response)
         })
     }

@@ -15,6 +15,7 @@
 //!   `/readyz` on `control_listen`.
 //! - [`server`]: binds both and shuts down gracefully.
 
+pub mod admin;
 pub mod control;
 pub mod data_plane;
 pub mod headers;
@@ -22,6 +23,7 @@ pub mod layer;
 pub mod nginx_auth;
 pub mod problem;
 pub mod proxy;
+pub mod reload;
 pub mod server;
 pub mod verdict_json;
 

@@ -62,15 +62,14 @@ pub async fn auth(
         Ok(v) => v,
         Err(e) => return with_problem_field(decide_error(&e)),
     };
-    let style = engine.policy().headers;
     if verdict.allowed {
         let mut response = StatusCode::NO_CONTENT.into_response();
-        add_headers(&verdict, style, response.headers_mut());
+        add_headers(&verdict, response.headers_mut());
         return response;
     }
     let mut response = with_problem_field(refusal(&verdict));
     *response.status_mut() = StatusCode::FORBIDDEN;
-    add_headers(&verdict, style, response.headers_mut());
+    add_headers(&verdict, response.headers_mut());
     response
 }
 

@@ -17,6 +17,7 @@ use crate::proxy::Proxy;
 #[derive(Debug)]
 pub struct Servers {
     engine: Arc<Engine>,
+    admin: Option<crate::admin::Admin>,
     data: TcpListener,
     control: TcpListener,
 }
@@ -31,12 +32,19 @@ pub async fn serve(
     let control = TcpListener::bind(control_listen).await?;
     Ok(Servers {
         engine,
+        admin: None,
         data,
         control,
     })
 }
 
 impl Servers {
+    /// Serves the admin routes on the control listener too.
+    pub fn with_admin(mut self, admin: crate::admin::Admin) -> Self {
+        self.admin = Some(admin);
+        self
+    }
+
     /// The data plane's bound address.
     pub fn data_addr(&self) -> std::io::Result<SocketAddr> {
         self.data.local_addr()
@@ -56,7 +64,10 @@ impl Servers {
         let (tx, rx) = watch::channel(false);
         let proxy = self.engine.policy().upstream.clone().map(Proxy::new);
         let data_app = data_plane::router(self.engine.clone(), proxy);
-        let control_app = crate::control::router(self.engine.clone());
+        let mut control_app = crate::control::router(self.engine.clone());
+        if let Some(admin) = self.admin {
+            control_app = control_app.merge(crate::admin::router(admin));
+        }
 
         let stop = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stopped| *stopped).await;

@@ -4,7 +4,7 @@
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde::Serialize;
-use sluice_policy::{DecideError, HeadersConfig, LimitResult, Verdict};
+use sluice_policy::{DecideError, LimitResult, Verdict};
 
 use crate::headers::{add_headers, retry_after_secs};
 use crate::problem::{Problem, QUOTA_EXCEEDED};
@@ -106,9 +106,9 @@ pub fn refusal(verdict: &Verdict) -> Problem {
 }
 
 /// The 429 response for a refusal, with every header.
-pub fn refusal_response(verdict: &Verdict, style: HeadersConfig) -> Response {
+pub fn refusal_response(verdict: &Verdict) -> Response {
     let mut response = refusal(verdict).into_response();
-    add_headers(verdict, style, response.headers_mut());
+    add_headers(verdict, response.headers_mut());
     response
 }
 

@@ -7,6 +7,9 @@ use sluice_core::{Clock, Decision, LimitSpec, Nanos, SystemClock};
 use sluice_store::{Check, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
 use smallvec::SmallVec;
 
+use arc_swap::ArcSwap;
+
+use crate::config::HeadersConfig;
 use crate::policy::{MissingKey, Policy, RequestInfo};
 
 /// One applied limit's decision.
@@ -27,6 +30,9 @@ pub struct Verdict {
     pub allowed: bool,
     /// One result per applied limit, in policy order.
     pub results: Vec<LimitResult>,
+    /// The header style of the config that decided it, so that a response
+    /// never mixes two configs across a reload.
+    pub style: HeadersConfig,
 }
 
 impl Verdict {
@@ -96,13 +102,23 @@ pub enum DecideError {
 /// assert!(!engine.decide(&req)?.allowed);
 /// # Ok(()) }
 /// ```
+///
+/// The policy can be replaced while requests are decided
+/// ([`Engine::replace_policy`]): each decision reads one policy from start to
+/// end, and limits whose definition did not change keep their counters.
 #[derive(Debug)]
 pub struct Engine<C: Clock = SystemClock> {
+    current: ArcSwap<Compiled>,
+    store: Arc<MemoryStore<C>>,
+    hasher: KeyHasher,
+}
+
+/// A policy and its limits' state in the store, swapped as one.
+#[derive(Debug)]
+struct Compiled {
     policy: Arc<Policy>,
     /// The store's state of each of the policy's limits, by index.
     limits: Vec<Arc<Limit>>,
-    store: Arc<MemoryStore<C>>,
-    hasher: KeyHasher,
 }
 
 impl Engine<SystemClock> {
@@ -120,22 +136,26 @@ impl<C: Clock> Engine<C> {
     /// An engine over an existing store (shared with other engines, or on a
     /// manual clock).
     pub fn with_store(policy: Policy, store: Arc<MemoryStore<C>>, hasher: KeyHasher) -> Self {
-        let limits = policy
-            .limits()
-            .iter()
-            .map(|def| store.limit(&def.id, def.limiter))
-            .collect();
+        let compiled = Compiled::new(policy, &store);
         Self {
-            policy: Arc::new(policy),
-            limits,
+            current: ArcSwap::from_pointee(compiled),
             store,
             hasher,
         }
     }
 
-    /// The policy.
-    pub fn policy(&self) -> &Arc<Policy> {
-        &self.policy
+    /// The policy in force now.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.current.load().policy.clone()
+    }
+
+    /// Replaces the policy. Requests being decided finish on the old one;
+    /// the next ones see the new one. A limit whose identity (scope, name
+    /// and definition) is unchanged keeps its counters; a new or changed one
+    /// starts fresh.
+    pub fn replace_policy(&self, policy: Policy) {
+        let compiled = Compiled::new(policy, &self.store);
+        self.current.store(Arc::new(compiled));
     }
 
     /// The store.
@@ -145,7 +165,8 @@ impl<C: Clock> Engine<C> {
 
     /// Decides a request over every limit that applies to it.
     pub fn decide<'r>(&self, req: &RequestInfo<'r>) -> Result<Verdict, DecideError> {
-        let applied = self.policy.resolve(req)?;
+        let current = self.current.load();
+        let applied = current.policy.resolve(req)?;
         if let Some(a) = applied.iter().find(|a| a.cost > a.limit.spec.burst) {
             return Err(DecideError::Impossible {
                 limit: a.limit.name.to_string(),
@@ -167,7 +188,7 @@ impl<C: Clock> Engine<C> {
                     }
                 };
                 Check {
-                    limit: &self.limits[a.index],
+                    limit: &current.limits[a.index],
                     key,
                     cost: a.cost,
                 }
@@ -194,6 +215,21 @@ impl<C: Clock> Engine<C> {
         Ok(Verdict {
             allowed: checked.allowed,
             results,
+            style: current.policy.headers,
         })
+    }
+}
+
+impl Compiled {
+    fn new<C: Clock>(policy: Policy, store: &MemoryStore<C>) -> Self {
+        let limits = policy
+            .limits()
+            .iter()
+            .map(|def| store.limit(&def.id, def.limiter))
+            .collect();
+        Self {
+            policy: Arc::new(policy),
+            limits,
+        }
     }
 }

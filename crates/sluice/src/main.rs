@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use sluice_http::admin::Admin;
+use sluice_http::reload::Reloader;
 use sluice_policy::{Engine, Policy};
 
 /// Sluice: rate limits for APIs.
@@ -94,7 +96,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match serve(policy, listen, control_listen, grpc_listen) {
+            match serve(config, policy, listen, control_listen, grpc_listen) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sluice: {e:#}");
@@ -120,6 +122,7 @@ fn init_logging(format: LogFormat) {
 
 #[tokio::main]
 async fn serve(
+    config: PathBuf,
     policy: Policy,
     listen: Option<SocketAddr>,
     control_listen: Option<SocketAddr>,
@@ -146,9 +149,20 @@ async fn serve(
             Some((listener, service))
         }
     };
-    let servers = sluice_http::serve(engine, listen, control_listen)
+    let reloader = Arc::new(Reloader::new(engine.clone(), config));
+    let mut servers = sluice_http::serve(engine, listen, control_listen)
         .await
         .with_context(|| format!("cannot bind {listen} and {control_listen}"))?;
+    match std::env::var("SLUICE_ADMIN_TOKEN") {
+        Ok(token) if !token.trim().is_empty() => {
+            servers = servers.with_admin(Admin {
+                token: token.trim().into(),
+                reloader: reloader.clone(),
+            });
+        }
+        _ => tracing::info!("SLUICE_ADMIN_TOKEN is not set: the admin routes are off"),
+    }
+    spawn_reload_triggers(reloader);
     let (data, control) = (servers.data_addr()?, servers.control_addr()?);
     match &upstream {
         Some(u) => tracing::info!(%data, %control, upstream = %u, "sluice proxying"),
@@ -189,6 +203,36 @@ async fn serve(
     }
     tracing::info!("sluice stopped");
     Ok(())
+}
+
+/// Reloads the config on SIGHUP and when the file changes (polled every
+/// second). Failures are logged by the reloader; the running config stays.
+fn spawn_reload_triggers(reloader: Arc<Reloader>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let on_hup = reloader.clone();
+        match signal(SignalKind::hangup()) {
+            Ok(mut hup) => {
+                tokio::spawn(async move {
+                    while hup.recv().await.is_some() {
+                        tracing::info!("SIGHUP: reloading the config");
+                        let r = on_hup.clone();
+                        let _ = tokio::task::spawn_blocking(move || r.reload(true)).await;
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot listen for SIGHUP"),
+        }
+    }
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let r = reloader.clone();
+            let _ = tokio::task::spawn_blocking(move || r.reload(false)).await;
+        }
+    });
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM. The signal handlers are

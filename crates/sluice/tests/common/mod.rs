@@ -144,9 +144,28 @@ impl Sluice {
         Self::start_args(config, &[])
     }
 
+    /// Like [`Sluice::start_with`], with environment variables.
+    pub fn start_with_env(label: &str, text: &str, env: &[(&str, &str)]) -> Self {
+        let config = TempConfig::new(label, text);
+        let mut s = Self::start_env(config.path(), &[], env);
+        s.config = Some(config);
+        s
+    }
+
+    /// The config file written by [`Sluice::start_with`].
+    pub fn config_path(&self) -> &Path {
+        self.config.as_ref().expect("started from text").path()
+    }
+
     /// Like [`Sluice::start`], with extra `serve` arguments.
     pub fn start_args(config: &Path, extra: &[&str]) -> Self {
+        Self::start_env(config, extra, &[])
+    }
+
+    /// Like [`Sluice::start`], with extra arguments and environment.
+    pub fn start_env(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .envs(env.iter().copied())
             .arg("serve")
             .arg("--config")
             .arg(config)

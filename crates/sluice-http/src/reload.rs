@@ -1,0 +1,98 @@
+//! Hot reload: read the config file again and swap the engine's policy.
+//!
+//! Triggers (wired by the binary): SIGHUP, a change to the file (polled
+//! once a second), and `POST /admin/reload`. A config that does not load is
+//! logged with its file, line and column, counted, and the running config
+//! keeps serving. Limits whose definition did not change keep their
+//! counters; each request is decided by one config from start to end.
+//! Addresses, the upstream, the store and `[envoy]` are read at start only:
+//! changing them is logged and needs a restart.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use sluice_policy::{ConfigError, Engine, Policy};
+
+/// Reloads one config file into one engine.
+#[derive(Debug)]
+pub struct Reloader {
+    engine: Arc<Engine>,
+    path: PathBuf,
+    last_text: Mutex<Option<String>>,
+    succeeded: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reloaded {
+    /// The new config is in force.
+    Applied,
+    /// The file has not changed since the last load.
+    Unchanged,
+}
+
+impl Reloader {
+    /// A reloader for `engine`, whose config was loaded from `path`.
+    pub fn new(engine: Arc<Engine>, path: PathBuf) -> Self {
+        let text = std::fs::read_to_string(&path).ok();
+        Self {
+            engine,
+            path,
+            last_text: Mutex::new(text),
+            succeeded: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        }
+    }
+
+    /// Reloads the file if its text changed (or always, with `force`).
+    pub fn reload(&self, force: bool) -> Result<Reloaded, ConfigError> {
+        let text = std::fs::read_to_string(&self.path).ok();
+        if !force && text.is_some() && *self.last_text.lock() == text {
+            return Ok(Reloaded::Unchanged);
+        }
+        match Policy::load(&self.path) {
+            Ok(policy) => {
+                self.warn_about_restart_only_changes(&policy);
+                self.engine.replace_policy(policy);
+                *self.last_text.lock() = text;
+                self.succeeded.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(file = %self.path.display(), "config reloaded");
+                Ok(Reloaded::Applied)
+            }
+            Err(e) => {
+                // Remember the bad text: it is reported once, not every poll.
+                *self.last_text.lock() = text;
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "config reload failed; the running config stays");
+                Err(e)
+            }
+        }
+    }
+
+    fn warn_about_restart_only_changes(&self, new: &Policy) {
+        let old = self.engine.policy();
+        if old.listen != new.listen
+            || old.control_listen != new.control_listen
+            || old.upstream != new.upstream
+            || old.envoy != new.envoy
+            || old.max_keys != new.max_keys
+        {
+            tracing::warn!(
+                "listen, control_listen, upstream, [store] and [envoy] changes take effect at the next restart"
+            );
+        }
+    }
+
+    /// Reloads that applied a new config.
+    pub fn succeeded(&self) -> u64 {
+        self.succeeded.load(Ordering::Relaxed)
+    }
+
+    /// Reloads that failed (the running config stayed).
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+}
