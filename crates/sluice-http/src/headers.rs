@@ -214,6 +214,7 @@ mod tests {
         let verdict = Verdict {
             allowed: false,
             results,
+            shadow: Vec::new(),
             style: HeadersConfig {
                 legacy: true,
                 x_ratelimit: true,

@@ -172,6 +172,12 @@ pub struct LimitConfig {
     pub matches: Spanned<MatchConfig>,
     /// The cost of one matching request; 1 by default.
     pub cost: Option<Spanned<u64>>,
+    /// Decide and record, but never refuse (safe rollout).
+    #[serde(default)]
+    pub shadow: bool,
+    /// Enforce for this share of keys (sticky by a keyed hash of the key);
+    /// the others are in shadow. 100 by default.
+    pub enforce_percent: Option<Spanned<u8>>,
 }
 
 fn default_match() -> Spanned<MatchConfig> {

@@ -28,8 +28,13 @@ pub struct LimitResult {
 pub struct Verdict {
     /// Whether every applied limit allowed the request.
     pub allowed: bool,
-    /// One result per applied limit, in policy order.
+    /// One result per applied, enforced limit, in policy order. Only these
+    /// are shown to the client.
     pub results: Vec<LimitResult>,
+    /// The limits that applied in shadow (shadow mode, or a key outside a
+    /// limit's `enforce_percent`): decided and recorded, never refusing, and
+    /// never shown to the client. Empty when the request was refused.
+    pub shadow: Vec<LimitResult>,
     /// The header style of the config that decided it, so that a response
     /// never mixes two configs across a reload.
     pub style: HeadersConfig,
@@ -167,33 +172,38 @@ impl<C: Clock> Engine<C> {
     pub fn decide<'r>(&self, req: &RequestInfo<'r>) -> Result<Verdict, DecideError> {
         let current = self.current.load();
         let applied = current.policy.resolve(req)?;
-        if let Some(a) = applied.iter().find(|a| a.cost > a.limit.spec.burst) {
-            return Err(DecideError::Impossible {
-                limit: a.limit.name.to_string(),
-                cost: a.cost,
-                capacity: a.limit.spec.burst,
-            });
-        }
         // Hash each distinct client key once.
         let mut ids: SmallVec<[(&str, KeyId); 4]> = SmallVec::new();
-        let checks: SmallVec<[Check<'_>; 4]> = applied
-            .iter()
-            .map(|a| {
-                let key = match ids.iter().find(|(k, _)| *k == a.key) {
-                    Some((_, id)) => *id,
-                    None => {
-                        let id = self.hasher.key_id(&a.key);
-                        ids.push((&a.key, id));
-                        id
-                    }
-                };
-                Check {
-                    limit: &current.limits[a.index],
-                    key,
-                    cost: a.cost,
+        let mut enforced: SmallVec<[(usize, Check<'_>); 4]> = SmallVec::new();
+        let mut shadowed: SmallVec<[(usize, Check<'_>); 4]> = SmallVec::new();
+        for (i, a) in applied.iter().enumerate() {
+            let key = match ids.iter().find(|(k, _)| *k == a.key) {
+                Some((_, id)) => *id,
+                None => {
+                    let id = self.hasher.key_id(&a.key);
+                    ids.push((&a.key, id));
+                    id
                 }
-            })
-            .collect();
+            };
+            let check = Check {
+                limit: &current.limits[a.index],
+                key,
+                cost: a.cost,
+            };
+            if is_enforced(a.limit.shadow, a.limit.enforce_percent, key) {
+                if a.cost > a.limit.spec.burst {
+                    return Err(DecideError::Impossible {
+                        limit: a.limit.name.to_string(),
+                        cost: a.cost,
+                        capacity: a.limit.spec.burst,
+                    });
+                }
+                enforced.push((i, check));
+            } else {
+                shadowed.push((i, check));
+            }
+        }
+        let checks: SmallVec<[Check<'_>; 4]> = enforced.iter().map(|(_, c)| *c).collect();
         let checked = self.store.check(&checks).map_err(|e| match e {
             sluice_core::CheckError::CostExceedsCapacity { cost, capacity } => {
                 DecideError::Impossible {
@@ -203,21 +213,47 @@ impl<C: Clock> Engine<C> {
                 }
             }
         })?;
-        let results = applied
+        let result = |i: usize, decision| {
+            let limit = applied[i].limit;
+            LimitResult {
+                name: limit.name.clone(),
+                spec: limit.spec,
+                decision,
+            }
+        };
+        let results = enforced
             .iter()
             .zip(checked.decisions)
-            .map(|(a, decision)| LimitResult {
-                name: a.limit.name.clone(),
-                spec: a.limit.spec,
-                decision,
-            })
+            .map(|((i, _), decision)| result(*i, decision))
             .collect();
+        // Shadowed limits count only requests that pass, and never refuse.
+        let mut shadow = Vec::new();
+        if checked.allowed {
+            for (i, check) in &shadowed {
+                let limit = applied[*i].limit;
+                let decision = self.store.check_one(check).unwrap_or(Decision {
+                    allowed: false,
+                    ..Decision::full(limit.spec.burst)
+                });
+                if !decision.allowed {
+                    tracing::info!(limit = %limit.name, "shadow: would have been limited");
+                }
+                shadow.push(result(*i, decision));
+            }
+        }
         Ok(Verdict {
             allowed: checked.allowed,
             results,
+            shadow,
             style: current.policy.headers,
         })
     }
+}
+
+/// Whether a limit is enforced for a key: not in shadow, and the key falls
+/// in its `enforce_percent` (sticky: by the key's keyed hash).
+fn is_enforced(shadow: bool, percent: u8, key: KeyId) -> bool {
+    !shadow && (percent >= 100 || key.low() % 100 < u64::from(percent))
 }
 
 impl Compiled {

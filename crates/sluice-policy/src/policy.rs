@@ -34,6 +34,10 @@ pub struct LimitDef {
     pub matcher: Matcher,
     /// The cost of one matching request.
     pub cost: u64,
+    /// Never refuses: decisions are recorded only.
+    pub shadow: bool,
+    /// The share of keys (0 to 100) for which the limit is enforced.
+    pub enforce_percent: u8,
 }
 
 /// Request conditions of a limit.
@@ -399,6 +403,16 @@ fn compile_limit(
             ),
         ));
     }
+    let enforce_percent = match &c.enforce_percent {
+        None => 100,
+        Some(p) if *p.get_ref() <= 100 => *p.get_ref(),
+        Some(p) => {
+            return Err(at_span(
+                p.span(),
+                format!("limit `{name}`: enforce_percent must be between 0 and 100"),
+            ));
+        }
+    };
     let key = match (&c.key, client_key) {
         (Some(k), _) => k.clone(),
         (None, Some(k)) if plan.is_some() => k.clone(),
@@ -444,6 +458,8 @@ fn compile_limit(
             path_prefix: matches.path_prefix.clone(),
         },
         cost,
+        shadow: c.shadow,
+        enforce_percent,
     })
 }
 
