@@ -1,4 +1,10 @@
-//! Admin routes on `control_listen`: `POST /admin/reload`.
+//! Admin routes on `control_listen`:
+//!
+//! - `POST /admin/reload`: reload the config file;
+//! - `PUT /admin/keys/{key}/plan` with `{"plan":"pro"}`: put a key on a plan
+//!   now, over the config's assignment; `GET` reads a key's plan and where it
+//!   comes from (`runtime`, `config` or `default`); `DELETE` removes the
+//!   runtime assignment.
 //!
 //! They exist only when `SLUICE_ADMIN_TOKEN` is set, and demand
 //! `Authorization: Bearer <token>`: 401 without it, 403 with another token.
@@ -7,10 +13,13 @@
 use std::sync::Arc;
 
 use axum::Json;
+use axum::extract::Path;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use http::{HeaderMap, StatusCode, header};
+use serde::Deserialize;
+use sluice_policy::{Engine, PlanSource};
 
 use crate::problem::Problem;
 use crate::reload::{Reloaded, Reloader};
@@ -18,6 +27,8 @@ use crate::reload::{Reloaded, Reloader};
 /// What the admin routes need.
 #[derive(Debug, Clone)]
 pub struct Admin {
+    /// The engine whose plans are assigned.
+    pub engine: Arc<Engine>,
     /// The bearer token.
     pub token: Arc<str>,
     /// The config reloader.
@@ -28,6 +39,10 @@ pub struct Admin {
 pub fn router(admin: Admin) -> axum::Router {
     axum::Router::new()
         .route("/admin/reload", post(reload))
+        .route(
+            "/admin/keys/{key}/plan",
+            get(get_plan).put(put_plan).delete(delete_plan),
+        )
         .with_state(admin)
 }
 
@@ -78,4 +93,79 @@ async fn reload(State(admin): State<Admin>, headers: HeaderMap) -> Response {
         )
         .into_response(),
     }
+}
+
+/// The body of `PUT /admin/keys/{key}/plan`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanBody {
+    plan: String,
+}
+
+fn source_name(s: PlanSource) -> &'static str {
+    match s {
+        PlanSource::Runtime => "runtime",
+        PlanSource::Config => "config",
+        PlanSource::Default => "default",
+    }
+}
+
+async fn get_plan(
+    State(admin): State<Admin>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refusal) = refuse_unauthorized(&admin, &headers) {
+        return refusal;
+    }
+    match admin.engine.plan_of(&key) {
+        Some((plan, source)) => {
+            Json(serde_json::json!({ "plan": plan, "source": source_name(source) })).into_response()
+        }
+        None => Problem::new(
+            StatusCode::NOT_FOUND,
+            "That key has no plan (and there is no default plan).",
+        )
+        .into_response(),
+    }
+}
+
+async fn put_plan(
+    State(admin): State<Admin>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Some(refusal) = refuse_unauthorized(&admin, &headers) {
+        return refusal;
+    }
+    let body: PlanBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return Problem::new(
+                StatusCode::BAD_REQUEST,
+                format!("expected {{\"plan\": \"<name>\"}}: {e}"),
+            )
+            .into_response();
+        }
+    };
+    match admin.engine.assign_plan(&key, &body.plan) {
+        Ok(()) => {
+            tracing::info!(plan = %body.plan, "a key was assigned a plan at run time");
+            Json(serde_json::json!({ "plan": body.plan, "source": "runtime" })).into_response()
+        }
+        Err(e) => Problem::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()).into_response(),
+    }
+}
+
+async fn delete_plan(
+    State(admin): State<Admin>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refusal) = refuse_unauthorized(&admin, &headers) {
+        return refusal;
+    }
+    admin.engine.unassign_plan(&key);
+    StatusCode::NO_CONTENT.into_response()
 }

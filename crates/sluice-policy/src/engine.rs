@@ -1,6 +1,7 @@
 //! The decision engine: a policy and a store, answering "may this request
 //! pass?" over every limit that applies to it, all-or-nothing.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use sluice_core::{Clock, Decision, LimitSpec, Nanos, SystemClock};
@@ -62,6 +63,22 @@ impl Verdict {
     }
 }
 
+/// A plan the policy does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no plan named `{0}`")]
+pub struct UnknownPlan(pub String);
+
+/// Where a key's plan comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanSource {
+    /// Assigned at run time.
+    Runtime,
+    /// Assigned in the config's `[keys]`.
+    Config,
+    /// The config's `default_plan`.
+    Default,
+}
+
 /// Why a request could not be decided.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecideError {
@@ -114,6 +131,8 @@ pub enum DecideError {
 #[derive(Debug)]
 pub struct Engine<C: Clock = SystemClock> {
     current: ArcSwap<Compiled>,
+    /// Plans assigned at run time, by client key; they beat the config's.
+    runtime_plans: ArcSwap<HashMap<String, String>>,
     store: Arc<MemoryStore<C>>,
     hasher: KeyHasher,
 }
@@ -144,6 +163,7 @@ impl<C: Clock> Engine<C> {
         let compiled = Compiled::new(policy, &store);
         Self {
             current: ArcSwap::from_pointee(compiled),
+            runtime_plans: ArcSwap::from_pointee(HashMap::new()),
             store,
             hasher,
         }
@@ -152,6 +172,52 @@ impl<C: Clock> Engine<C> {
     /// The policy in force now.
     pub fn policy(&self) -> Arc<Policy> {
         self.current.load().policy.clone()
+    }
+
+    /// Puts a client key on a plan at run time, over the config's
+    /// assignment. Fails when the current policy has no such plan.
+    pub fn assign_plan(&self, key: &str, plan: &str) -> Result<(), UnknownPlan> {
+        if !self.current.load().policy.has_plan(plan) {
+            return Err(UnknownPlan(plan.to_owned()));
+        }
+        self.runtime_plans.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            m.insert(key.to_owned(), plan.to_owned());
+            m
+        });
+        Ok(())
+    }
+
+    /// Removes a key's runtime assignment; returns whether it had one.
+    pub fn unassign_plan(&self, key: &str) -> bool {
+        let mut had = false;
+        self.runtime_plans.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            had = m.remove(key).is_some();
+            m
+        });
+        had
+    }
+
+    /// A key's plan now, and where it comes from.
+    pub fn plan_of(&self, key: &str) -> Option<(String, PlanSource)> {
+        let current = self.current.load();
+        let policy = &current.policy;
+        if let Some(p) = self
+            .runtime_plans
+            .load()
+            .get(key)
+            .filter(|p| policy.has_plan(p))
+        {
+            return Some((p.clone(), PlanSource::Runtime));
+        }
+        let p = policy.plan_of(key)?;
+        let source = if policy.assigned_in_config(key) {
+            PlanSource::Config
+        } else {
+            PlanSource::Default
+        };
+        Some((p.to_owned(), source))
     }
 
     /// Replaces the policy. Requests being decided finish on the old one;
@@ -171,7 +237,14 @@ impl<C: Clock> Engine<C> {
     /// Decides a request over every limit that applies to it.
     pub fn decide<'r>(&self, req: &RequestInfo<'r>) -> Result<Verdict, DecideError> {
         let current = self.current.load();
-        let applied = current.policy.resolve(req)?;
+        let runtime = self.runtime_plans.load();
+        let applied = if runtime.is_empty() {
+            current.policy.resolve(req)?
+        } else {
+            current
+                .policy
+                .resolve_with(req, |key| runtime.get(key).map(String::as_str))?
+        };
         // Hash each distinct client key once.
         let mut ids: SmallVec<[(&str, KeyId); 4]> = SmallVec::new();
         let mut enforced: SmallVec<[(usize, Check<'_>); 4]> = SmallVec::new();

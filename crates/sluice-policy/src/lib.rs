@@ -11,6 +11,6 @@ pub mod key_source;
 pub mod policy;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
-pub use engine::{DecideError, Engine, LimitResult, Verdict};
+pub use engine::{DecideError, Engine, LimitResult, PlanSource, UnknownPlan, Verdict};
 pub use key_source::KeySource;
 pub use policy::{Applied, EnvoySettings, LimitDef, Matcher, MissingKey, Policy, RequestInfo};

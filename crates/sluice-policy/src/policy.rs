@@ -283,16 +283,38 @@ impl Policy {
             .map(String::as_str)
     }
 
+    /// Whether the config's `[keys]` assigns this key.
+    pub fn assigned_in_config(&self, key: &str) -> bool {
+        self.assignments.contains_key(key)
+    }
+
+    /// Whether a plan of that name exists.
+    pub fn has_plan(&self, plan: &str) -> bool {
+        self.plans.contains_key(plan)
+    }
+
     /// The limits that apply to a request, with their keys and costs.
     pub fn resolve<'p>(&'p self, req: &RequestInfo<'p>) -> Result<Vec<Applied<'p>>, MissingKey> {
+        self.resolve_with(req, |_| None)
+    }
+
+    /// [`resolve`](Self::resolve), with runtime plan assignments that take
+    /// precedence over the config's: `runtime(key)` names a key's plan.
+    /// An assignment to a plan this policy lacks is ignored.
+    pub fn resolve_with<'p>(
+        &'p self,
+        req: &RequestInfo<'p>,
+        runtime: impl Fn(&str) -> Option<&'p str>,
+    ) -> Result<Vec<Applied<'p>>, MissingKey> {
         let client_key = self
             .client_key
             .as_ref()
             .and_then(|source| key_of(source, req, &self.trusted));
-        let plan = client_key
-            .as_deref()
-            .and_then(|k| self.plan_of(k))
-            .and_then(|p| self.plans.get(p));
+        let plan = client_key.as_deref().and_then(|k| {
+            runtime(k)
+                .and_then(|p| self.plans.get(p))
+                .or_else(|| self.plan_of(k).and_then(|p| self.plans.get(p)))
+        });
 
         let mut applied = Vec::new();
         let candidates = self.global.iter().chain(plan.into_iter().flatten());

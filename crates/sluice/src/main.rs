@@ -150,12 +150,13 @@ async fn serve(
         }
     };
     let reloader = Arc::new(Reloader::new(engine.clone(), config));
-    let mut servers = sluice_http::serve(engine, listen, control_listen)
+    let mut servers = sluice_http::serve(engine.clone(), listen, control_listen)
         .await
         .with_context(|| format!("cannot bind {listen} and {control_listen}"))?;
     match std::env::var("SLUICE_ADMIN_TOKEN") {
         Ok(token) if !token.trim().is_empty() => {
             servers = servers.with_admin(Admin {
+                engine: engine.clone(),
                 token: token.trim().into(),
                 reloader: reloader.clone(),
             });
