@@ -43,6 +43,10 @@ pub fn router(admin: Admin) -> axum::Router {
             "/admin/keys/{key}/plan",
             get(get_plan).put(put_plan).delete(delete_plan),
         )
+        .route_layer(axum::middleware::from_fn_with_state(
+            admin.clone(),
+            require_token,
+        ))
         .with_state(admin)
 }
 
@@ -76,10 +80,19 @@ fn refuse_unauthorized(admin: &Admin, headers: &HeaderMap) -> Option<Response> {
     }
 }
 
-async fn reload(State(admin): State<Admin>, headers: HeaderMap) -> Response {
-    if let Some(refusal) = refuse_unauthorized(&admin, &headers) {
-        return refusal;
+/// Every admin route demands the token.
+async fn require_token(
+    State(admin): State<Admin>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match refuse_unauthorized(&admin, req.headers()) {
+        Some(refusal) => refusal,
+        None => next.run(req).await,
     }
+}
+
+async fn reload(State(admin): State<Admin>) -> Response {
     match admin.reloader.reload(true) {
         Ok(Reloaded::Applied | Reloaded::Unchanged) => Json(serde_json::json!({
             "reloaded": true,
@@ -110,14 +123,7 @@ fn source_name(s: PlanSource) -> &'static str {
     }
 }
 
-async fn get_plan(
-    State(admin): State<Admin>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(refusal) = refuse_unauthorized(&admin, &headers) {
-        return refusal;
-    }
+async fn get_plan(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
     match admin.engine.plan_of(&key) {
         Some((plan, source)) => {
             Json(serde_json::json!({ "plan": plan, "source": source_name(source) })).into_response()
@@ -133,12 +139,8 @@ async fn get_plan(
 async fn put_plan(
     State(admin): State<Admin>,
     Path(key): Path<String>,
-    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Some(refusal) = refuse_unauthorized(&admin, &headers) {
-        return refusal;
-    }
     let body: PlanBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {
@@ -158,14 +160,7 @@ async fn put_plan(
     }
 }
 
-async fn delete_plan(
-    State(admin): State<Admin>,
-    Path(key): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(refusal) = refuse_unauthorized(&admin, &headers) {
-        return refusal;
-    }
+async fn delete_plan(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
     admin.engine.unassign_plan(&key);
     StatusCode::NO_CONTENT.into_response()
 }
