@@ -1,0 +1,26 @@
+//! # sluice-egress
+//!
+//! Rate limits on the calls a service makes to other people's APIs, so that
+//! it is not banned or fined. Calls are counted per target (a host, or an
+//! API credential); a call that must wait for quota waits, up to a
+//! deadline, instead of failing, and fails at once with
+//! [`EgressError::Deadline`] when the deadline would pass. When the upstream
+//! answers 429 with `Retry-After`, or a `RateLimit` field with `r=0`, calls
+//! to it pause for the time given.
+//!
+//! - [`EgressLimiter`]: the limiter itself.
+//! - [`EgressLayer`]: a tower layer for hyper (or any `http`) clients,
+//!   keyed by the request's host.
+//! - [`RateLimitedClient`]: a thin `reqwest` wrapper.
+//!
+//! State is local to the process for now; sharing one third-party quota
+//! across instances comes with the Redis store.
+
+mod layer;
+mod limiter;
+mod reqwest_client;
+pub mod upstream_signals;
+
+pub use layer::{EgressLayer, EgressService};
+pub use limiter::{EgressError, EgressLimiter};
+pub use reqwest_client::RateLimitedClient;
