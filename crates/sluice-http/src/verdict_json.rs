@@ -113,7 +113,7 @@ pub fn refusal_response(verdict: &Verdict) -> Response {
 }
 
 /// The problem for a request that could not be decided: 401 for a missing
-/// key, 400 for a cost no limit could ever admit.
+/// key, 403 for a denied client, 400 for a cost no limit could ever admit.
 pub fn decide_error(e: &DecideError) -> Problem {
     match e {
         DecideError::MissingKey(m) => Problem::new(
@@ -121,6 +121,7 @@ pub fn decide_error(e: &DecideError) -> Problem {
             format!("This API needs a key: {m}."),
         ),
         DecideError::Impossible { .. } => Problem::new(StatusCode::BAD_REQUEST, e.to_string()),
+        DecideError::Denied => Problem::new(StatusCode::FORBIDDEN, "This client is denied access."),
     }
 }
 

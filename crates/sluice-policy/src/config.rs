@@ -49,6 +49,28 @@ pub struct Config {
     pub limits: Vec<Spanned<LimitConfig>>,
     /// The Envoy Rate Limit Service (gRPC), if wanted.
     pub envoy: Option<EnvoyConfig>,
+    /// Allow and deny lists.
+    #[serde(default)]
+    pub access: AccessConfig,
+}
+
+/// `[access]`: clients that are never limited (but still counted), and
+/// clients that are refused outright with 403.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessConfig {
+    /// Client keys never limited.
+    #[serde(default)]
+    pub allow_keys: Vec<String>,
+    /// Client networks never limited.
+    #[serde(default)]
+    pub allow_cidrs: Vec<IpNet>,
+    /// Client keys refused with 403.
+    #[serde(default)]
+    pub deny_keys: Vec<String>,
+    /// Client networks refused with 403.
+    #[serde(default)]
+    pub deny_cidrs: Vec<IpNet>,
 }
 
 /// `[envoy]`: serve Envoy's Rate Limit Service from an envoyproxy/ratelimit

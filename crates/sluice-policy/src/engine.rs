@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use arc_swap::ArcSwap;
 
 use crate::config::HeadersConfig;
-use crate::policy::{MissingKey, Policy, RequestInfo};
+use crate::policy::{Access, MissingKey, Policy, RequestInfo};
 
 /// One applied limit's decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +85,9 @@ pub enum DecideError {
     /// A limit needs a key the request lacks.
     #[error(transparent)]
     MissingKey(#[from] MissingKey),
+    /// The client is on the deny list.
+    #[error("this client is denied")]
+    Denied,
     /// The request costs more than a limit can ever admit.
     #[error(
         "limit `{limit}`: cost {cost} exceeds its capacity of {capacity}; this request can never pass"
@@ -237,6 +240,10 @@ impl<C: Clock> Engine<C> {
     /// Decides a request over every limit that applies to it.
     pub fn decide<'r>(&self, req: &RequestInfo<'r>) -> Result<Verdict, DecideError> {
         let current = self.current.load();
+        let access = current.policy.access(req);
+        if access == Access::Denied {
+            return Err(DecideError::Denied);
+        }
         let runtime = self.runtime_plans.load();
         let applied = if runtime.is_empty() {
             current.policy.resolve(req)?
@@ -263,7 +270,8 @@ impl<C: Clock> Engine<C> {
                 key,
                 cost: a.cost,
             };
-            if is_enforced(a.limit.shadow, a.limit.enforce_percent, key) {
+            let allowed_client = access == Access::Allowed;
+            if !allowed_client && is_enforced(a.limit.shadow, a.limit.enforce_percent, key) {
                 if a.cost > a.limit.spec.burst {
                     return Err(DecideError::Impossible {
                         limit: a.limit.name.to_string(),

@@ -13,4 +13,6 @@ pub mod policy;
 pub use config::{Config, ConfigError, HeadersConfig, Source};
 pub use engine::{DecideError, Engine, LimitResult, PlanSource, UnknownPlan, Verdict};
 pub use key_source::KeySource;
-pub use policy::{Applied, EnvoySettings, LimitDef, Matcher, MissingKey, Policy, RequestInfo};
+pub use policy::{
+    Access, Applied, EnvoySettings, LimitDef, Matcher, MissingKey, Policy, RequestInfo,
+};

@@ -124,6 +124,18 @@ pub struct Policy {
     pub max_keys: usize,
     /// The Envoy Rate Limit Service, if configured.
     pub envoy: Option<EnvoySettings>,
+    access: crate::config::AccessConfig,
+}
+
+/// What the allow and deny lists say of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Decided by the limits.
+    Limited,
+    /// Never limited, still counted.
+    Allowed,
+    /// Refused outright.
+    Denied,
 }
 
 /// The `[envoy]` table, resolved.
@@ -254,6 +266,7 @@ impl Policy {
             control_listen: config.control_listen,
             upstream,
             max_keys: config.store.max_keys,
+            access: config.access.clone(),
             envoy: config.envoy.as_ref().map(|e| {
                 let dir = source.file.parent().unwrap_or(std::path::Path::new(""));
                 EnvoySettings {
@@ -281,6 +294,37 @@ impl Policy {
             .get(key)
             .or(self.default_plan.as_ref())
             .map(String::as_str)
+    }
+
+    /// What the allow and deny lists say of a request. A deny entry beats an
+    /// allow entry.
+    pub fn access(&self, req: &RequestInfo<'_>) -> Access {
+        let a = &self.access;
+        if a.allow_keys.is_empty()
+            && a.allow_cidrs.is_empty()
+            && a.deny_keys.is_empty()
+            && a.deny_cidrs.is_empty()
+        {
+            return Access::Limited;
+        }
+        let key = self
+            .client_key
+            .as_ref()
+            .and_then(|source| key_of(source, req, &self.trusted));
+        let ip = req
+            .peer
+            .map(|peer| self.trusted.client_ip(peer, req.headers));
+        let listed = |keys: &[String], nets: &[ipnet::IpNet]| {
+            key.as_deref().is_some_and(|k| keys.iter().any(|x| x == k))
+                || ip.is_some_and(|ip| nets.iter().any(|n| n.contains(&ip)))
+        };
+        if listed(&a.deny_keys, &a.deny_cidrs) {
+            Access::Denied
+        } else if listed(&a.allow_keys, &a.allow_cidrs) {
+            Access::Allowed
+        } else {
+            Access::Limited
+        }
     }
 
     /// Whether the config's `[keys]` assigns this key.
