@@ -22,7 +22,7 @@ fn error(text: &str) -> String {
 #[test]
 fn the_shipped_examples_are_valid() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
-    for name in ["quickstart.toml", "proxy.toml"] {
+    for name in ["quickstart.toml", "proxy.toml", "plans.toml", "envoy.toml"] {
         Policy::load(&root.join(name)).unwrap_or_else(|e| panic!("{e}"));
     }
 }
