@@ -49,8 +49,10 @@ impl Reloader {
 
     /// Reloads the file if its text changed (or always, with `force`).
     pub fn reload(&self, force: bool) -> Result<Reloaded, ConfigError> {
+        // An unreadable file counts as a text too (`None`): a file that
+        // stays missing is reported once, not at every poll.
         let text = std::fs::read_to_string(&self.path).ok();
-        if !force && text.is_some() && *self.last_text.lock() == text {
+        if !force && *self.last_text.lock() == text {
             return Ok(Reloaded::Unchanged);
         }
         match Policy::load(&self.path) {
@@ -94,5 +96,44 @@ impl Reloader {
     /// Reloads that failed (the running config stayed).
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_or_broken_file_is_reported_once_and_the_config_stays() {
+        let dir = std::env::temp_dir().join(format!("sluice-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sluice.toml");
+        let good = "[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"1/s\"\n";
+        std::fs::write(&path, good).unwrap();
+        let engine = Arc::new(Engine::new(Policy::load(&path).unwrap()));
+        let reloader = Reloader::new(engine.clone(), path.clone());
+        assert_eq!(reloader.reload(false).unwrap(), Reloaded::Unchanged);
+
+        std::fs::remove_file(&path).unwrap();
+        assert!(reloader.reload(false).is_err());
+        for _ in 0..3 {
+            assert_eq!(reloader.reload(false).unwrap(), Reloaded::Unchanged);
+        }
+        assert_eq!(reloader.failed(), 1, "reported once");
+
+        std::fs::write(&path, "[[limits]]\nname = \"a\"\nrate = \"oops\"\n").unwrap();
+        assert!(reloader.reload(false).is_err());
+        assert_eq!(reloader.reload(false).unwrap(), Reloaded::Unchanged);
+        assert_eq!(reloader.failed(), 2);
+        assert_eq!(
+            engine.policy().limits()[0].name.as_ref(),
+            "a",
+            "the old config stays"
+        );
+
+        std::fs::write(&path, good.replace("1/s", "2/s")).unwrap();
+        assert_eq!(reloader.reload(false).unwrap(), Reloaded::Applied);
+        assert_eq!(reloader.succeeded(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
