@@ -85,14 +85,13 @@ pub fn refusal(verdict: &Verdict) -> Problem {
     let retry = retry_after_secs(verdict.retry_after().unwrap_or(0));
     let first = verdict.violated().next();
     let detail = match first {
-        Some(r) => format!(
-            "Rate limit `{}` exceeded ({} per {} s, burst {}); retry in {} s.",
-            r.name,
-            crate::headers::quota_window(&r.spec).0,
-            crate::headers::quota_window(&r.spec).1,
-            r.spec.burst,
-            retry
-        ),
+        Some(r) => {
+            let (quota, window) = crate::headers::quota_window(&r.spec);
+            format!(
+                "Rate limit `{}` exceeded ({quota} per {window} s, burst {}); retry in {retry} s.",
+                r.name, r.spec.burst
+            )
+        }
         None => format!("Rate limit exceeded; retry in {retry} s."),
     };
     Problem {
