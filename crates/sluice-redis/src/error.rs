@@ -1,0 +1,25 @@
+//! The Redis store's errors.
+
+use std::time::Duration;
+
+/// Why the Redis store could not decide.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisStoreError {
+    /// The store URL is malformed. The message never contains a password.
+    #[error("invalid store URL `{url}`: {reason}")]
+    BadUrl {
+        /// The URL with any password replaced by `***`.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Redis answered with an error, or the connection failed.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Redis did not answer in time.
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The script answered something this version does not understand.
+    #[error("unexpected reply from the decision script: {0}")]
+    BadReply(String),
+}

@@ -1,0 +1,20 @@
+//! Sluice's shared store: per-key limiter state in Redis, so that many
+//! instances of a service enforce one global limit.
+//!
+//! - [`url`]: the store URLs (`redis://`, `rediss://`, `redis+cluster://`,
+//!   `redis+shards://`, `redis+sentinel://`).
+//! - [`topology`]: connections to the nodes a URL names, and which node
+//!   holds a key.
+//! - [`store`]: [`RedisStore`], all-or-nothing decisions over several limits
+//!   in one atomic Lua step, on Redis's own clock.
+
+pub mod error;
+pub mod store;
+pub mod topology;
+pub mod url;
+
+mod script;
+
+pub use error::RedisStoreError;
+pub use store::RedisStore;
+pub use url::StoreUrl;

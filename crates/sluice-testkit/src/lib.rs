@@ -1,0 +1,12 @@
+//! Test support for Sluice's own tests: real Redis processes on loopback
+//! ports, stopped when dropped, so a failing test leaks nothing.
+//!
+//! Nothing here is mocked: the tests talk to Debian's `redis-server`,
+//! `redis-sentinel` and a Redis Cluster built from plain `redis-server`
+//! processes. When the binaries are missing, [`redis_available`] says so;
+//! tests skip then, unless `SLUICE_REQUIRE_REDIS` is set (as `scripts/test`
+//! does), in which case they fail.
+
+pub mod redis_server;
+
+pub use redis_server::{RedisServer, free_port, redis_available, require_redis};
