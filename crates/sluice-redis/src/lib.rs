@@ -7,8 +7,13 @@
 //!   holds a key.
 //! - [`store`]: [`RedisStore`], all-or-nothing decisions over several limits
 //!   in one atomic Lua step, on Redis's own clock.
+//! - [`shared`]: [`SharedStore`], Redis as the engine uses it: behind a
+//!   timeout, a [`breaker`], an [`over_limit`] cache and a fallback.
 
+pub mod breaker;
 pub mod error;
+pub mod over_limit;
+pub mod shared;
 pub mod store;
 pub mod topology;
 pub mod url;
@@ -16,5 +21,6 @@ pub mod url;
 mod script;
 
 pub use error::RedisStoreError;
+pub use shared::{DecidedBy, Fallback, SharedCheck, SharedChecked, SharedOptions, SharedStore};
 pub use store::RedisStore;
 pub use url::StoreUrl;

@@ -64,3 +64,9 @@ impl std::str::FromStr for StoreUrl {
         })
     }
 }
+
+impl std::fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
