@@ -106,7 +106,8 @@ async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
         headers: &headers,
         peer: req.client_ip,
         cost: req.cost,
-    });
+    })
+    .await;
     let verdict = match decided {
         Ok(v) => v,
         Err(e) => return decide_error_response(&e),

@@ -57,7 +57,8 @@ pub async fn auth(
         headers: &headers,
         peer: Some(peer.ip()),
         cost: None,
-    });
+    })
+    .await;
     let verdict = match decided {
         Ok(v) => v,
         Err(e) => return with_problem_field(decide_error(&e)),

@@ -23,6 +23,8 @@ pub struct Reloader {
     last_text: Mutex<Option<String>>,
     succeeded: AtomicU64,
     failed: AtomicU64,
+    /// `sluice serve --store-url`: replaces every loaded config's store URL.
+    store_url: Option<Option<sluice_redis::StoreUrl>>,
 }
 
 /// What a reload did.
@@ -44,7 +46,15 @@ impl Reloader {
             last_text: Mutex::new(text),
             succeeded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            store_url: None,
         }
+    }
+
+    /// Applies a `--store-url` override to every reloaded config (`None`
+    /// inside: the memory store).
+    pub fn with_store_url(mut self, url: Option<sluice_redis::StoreUrl>) -> Self {
+        self.store_url = Some(url);
+        self
     }
 
     /// Reloads the file if its text changed (or always, with `force`).
@@ -56,7 +66,10 @@ impl Reloader {
             return Ok(Reloaded::Unchanged);
         }
         match Policy::load(&self.path) {
-            Ok(policy) => {
+            Ok(mut policy) => {
+                if let Some(url) = &self.store_url {
+                    policy.store.url = url.clone();
+                }
                 self.warn_about_restart_only_changes(&policy);
                 self.engine.replace_policy(policy);
                 *self.last_text.lock() = text;
@@ -80,7 +93,7 @@ impl Reloader {
             || old.control_listen != new.control_listen
             || old.upstream != new.upstream
             || old.envoy != new.envoy
-            || old.max_keys != new.max_keys
+            || old.store != new.store
         {
             tracing::warn!(
                 "listen, control_listen, upstream, [store] and [envoy] changes take effect at the next restart"

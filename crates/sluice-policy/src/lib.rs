@@ -9,6 +9,7 @@ pub mod config;
 pub mod engine;
 pub mod key_source;
 pub mod policy;
+pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
 pub use engine::{DecideError, Engine, LimitResult, PlanSource, UnknownPlan, Verdict};

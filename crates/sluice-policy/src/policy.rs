@@ -120,8 +120,8 @@ pub struct Policy {
     pub control_listen: SocketAddr,
     /// The upstream, when the data plane is a reverse proxy.
     pub upstream: Option<http::Uri>,
-    /// The most keys the store tracks.
-    pub max_keys: usize,
+    /// Where the limits' state lives.
+    pub store: crate::store_settings::StoreSettings,
     /// The Envoy Rate Limit Service, if configured.
     pub envoy: Option<EnvoySettings>,
     access: crate::config::AccessConfig,
@@ -161,17 +161,7 @@ impl Policy {
     pub fn compile(source: &Source, config: &Config) -> Result<Self, ConfigError> {
         let err = |span: std::ops::Range<usize>, msg: String| source.error_at(Some(span), msg);
 
-        let url = &config.store.url;
-        if url.get_ref() != "memory://" {
-            let span = url.span();
-            return Err(source.error_at(
-                (!span.is_empty()).then_some(span),
-                format!(
-                    "store.url: unsupported store `{}`: this version supports `memory://`",
-                    url.get_ref()
-                ),
-            ));
-        }
+        let store = crate::store_settings::StoreSettings::from_config(source, &config.store)?;
 
         let upstream = match &config.upstream {
             None => None,
@@ -265,7 +255,7 @@ impl Policy {
             listen: config.listen,
             control_listen: config.control_listen,
             upstream,
-            max_keys: config.store.max_keys,
+            store,
             access: config.access.clone(),
             envoy: config.envoy.as_ref().map(|e| {
                 let dir = source.file.parent().unwrap_or(std::path::Path::new(""));
