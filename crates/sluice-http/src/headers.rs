@@ -187,6 +187,8 @@ mod tests {
                 nodelay: false,
             },
             decision,
+            labels: sluice_policy::LimitLabels::named(name.into(), "*"),
+            key: sluice_store::KeyId(0),
         }
     }
 

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use arc_swap::ArcSwap;
 
 use crate::config::HeadersConfig;
-use crate::policy::{Access, LimitDef, MissingKey, Policy, RequestInfo};
+use crate::policy::{Access, LimitDef, LimitLabels, MissingKey, Policy, RequestInfo};
 
 /// One applied limit's decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +23,10 @@ pub struct LimitResult {
     pub spec: LimitSpec,
     /// The decision under it.
     pub decision: Decision,
+    /// How metrics name the limit.
+    pub labels: Arc<LimitLabels>,
+    /// The client key's keyed hash (never the key itself).
+    pub key: KeyId,
 }
 
 /// The engine's answer for one request.
@@ -425,6 +429,8 @@ impl<'p> Planned<'p> {
             name: self.limit.name.clone(),
             spec: self.limit.spec,
             decision,
+            labels: self.limit.labels.clone(),
+            key: self.key,
         }
     }
 
