@@ -17,9 +17,9 @@
 //! crate upgrade: every Sluice instance, whatever its version, must send a
 //! tag to the same node.
 
-/// Points per node. 256 keeps every node's share within a few percent of
+/// Points per node. 512 keeps every node's share within a few percent of
 /// 1/N for small N (measured in `tests/topology_ring.rs`).
-pub const VNODES: u32 = 256;
+pub const VNODES: u32 = 512;
 
 /// A consistent-hash ring over named nodes.
 #[derive(Debug, Clone)]
