@@ -47,6 +47,7 @@ async fn keys_land_on_the_node_the_ring_picks() {
         }
     }
     eprintln!("300 tags over 3 shards: {per_node:?}");
+    eprintln!("{topology:?}");
     assert!(per_node.iter().all(|&n| n > 0), "{per_node:?}");
 }
 
@@ -66,4 +67,48 @@ async fn a_missing_shard_fails_the_connect() {
     )
     .unwrap();
     assert!(Topology::connect(&url).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_output_never_shows_the_password() {
+    if !require_redis() {
+        return;
+    }
+    // (Set after start: the testkit's readiness probe does not log in.)
+    let servers: Vec<RedisServer> = (0..2).map(|_| RedisServer::start()).collect();
+    for s in &servers {
+        let ok = s
+            .command(&["CONFIG", "SET", "requirepass", "hunter2"])
+            .unwrap();
+        assert!(ok.starts_with("+OK"), "{ok}");
+    }
+    let hosts: Vec<String> = servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    let url = StoreUrl::parse_with_env(
+        &format!("redis+shards://:hunter2@{}", hosts.join(",")),
+        |_| None,
+    )
+    .unwrap();
+    let topology = Topology::connect(&url).await.unwrap();
+    let _: String = redis::cmd("PING")
+        .query_async(&mut topology.route("t"))
+        .await
+        .unwrap();
+    for text in [
+        format!("{topology:?}"),
+        format!("{:?}", topology.route("t")),
+        url.to_string(),
+    ] {
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+    // A wrong password is an error, not a panic, and is not echoed.
+    let wrong =
+        StoreUrl::parse_with_env(&format!("redis+shards://:nope-secret@{}", hosts[0]), |_| {
+            None
+        })
+        .unwrap();
+    let err = Topology::connect(&wrong).await.unwrap_err();
+    assert!(!format!("{err} {err:?}").contains("nope-secret"), "{err:?}");
 }

@@ -22,7 +22,7 @@
 pub const VNODES: u32 = 512;
 
 /// A consistent-hash ring over named nodes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Ring {
     /// Point hashes, ascending.
     points: Vec<u64>,
@@ -30,6 +30,15 @@ pub struct Ring {
     /// the node owning `points[i]`.
     owners: Vec<u32>,
     nodes: usize,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("nodes", &self.nodes)
+            .field("points", &self.points.len())
+            .finish()
+    }
 }
 
 impl Ring {

@@ -14,10 +14,20 @@ use crate::RedisStoreError;
 use crate::url::NodeAddr;
 
 /// Shards and the ring that spreads tags over them.
-#[derive(Debug)]
 pub(crate) struct Shards {
     ring: Ring,
+    /// `host:port` of each node, in URL order.
+    names: Vec<String>,
     nodes: Vec<ConnectionManager>,
+}
+
+impl std::fmt::Debug for Shards {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shards")
+            .field("nodes", &self.names)
+            .field("ring", &self.ring)
+            .finish()
+    }
 }
 
 impl Shards {
@@ -34,6 +44,7 @@ impl Shards {
         }
         Ok(Self {
             ring: Ring::new(&names),
+            names,
             nodes: conns,
         })
     }
