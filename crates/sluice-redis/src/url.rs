@@ -616,9 +616,3 @@ mod tests {
         }
     }
 }
-
-impl std::fmt::Display for StoreUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{self:?}")
-    }
-}
