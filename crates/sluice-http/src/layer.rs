@@ -44,6 +44,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::headers::add_headers;
+use crate::metrics::Metrics;
 use crate::verdict_json::{decide_error_response, refusal_response};
 
 /// Finds the address a request came from.
@@ -62,6 +63,7 @@ pub fn socket_peer(_: &HeaderMap, extensions: &Extensions) -> Option<IpAddr> {
 pub struct RateLimitLayer {
     engine: Arc<Engine>,
     peer: PeerFn,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl std::fmt::Debug for RateLimitLayer {
@@ -79,7 +81,14 @@ impl RateLimitLayer {
         Self {
             engine,
             peer: Arc::new(socket_peer),
+            metrics: None,
         }
+    }
+
+    /// Records every decision in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// A layer with its own engine, from a Sluice config file.
@@ -120,6 +129,7 @@ impl<S> Layer<S> for RateLimitLayer {
             inner,
             engine: self.engine.clone(),
             peer: self.peer.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -130,6 +140,7 @@ pub struct RateLimit<S> {
     inner: S,
     engine: Arc<Engine>,
     peer: PeerFn,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
@@ -167,6 +178,9 @@ where
         if self.engine.shared().is_none() {
             // The memory store decides without waiting: no extra future.
             let decided = self.engine.decide_local(&request_info(&req, peer));
+            if let Some(m) = &self.metrics {
+                m.record_result(&decided);
+            }
             return match decided {
                 Ok(v) if v.allowed => {
                     let verdict = Arc::new(v);
@@ -177,8 +191,12 @@ where
             };
         }
         let engine = self.engine.clone();
+        let metrics = self.metrics.clone();
         Box::pin(async move {
             let decided = engine.decide(&request_info(&req, peer)).await;
+            if let Some(m) = &metrics {
+                m.record_result(&decided);
+            }
             match decided {
                 Ok(v) if v.allowed => {
                     let verdict = Arc::new(v);

@@ -25,6 +25,13 @@ pub struct Reloader {
     failed: AtomicU64,
     /// `sluice serve --store-url`: replaces every loaded config's store URL.
     store_url: Option<Option<sluice_redis::StoreUrl>>,
+    /// The hash of the config text in force.
+    version: Mutex<String>,
+}
+
+/// A short, stable hash of a config's text: its version.
+pub fn config_version(text: &str) -> String {
+    format!("{:08x}", sluice_redis::shared::limit_tag(text) as u32)
 }
 
 /// What a reload did.
@@ -43,6 +50,7 @@ impl Reloader {
         Self {
             engine,
             path,
+            version: Mutex::new(config_version(text.as_deref().unwrap_or(""))),
             last_text: Mutex::new(text),
             succeeded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -72,6 +80,7 @@ impl Reloader {
                 }
                 self.warn_about_restart_only_changes(&policy);
                 self.engine.replace_policy(policy);
+                *self.version.lock() = config_version(text.as_deref().unwrap_or(""));
                 *self.last_text.lock() = text;
                 self.succeeded.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(file = %self.path.display(), "config reloaded");
@@ -99,6 +108,11 @@ impl Reloader {
                 "listen, control_listen, upstream, [store] and [envoy] changes take effect at the next restart"
             );
         }
+    }
+
+    /// The version (hash of the text) of the config in force.
+    pub fn version(&self) -> String {
+        self.version.lock().clone()
     }
 
     /// Reloads that applied a new config.

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use sluice_redis::{Fallback, SharedOptions, StoreUrl};
 
-use crate::config::{FallbackConfig, Source, StoreConfig};
 use crate::ConfigError;
+use crate::config::{FallbackConfig, Source, StoreConfig};
 
 /// Where the limits' state lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +35,10 @@ impl StoreSettings {
     pub fn from_config(source: &Source, store: &StoreConfig) -> Result<Self, ConfigError> {
         let url = parse_store_url(store.url.get_ref()).map_err(|e| {
             let span = store.url.span();
-            source.error_at((!span.is_empty()).then_some(span), format!("store.url: {e}"))
+            source.error_at(
+                (!span.is_empty()).then_some(span),
+                format!("store.url: {e}"),
+            )
         })?;
         let duration = |field: &Option<toml::Spanned<String>>, name: &str, default: Duration| {
             let Some(text) = field else {

@@ -100,7 +100,10 @@ fn a_request_without_a_key_is_missing_its_key() {
         peer: Some("192.0.2.1".parse().unwrap()),
         cost: None,
     };
-    assert!(matches!(e.decide_local(&req), Err(DecideError::MissingKey(_))));
+    assert!(matches!(
+        e.decide_local(&req),
+        Err(DecideError::MissingKey(_))
+    ));
 }
 
 #[test]

@@ -171,9 +171,8 @@ impl Breaker {
 
     fn trip(&self) {
         self.reopen_at.store(
-            self.now().saturating_add(
-                u64::try_from(self.open_for.as_nanos()).unwrap_or(u64::MAX),
-            ),
+            self.now()
+                .saturating_add(u64::try_from(self.open_for.as_nanos()).unwrap_or(u64::MAX)),
             Ordering::Release,
         );
         self.state.store(OPEN, Ordering::Release);

@@ -166,7 +166,10 @@ mod tests {
         c.remember(&parts, &[refusal(10_000), ok]);
         let d = c.lookup(&parts).expect("cached");
         assert!(!d[0].allowed);
-        assert!(d[0].retry_after.is_some_and(|r| r <= 10_000_000_000 && r > 0));
+        assert!(
+            d[0].retry_after
+                .is_some_and(|r| r <= 10_000_000_000 && r > 0)
+        );
         assert_eq!(d[1].remaining, 5);
         assert!(c.lookup(&[(1, KeyId(7), 1), (2, KeyId(9), 1)]).is_none());
         assert!(c.lookup(&parts[..1]).is_none(), "another set of limits");

@@ -144,7 +144,6 @@ pub struct SharedCounters {
 
 /// Redis with a timeout, a breaker, a cache and a fallback. See the module
 /// docs.
-#[derive(Debug)]
 pub struct SharedStore {
     url: StoreUrl,
     store: arc_swap::ArcSwapOption<RedisStore>,
@@ -154,7 +153,22 @@ pub struct SharedStore {
     local_limits: Mutex<HashMap<String, Arc<Limit>>>,
     opts: SharedOptions,
     counters: SharedCounters,
+    observer: std::sync::OnceLock<CallObserver>,
 }
+
+impl std::fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedStore")
+            .field("url", &self.url)
+            .field("breaker", &self.breaker.state())
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Called after every call to Redis with its duration and whether it
+/// succeeded (for a latency histogram).
+pub type CallObserver = Box<dyn Fn(Duration, bool) + Send + Sync>;
 
 impl SharedStore {
     /// A shared store for `url`. It connects in the background (retrying
@@ -173,6 +187,7 @@ impl SharedStore {
             local_limits: Mutex::new(HashMap::new()),
             opts,
             counters: SharedCounters::default(),
+            observer: std::sync::OnceLock::new(),
         });
         tokio::spawn(connect_loop(Arc::downgrade(&this)));
         this
@@ -212,6 +227,11 @@ impl SharedStore {
         self.breaker.state()
     }
 
+    /// Sets the observer of Redis calls (once; later calls are ignored).
+    pub fn observe_calls(&self, observer: CallObserver) {
+        let _ = self.observer.set(observer);
+    }
+
     /// What the store has done so far.
     pub fn counters(&self) -> &SharedCounters {
         &self.counters
@@ -238,7 +258,7 @@ impl SharedStore {
         }
         match self.breaker.admit() {
             Admit::Skip => {}
-            Admit::Call | Admit::Probe => match self.call_store(checks).await {
+            Admit::Call | Admit::Probe => match self.observed_call(checks).await {
                 Ok(checked) => {
                     if self.breaker.success() == Some(Transition::Closed) {
                         tracing::warn!(store = %self.url, "shared store is back: Redis decides again");
@@ -280,6 +300,16 @@ impl SharedStore {
             checked: self.fallback(checks),
             by: DecidedBy::Fallback(self.opts.fallback),
         }
+    }
+
+    async fn observed_call(&self, checks: &[SharedCheck<'_>]) -> Result<Checked, RedisStoreError> {
+        let Some(observer) = self.observer.get() else {
+            return self.call_store(checks).await;
+        };
+        let started = std::time::Instant::now();
+        let result = self.call_store(checks).await;
+        observer(started.elapsed(), result.is_ok());
+        result
     }
 
     async fn call_store(&self, checks: &[SharedCheck<'_>]) -> Result<Checked, RedisStoreError> {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use sluice_http::admin::Admin;
+use sluice_http::metrics::Metrics;
 use sluice_http::reload::Reloader;
 use sluice_policy::store_settings::parse_store_url;
 use sluice_policy::{Engine, Policy};
@@ -116,7 +117,14 @@ fn main() -> ExitCode {
             if let Some(url) = &store_url {
                 policy.store.url = url.clone();
             }
-            match serve(config, policy, store_url, listen, control_listen, grpc_listen) {
+            match serve(
+                config,
+                policy,
+                store_url,
+                listen,
+                control_listen,
+                grpc_listen,
+            ) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sluice: {e:#}");
@@ -175,9 +183,11 @@ async fn serve(
         reloader = reloader.with_store_url(url);
     }
     let reloader = Arc::new(reloader);
+    let metrics = Arc::new(Metrics::new(&engine, Some(reloader.clone())));
     let mut servers = sluice_http::serve(engine.clone(), listen, control_listen)
         .await
-        .with_context(|| format!("cannot bind {listen} and {control_listen}"))?;
+        .with_context(|| format!("cannot bind {listen} and {control_listen}"))?
+        .with_metrics(metrics);
     match std::env::var("SLUICE_ADMIN_TOKEN") {
         Ok(token) if !token.trim().is_empty() => {
             servers = servers.with_admin(Admin {
