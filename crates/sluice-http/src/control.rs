@@ -8,6 +8,8 @@
 //! - `GET /healthz`: the process is up.
 //! - `GET /readyz`: the process is ready to decide.
 //! - `GET /metrics`: Prometheus metrics (see [`metrics`](crate::metrics)).
+//! - `GET /`: the live [status page](crate::status_page), polling
+//!   `GET /v1/status`.
 //!
 //! The request body of `/v1/check`:
 //!
@@ -37,6 +39,7 @@ use sluice_policy::{Engine, RequestInfo};
 use crate::headers::add_headers;
 use crate::metrics::Metrics;
 use crate::problem::Problem;
+use crate::status_page::StatusState;
 use crate::verdict_json::{VerdictJson, decide_error_response};
 
 /// The body of `POST /v1/check`.
@@ -63,7 +66,26 @@ fn default_method() -> String {
 
 /// The control API's router.
 pub fn router(engine: Arc<Engine>, metrics: Arc<Metrics>) -> axum::Router {
+    router_with(engine, metrics, None)
+}
+
+/// The control API's router, with the reloader that knows the config's
+/// version (shown on the status page).
+pub fn router_with(
+    engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
+    reloader: Option<Arc<crate::reload::Reloader>>,
+) -> axum::Router {
+    let status = StatusState {
+        engine: engine.clone(),
+        metrics: metrics.clone(),
+        reloader,
+        started: std::time::Instant::now(),
+    };
     axum::Router::new()
+        .route("/", get(crate::status_page::page))
+        .route("/v1/status", get(crate::status_page::status))
+        .layer(Extension(status))
         .route("/v1/check", post(check))
         .route("/v1/auth", get(crate::nginx_auth::auth))
         .route("/healthz", get(healthz))

@@ -29,6 +29,7 @@ pub mod proxy;
 pub mod rejection_log;
 pub mod reload;
 pub mod server;
+pub mod status_page;
 pub mod top_keys;
 pub mod verdict_json;
 

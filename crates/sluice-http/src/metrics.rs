@@ -266,6 +266,13 @@ impl Metrics {
         }
     }
 
+    /// Requests so far with this outcome.
+    pub fn requests(&self, outcome: RequestOutcome) -> u64 {
+        self.requests
+            .get(&RequestLabels { outcome })
+            .map_or(0, |c| c.get())
+    }
+
     /// The most-limited keys now.
     pub fn top_keys(&self, k: usize) -> Vec<crate::top_keys::TopKey> {
         self.top.top(k)

@@ -20,6 +20,7 @@ pub struct Servers {
     engine: Arc<Engine>,
     admin: Option<crate::admin::Admin>,
     metrics: Option<Arc<Metrics>>,
+    reloader: Option<Arc<crate::reload::Reloader>>,
     data: TcpListener,
     control: TcpListener,
 }
@@ -36,6 +37,7 @@ pub async fn serve(
         engine,
         admin: None,
         metrics: None,
+        reloader: None,
         data,
         control,
     })
@@ -52,6 +54,12 @@ impl Servers {
     /// the servers keep metrics of their own.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// Shows the reloader's config version on the status page.
+    pub fn with_reloader(mut self, reloader: Arc<crate::reload::Reloader>) -> Self {
+        self.reloader = Some(reloader);
         self
     }
 
@@ -77,7 +85,8 @@ impl Servers {
             .metrics
             .unwrap_or_else(|| Arc::new(Metrics::new(&self.engine, None)));
         let data_app = data_plane::router(self.engine.clone(), proxy, metrics.clone());
-        let mut control_app = crate::control::router(self.engine.clone(), metrics);
+        let mut control_app =
+            crate::control::router_with(self.engine.clone(), metrics, self.reloader);
         if let Some(admin) = self.admin {
             control_app = control_app.merge(crate::admin::router(admin));
         }

@@ -187,7 +187,8 @@ async fn serve(
     let mut servers = sluice_http::serve(engine.clone(), listen, control_listen)
         .await
         .with_context(|| format!("cannot bind {listen} and {control_listen}"))?
-        .with_metrics(metrics);
+        .with_metrics(metrics)
+        .with_reloader(reloader.clone());
     match std::env::var("SLUICE_ADMIN_TOKEN") {
         Ok(token) if !token.trim().is_empty() => {
             servers = servers.with_admin(Admin {
