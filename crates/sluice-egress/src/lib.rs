@@ -13,8 +13,9 @@
 //!   keyed by the request's host.
 //! - [`RateLimitedClient`]: a thin `reqwest` wrapper.
 //!
-//! State is local to the process for now; sharing one third-party quota
-//! across instances comes with the Redis store.
+//! State is local to the process by default. With
+//! [`EgressLimiter::with_shared_store`] it lives in Redis, so that every
+//! instance of a service together respects one third-party quota.
 
 mod layer;
 mod limiter;

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use sluice_core::{LimitError, LimitSpec};
-use sluice_store::{Check, KeyHasher, Limit, MemoryStore, MemoryStoreConfig};
+use sluice_core::{Decision, LimitError, LimitSpec, Limiter};
+use sluice_redis::{SharedCheck, SharedStore};
+use sluice_store::{Check, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
 
 /// Why an outbound call may not go.
 #[derive(Debug, thiserror::Error)]
@@ -34,35 +35,83 @@ pub enum EgressError {
     Http(#[from] reqwest::Error),
 }
 
+/// One target's limit: its identity, definition, and local state.
+#[derive(Debug)]
+struct TargetLimit {
+    id: String,
+    spec: LimitSpec,
+    limiter: Limiter,
+    local: Arc<Limit>,
+}
+
 /// Limits on outbound calls, by target. See the crate docs.
 #[derive(Debug)]
 pub struct EgressLimiter {
     store: MemoryStore,
     hasher: KeyHasher,
-    default: Arc<Limit>,
-    targets: HashMap<String, Arc<Limit>>,
+    default: TargetLimit,
+    targets: HashMap<String, TargetLimit>,
     paused: Mutex<HashMap<String, Instant>>,
+    /// When set, the quota is counted in Redis, shared by every process
+    /// that uses the same store and secret.
+    shared: Option<Arc<SharedStore>>,
 }
 
 impl EgressLimiter {
     /// Every target gets `spec` (each its own quota).
     pub fn new(spec: &LimitSpec) -> Result<Self, LimitError> {
         let store = MemoryStore::new(MemoryStoreConfig::default());
-        let default = store.limit("egress:default", spec.build()?);
+        let default = target_limit(&store, "egress:default".into(), spec)?;
         Ok(Self {
             store,
             hasher: KeyHasher::random(),
             default,
             targets: HashMap::new(),
             paused: Mutex::new(HashMap::new()),
+            shared: None,
         })
     }
 
     /// Gives `target` its own limit instead of the default.
     pub fn with_target(mut self, target: &str, spec: &LimitSpec) -> Result<Self, LimitError> {
-        let limit = self.store.limit(&format!("egress:{target}"), spec.build()?);
+        let limit = target_limit(&self.store, format!("egress:{target}"), spec)?;
         self.targets.insert(target.to_owned(), limit);
         Ok(self)
+    }
+
+    /// Counts the quota in a shared store (Redis), so that every process
+    /// using the same store and `secret` respects one quota together.
+    /// While Redis cannot decide, the store's fallback does (by default a
+    /// local share of the quota).
+    pub fn with_shared_store(mut self, store: Arc<SharedStore>, secret: &[u8]) -> Self {
+        self.shared = Some(store);
+        self.hasher = KeyHasher::from_secret(secret);
+        self
+    }
+
+    async fn check(&self, limit: &TargetLimit, key: KeyId) -> Option<Decision> {
+        match &self.shared {
+            None => self
+                .store
+                .check_one(&Check {
+                    limit: &limit.local,
+                    key,
+                    cost: 1,
+                })
+                .ok(),
+            Some(shared) => {
+                let decided = shared
+                    .check(&[SharedCheck {
+                        limit_id: &limit.id,
+                        spec: &limit.spec,
+                        limiter: &limit.limiter,
+                        key,
+                        cost: 1,
+                    }])
+                    .await;
+                decided.checked.decisions.first().copied()
+            }
+        }
     }
 
     /// Stops calls to `target` for `pause` (the upstream said so).
@@ -99,16 +148,12 @@ impl EgressLimiter {
             let wait = match self.paused_for(target) {
                 Some(pause) => pause,
                 None => {
-                    let decision = self
-                        .store
-                        .check_one(&Check {
-                            limit,
-                            key,
-                            cost: 1,
-                        })
-                        .map_err(|_| EgressError::Impossible {
-                            target: target.to_owned(),
-                        })?;
+                    let decision =
+                        self.check(limit, key)
+                            .await
+                            .ok_or_else(|| EgressError::Impossible {
+                                target: target.to_owned(),
+                            })?;
                     if decision.allowed {
                         return Ok(());
                     }
@@ -125,4 +170,18 @@ impl EgressLimiter {
             tokio::time::sleep(wait).await;
         }
     }
+}
+
+fn target_limit(
+    store: &MemoryStore,
+    id: String,
+    spec: &LimitSpec,
+) -> Result<TargetLimit, LimitError> {
+    let limiter = spec.build()?;
+    Ok(TargetLimit {
+        local: store.limit(&id, limiter),
+        id,
+        spec: *spec,
+        limiter,
+    })
 }

@@ -1,14 +1,17 @@
 //! Calling a partner API within its quota.
 //!
-//! `cargo run -p sluice-example-egress -- URL [CALLS]` sends CALLS (default
-//! 20) concurrent GETs to URL, at most 5 a second with bursts of 5, each
-//! waiting up to 10 s for its turn, and prints what came back.
+//! `cargo run -p sluice-example-egress -- URL [CALLS] [--redis REDIS_URL]`
+//! sends CALLS (default 20) concurrent GETs to URL, at most 5 a second with
+//! bursts of 5, each waiting up to 10 s for its turn, and prints what came
+//! back. With `--redis`, the quota is counted in Redis: every process run
+//! with the same Redis and `SLUICE_KEY_SECRET` shares the 5 a second.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use sluice_egress::{EgressLimiter, RateLimitedClient};
+use sluice_redis::{SharedOptions, SharedStore};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -16,7 +19,12 @@ async fn main() -> anyhow::Result<()> {
     let url = args
         .next()
         .unwrap_or_else(|| "http://127.0.0.1:8000/".into());
-    let calls: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(20);
+    let rest: Vec<String> = args.collect();
+    let calls: usize = rest.first().and_then(|n| n.parse().ok()).unwrap_or(20);
+    let redis = rest
+        .iter()
+        .position(|a| a == "--redis")
+        .and_then(|i| rest.get(i + 1));
 
     // The partner's quota: 5 calls a second.
     let quota = LimitSpec {
@@ -25,9 +33,16 @@ async fn main() -> anyhow::Result<()> {
         burst: 5,
         nodelay: true,
     };
+    let mut limiter = EgressLimiter::new(&quota)?;
+    if let Some(url) = redis {
+        let store = SharedStore::start(url.parse()?, SharedOptions::default());
+        store.connect(Duration::from_secs(2)).await?;
+        let secret = std::env::var("SLUICE_KEY_SECRET").unwrap_or_default();
+        limiter = limiter.with_shared_store(store, secret.as_bytes());
+    }
     let client = RateLimitedClient::new(
         reqwest::Client::new(),
-        Arc::new(EgressLimiter::new(&quota)?),
+        Arc::new(limiter),
         Duration::from_secs(10),
     );
 
