@@ -4,7 +4,10 @@
 //! - `PUT /admin/keys/{key}/plan` with `{"plan":"pro"}`: put a key on a plan
 //!   now, over the config's assignment; `GET` reads a key's plan and where it
 //!   comes from (`runtime`, `config` or `default`); `DELETE` removes the
-//!   runtime assignment.
+//!   runtime assignment;
+//! - `POST /admin/keys/save`: write the runtime assignments to
+//!   `[client] runtime_keys_file` (atomically: a temporary file renamed
+//!   over it); they are loaded from it at the next start.
 //!
 //! They exist only when `SLUICE_ADMIN_TOKEN` is set, and demand
 //! `Authorization: Bearer <token>`: 401 without it, 403 with another token.
@@ -19,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
-use sluice_policy::{Engine, PlanSource};
+use sluice_policy::{Engine, PlanSource, SaveError};
 
 use crate::problem::Problem;
 use crate::reload::{Reloaded, Reloader};
@@ -43,6 +46,7 @@ pub fn router(admin: Admin) -> axum::Router {
             "/admin/keys/{key}/plan",
             get(get_plan).put(put_plan).delete(delete_plan),
         )
+        .route("/admin/keys/save", post(save_keys))
         .route_layer(axum::middleware::from_fn_with_state(
             admin.clone(),
             require_token,
@@ -163,4 +167,32 @@ async fn put_plan(
 async fn delete_plan(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
     admin.engine.unassign_plan(&key);
     StatusCode::NO_CONTENT.into_response()
+}
+
+async fn save_keys(State(admin): State<Admin>) -> Response {
+    // Blocking file I/O (a write and an fsync) off the async workers.
+    let engine = admin.engine.clone();
+    let saved = tokio::task::spawn_blocking(move || engine.save_runtime_assignments()).await;
+    match saved {
+        Ok(Ok((path, n))) => {
+            tracing::info!(file = %path.display(), assignments = n, "runtime key assignments saved");
+            Json(serde_json::json!({ "saved": n, "file": path.display().to_string() }))
+                .into_response()
+        }
+        Ok(Err(e @ SaveError::NotConfigured)) => {
+            Problem::new(StatusCode::CONFLICT, e.to_string()).into_response()
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "saving runtime key assignments failed");
+            Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "saving runtime key assignments failed");
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "The save did not finish.",
+            )
+            .into_response()
+        }
+    }
 }
