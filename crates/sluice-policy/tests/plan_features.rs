@@ -487,3 +487,35 @@ fn runtime_assignments_are_saved_and_loaded_at_start() {
     );
     assert_eq!(plain.store().clock().now(), 1 << 50);
 }
+
+#[test]
+fn the_documented_batch_example_holds() {
+    // docs/policies.md, "At the limit: reject or delay".
+    let e = engine(
+        r#"
+        [client]
+        key = "header:X-Api-Key"
+        default_plan = "batch"
+        [plans.batch]
+        on_limit = "delay"
+        max_delay = "500ms"
+        max_queue = 100
+        limits = [{ algorithm = "gcra", rate = "20/s", burst = 10 }]
+        "#,
+    );
+    let got = delays(&e, "k", 25);
+    let ms = 1_000_000;
+    let mut want: Vec<Option<u64>> = vec![Some(0); 10];
+    want.extend((1..=10).map(|n| Some(n * 50 * ms)));
+    want.extend([None; 5]);
+    assert_eq!(got, want);
+}
+
+#[test]
+fn the_plans_example_loads_its_keys_file() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let policy = Policy::load(&root.join("plans.toml")).unwrap();
+    assert_eq!(policy.plan_of("demo-batch-key"), Some("batch"));
+    assert_eq!(policy.plan_of("demo-pro-key"), Some("pro"));
+    assert_eq!(policy.cost_rules("free").len(), 1);
+}
