@@ -5,6 +5,9 @@
 //!   now, over the config's assignment; `GET` reads a key's plan and where it
 //!   comes from (`runtime`, `config` or `default`); `DELETE` removes the
 //!   runtime assignment;
+//! - `PUT /admin/keys/{key}/credits` with `{"credits": 100}`: set a key's
+//!   burst credits (extra cost its plan admits once its bucket is empty);
+//!   `GET` reads the balance;
 //! - `POST /admin/keys/save`: write the runtime assignments to
 //!   `[client] runtime_keys_file` (atomically: a temporary file renamed
 //!   over it); they are loaded from it at the next start.
@@ -47,6 +50,10 @@ pub fn router(admin: Admin) -> axum::Router {
             get(get_plan).put(put_plan).delete(delete_plan),
         )
         .route("/admin/keys/save", post(save_keys))
+        .route(
+            "/admin/keys/{key}/credits",
+            get(get_credits).put(put_credits),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             admin.clone(),
             require_token,
@@ -195,4 +202,35 @@ async fn save_keys(State(admin): State<Admin>) -> Response {
             .into_response()
         }
     }
+}
+
+/// The body of `PUT /admin/keys/{key}/credits`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreditsBody {
+    credits: u64,
+}
+
+async fn get_credits(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
+    Json(serde_json::json!({ "credits": admin.engine.credits(&key) })).into_response()
+}
+
+async fn put_credits(
+    State(admin): State<Admin>,
+    Path(key): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let body: CreditsBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return Problem::new(
+                StatusCode::BAD_REQUEST,
+                format!("expected {{\"credits\": <a whole number>}}: {e}"),
+            )
+            .into_response();
+        }
+    };
+    admin.engine.set_credits(&key, body.credits);
+    tracing::info!(credits = body.credits, "a key's burst credits were set");
+    Json(serde_json::json!({ "credits": body.credits })).into_response()
 }

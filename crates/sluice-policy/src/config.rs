@@ -319,6 +319,10 @@ pub struct LimitConfig {
     /// With `on_limit = "delay"`: the most requests held at once by this
     /// limit on this instance; 100 by default.
     pub max_queue: Option<Spanned<u64>>,
+    /// Priority classes: the most of this limit's burst (in percent) that
+    /// the keys of a plan may use, e.g. `{ free = 80 }`; plans not listed
+    /// may use all of it.
+    pub max_share: Option<Spanned<BTreeMap<String, u8>>>,
 }
 
 fn default_match() -> Spanned<MatchConfig> {

@@ -165,6 +165,8 @@ pub struct Engine<C: Clock = SystemClock> {
     hasher: KeyHasher,
     /// The shared store, when the limits live in Redis.
     shared: Option<Arc<SharedStore>>,
+    /// Burst credits by client key id.
+    credits: Mutex<HashMap<KeyId, u64>>,
 }
 
 /// A policy and its limits' state in the store, swapped as one.
@@ -173,8 +175,9 @@ struct Compiled {
     policy: Arc<Policy>,
     /// The store's state of each of the policy's limits, by index.
     limits: Vec<Arc<Limit>>,
-    /// The delay queue of each `on_limit = "delay"` limit, by index.
-    queues: Vec<Option<Arc<DelayQueue>>>,
+    /// The gate of each gated limit (`on_limit = "delay"` or `max_share`),
+    /// by index: its delay queue, locked by every decision on the limit.
+    gates: Vec<Option<Arc<DelayQueue>>>,
 }
 
 /// The requests an `on_limit = "delay"` limit holds now on this instance:
@@ -226,6 +229,7 @@ impl<C: Clock> Engine<C> {
             store,
             hasher,
             shared: None,
+            credits: Mutex::new(HashMap::new()),
         }
     }
 
@@ -435,125 +439,38 @@ impl<C: Clock> Engine<C> {
         let current = self.current.load();
         let runtime = self.runtime_plans.load();
         let plan = self.plan(&current, &runtime, req)?;
-        if plan.enforced.iter().any(|p| p.limit.delay.is_some()) {
-            return self.decide_delayed(&current, &plan);
-        }
-        let checks: SmallVec<[Check<'_>; 4]> = plan
+        if plan
             .enforced
             .iter()
-            .map(|p| p.memory_check(&current))
-            .collect();
-        let checked = self.store.check(&checks).map_err(|e| match e {
-            sluice_core::CheckError::CostExceedsCapacity { cost, capacity } => {
-                DecideError::Impossible {
-                    limit: String::new(),
-                    cost,
-                    capacity,
-                }
-            }
-        })?;
-        // Shadowed limits count only requests that pass, and never refuse.
-        let mut shadow = Vec::new();
-        if checked.allowed {
-            for p in &plan.shadowed {
-                let decision = self
-                    .store
-                    .check_one(&p.memory_check(&current))
-                    .map(|d| p.translate(d, false))
-                    .unwrap_or_else(|_| p.impossible());
-                shadow.push(p.result(decision));
-            }
+            .any(|p| current.gates[p.index].is_some())
+        {
+            return self.decide_gated(&current, &plan);
         }
-        Ok(plan.verdict(checked, shadow, None))
+        let mut checked = self.check_enforced(&current, &plan)?;
+        if !checked.allowed
+            && let Some(paid) = self.spend_credits(&current, &plan, &checked)?
+        {
+            checked = paid;
+        }
+        Ok(self.finish(&current, &plan, checked))
     }
 
-    /// [`decide_local`](Self::decide_local) for a request under at least one
-    /// `on_limit = "delay"` limit: the queues of its delay limits are locked
-    /// (in index order) for the whole decision, so that their bounds are
-    /// exact. A limit whose queue is full admits only what fits its burst
-    /// now; a request refused that way is charged nothing.
-    fn decide_delayed(&self, current: &Compiled, plan: &Plan<'_>) -> Result<Verdict, DecideError> {
-        let now = self.store.clock().now();
-        let mut order: SmallVec<[usize; 4]> = (0..plan.enforced.len())
-            .filter(|&i| plan.enforced[i].limit.delay.is_some())
-            .collect();
-        order.sort_by_key(|&i| plan.enforced[i].index);
-        let mut locked: SmallVec<[(usize, MutexGuard<'_, Releases>); 4]> = SmallVec::new();
-        for &i in &order {
-            if let Some(q) = &current.queues[plan.enforced[i].index] {
-                locked.push((i, q.lock(now)));
-            }
-        }
-        // A full queue: refuse, without charging anything, what would wait.
-        for (i, q) in &locked {
-            let p = &plan.enforced[*i];
-            let Some(d) = p.limit.delay else { continue };
-            if q.len() < d.max_queue {
-                continue;
-            }
-            let peek = self.store.check_one(&Check {
-                cost: 0,
-                ..p.memory_check(current)
-            });
-            let remaining = peek.map_or(0, |x| x.remaining);
-            if remaining >= p.cost.saturating_add(d.extra) {
-                continue;
-            }
-            let refill = p.refill_time(p.cost.saturating_add(d.extra) - remaining);
-            let slot = q.peek().map_or(0, |Reverse(t)| t.saturating_sub(now));
-            let mut decisions = Vec::with_capacity(plan.enforced.len());
-            for (j, other) in plan.enforced.iter().enumerate() {
-                let mut dec = self
-                    .store
-                    .check_one(&Check {
-                        cost: 0,
-                        ..other.memory_check(current)
-                    })
-                    .map(|x| other.translate(x, false))
-                    .unwrap_or_else(|_| other.impossible());
-                dec.delay = 0;
-                if j == *i {
-                    dec.allowed = false;
-                    dec.remaining = 0;
-                    dec.retry_after = Some(refill.min(slot).max(1));
-                }
-                decisions.push(dec);
-            }
-            tracing::debug!(limit = %p.limit.name, "delay queue full: refused");
-            let checked = Checked {
-                allowed: false,
-                decisions,
-            };
-            return Ok(plan.verdict(checked, Vec::new(), None));
-        }
+    /// Checks the enforced limits, all-or-nothing.
+    fn check_enforced(&self, current: &Compiled, plan: &Plan<'_>) -> Result<Checked, DecideError> {
         let checks: SmallVec<[Check<'_>; 4]> = plan
             .enforced
             .iter()
             .map(|p| p.memory_check(current))
             .collect();
-        let mut checked = self.store.check(&checks).map_err(|e| match e {
-            sluice_core::CheckError::CostExceedsCapacity { cost, capacity } => {
-                DecideError::Impossible {
-                    limit: String::new(),
-                    cost,
-                    capacity,
-                }
-            }
-        })?;
-        for (p, d) in plan.enforced.iter().zip(checked.decisions.iter_mut()) {
-            *d = p.translate(*d, true);
-        }
+        self.store.check(&checks).map_err(impossible)
+    }
+
+    /// Decides the shadowed limits of an admitted request and makes the
+    /// verdict.
+    fn finish(&self, current: &Compiled, plan: &Plan<'_>, checked: Checked) -> Verdict {
+        // Shadowed limits count only requests that pass, and never refuse.
         let mut shadow = Vec::new();
         if checked.allowed {
-            let wait = checked.decisions.iter().map(|d| d.delay).max().unwrap_or(0);
-            if wait > 0 {
-                for (i, q) in &mut locked {
-                    if checked.decisions[*i].delay > 0 {
-                        q.push(Reverse(now.saturating_add(wait)));
-                    }
-                }
-            }
-            drop(locked);
             for p in &plan.shadowed {
                 let decision = self
                     .store
@@ -563,7 +480,217 @@ impl<C: Clock> Engine<C> {
                 shadow.push(p.result(decision));
             }
         }
-        Ok(plan.verdict(checked, shadow, None))
+        plan.verdict(checked, shadow, None)
+    }
+
+    /// [`decide_local`](Self::decide_local) for a request under at least one
+    /// gated limit (`on_limit = "delay"`, or `max_share` priority classes).
+    /// The gates of its gated limits are locked (in index order) for the
+    /// whole decision, so that their bounds are exact:
+    ///
+    /// 1. a class may not take a limit below the share reserved for others;
+    /// 2. a delay limit whose queue is full admits only what fits its burst
+    ///    now;
+    ///
+    /// and a request refused by either is charged nothing.
+    fn decide_gated(&self, current: &Compiled, plan: &Plan<'_>) -> Result<Verdict, DecideError> {
+        let now = self.store.clock().now();
+        let mut order: SmallVec<[usize; 4]> = (0..plan.enforced.len())
+            .filter(|&i| current.gates[plan.enforced[i].index].is_some())
+            .collect();
+        order.sort_by_key(|&i| plan.enforced[i].index);
+        let mut locked: SmallVec<[(usize, MutexGuard<'_, Releases>); 4]> = SmallVec::new();
+        for &i in &order {
+            if let Some(q) = &current.gates[plan.enforced[i].index] {
+                locked.push((i, q.lock(now)));
+            }
+        }
+        // 1. Priority classes: leave the reserve of the other classes.
+        for (i, _) in &locked {
+            let p = &plan.enforced[*i];
+            let reserve = p.limit.reserve_for(plan.class);
+            if reserve == 0 {
+                continue;
+            }
+            let remaining = self.peek(current, p).remaining;
+            let need = p.cost.saturating_add(reserve);
+            if remaining < need {
+                tracing::debug!(limit = %p.limit.name, "class share used up: refused");
+                let retry = p.refill_time(need - remaining);
+                return Ok(self.refuse_one(current, plan, *i, retry));
+            }
+        }
+        // 2. A full queue: refuse, without charging anything, what would wait.
+        for (i, q) in &locked {
+            let p = &plan.enforced[*i];
+            let Some(d) = p.limit.delay else { continue };
+            if q.len() < d.max_queue {
+                continue;
+            }
+            let remaining = self.peek(current, p).remaining;
+            if remaining >= p.cost {
+                continue;
+            }
+            let refill = p.refill_time(p.cost - remaining);
+            let slot = q.peek().map_or(0, |Reverse(t)| t.saturating_sub(now));
+            tracing::debug!(limit = %p.limit.name, "delay queue full: refused");
+            return Ok(self.refuse_one(current, plan, *i, refill.min(slot)));
+        }
+        let mut checked = self.check_enforced(current, plan)?;
+        for (p, d) in plan.enforced.iter().zip(checked.decisions.iter_mut()) {
+            *d = p.translate(*d, true);
+            // A class sees what it may still use.
+            d.remaining = d.remaining.saturating_sub(p.limit.reserve_for(plan.class));
+        }
+        if !checked.allowed
+            && let Some(paid) = self.spend_credits(current, plan, &checked)?
+        {
+            checked = paid;
+        }
+        if checked.allowed {
+            let wait = checked.decisions.iter().map(|d| d.delay).max().unwrap_or(0);
+            if wait > 0 {
+                for (i, q) in &mut locked {
+                    if checked.decisions[*i].delay > 0 {
+                        q.push(Reverse(now.saturating_add(wait)));
+                    }
+                }
+            }
+        }
+        drop(locked);
+        Ok(self.finish(current, plan, checked))
+    }
+
+    /// A limit as it stands for a key, as the client sees it (a peek).
+    fn peek(&self, current: &Compiled, p: &Planned<'_>) -> Decision {
+        self.store
+            .check_one(&Check {
+                cost: 0,
+                ..p.memory_check(current)
+            })
+            .map(|x| p.translate(x, false))
+            .unwrap_or_else(|_| p.impossible())
+    }
+
+    /// The verdict refusing a request for the `i`-th enforced limit, with
+    /// every limit as it stands (nothing is charged).
+    fn refuse_one(&self, current: &Compiled, plan: &Plan<'_>, i: usize, retry: Nanos) -> Verdict {
+        let decisions = plan
+            .enforced
+            .iter()
+            .enumerate()
+            .map(|(j, p)| {
+                let mut d = self.peek(current, p);
+                if j == i {
+                    d.allowed = false;
+                    d.remaining = 0;
+                    d.retry_after = Some(retry.max(1));
+                }
+                d
+            })
+            .collect();
+        let checked = Checked {
+            allowed: false,
+            decisions,
+        };
+        plan.verdict(checked, Vec::new(), None)
+    }
+
+    /// Admits a request refused only by its plan's limits when its key has
+    /// the burst credits to pay for it: the other limits must still allow
+    /// it (they are charged), and the credits are debited by the request's
+    /// cost. `None` when credits do not apply or do not suffice.
+    fn spend_credits(
+        &self,
+        current: &Compiled,
+        plan: &Plan<'_>,
+        checked: &Checked,
+    ) -> Result<Option<Checked>, DecideError> {
+        let Some(client) = current.policy.client_key() else {
+            return Ok(None);
+        };
+        let violated: SmallVec<[usize; 4]> = (0..plan.enforced.len())
+            .filter(|&i| !checked.decisions[i].allowed)
+            .collect();
+        let Some(&first) = violated.first() else {
+            return Ok(None);
+        };
+        let plan_only = violated.iter().all(|&i| {
+            let l = plan.enforced[i].limit;
+            l.plan.is_some() && l.key == *client
+        });
+        if !plan_only {
+            return Ok(None);
+        }
+        let key = plan.enforced[first].key;
+        let need = violated
+            .iter()
+            .map(|&i| plan.enforced[i].cost)
+            .max()
+            .unwrap_or(0);
+        let mut credits = self.credits.lock().unwrap_or_else(PoisonError::into_inner);
+        let balance = credits.get(&key).copied().unwrap_or(0);
+        if balance < need {
+            return Ok(None);
+        }
+        let rest: SmallVec<[usize; 4]> = (0..plan.enforced.len())
+            .filter(|i| !violated.contains(i))
+            .collect();
+        let checks: SmallVec<[Check<'_>; 4]> = rest
+            .iter()
+            .map(|&i| plan.enforced[i].memory_check(current))
+            .collect();
+        let others = self.store.check(&checks).map_err(impossible)?;
+        if !others.allowed {
+            return Ok(None);
+        }
+        if balance == need {
+            credits.remove(&key);
+        } else {
+            credits.insert(key, balance - need);
+        }
+        drop(credits);
+        tracing::debug!(spent = need, "burst credits spent");
+        let mut decisions = checked.decisions.clone();
+        for &i in &violated {
+            decisions[i] = Decision {
+                allowed: true,
+                remaining: 0,
+                retry_after: None,
+                delay: 0,
+                ..decisions[i]
+            };
+        }
+        for (&i, d) in rest.iter().zip(others.decisions) {
+            decisions[i] = plan.enforced[i].translate(d, true);
+        }
+        Ok(Some(Checked {
+            allowed: true,
+            decisions,
+        }))
+    }
+
+    /// Sets a client key's burst credits: extra cost its plan's limits admit
+    /// once their buckets are empty (memory store; kept in this process).
+    pub fn set_credits(&self, key: &str, credits: u64) {
+        let id = self.hasher.key_id(key);
+        let mut all = self.credits.lock().unwrap_or_else(PoisonError::into_inner);
+        if credits == 0 {
+            all.remove(&id);
+        } else {
+            all.insert(id, credits);
+        }
+    }
+
+    /// A client key's burst credits now.
+    pub fn credits(&self, key: &str) -> u64 {
+        let id = self.hasher.key_id(key);
+        self.credits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Which limits apply to a request, under which keys, enforced or in
@@ -618,9 +745,21 @@ impl<C: Clock> Engine<C> {
                 shadowed.push(planned);
             }
         }
+        // The client's plan is its priority class, where a limit has some.
+        let class = if enforced
+            .iter()
+            .any(|p: &Planned<'_>| !p.limit.max_share.is_empty())
+        {
+            current
+                .policy
+                .client_plan(req, &|key| runtime.get(key).map(String::as_str))
+        } else {
+            None
+        };
         Ok(Plan {
             enforced,
             shadowed,
+            class,
             style: current.policy.headers,
         })
     }
@@ -737,6 +876,8 @@ impl<'p> Planned<'p> {
 struct Plan<'p> {
     enforced: SmallVec<[Planned<'p>; 4]>,
     shadowed: SmallVec<[Planned<'p>; 4]>,
+    /// The client's plan, when a limit has priority classes.
+    class: Option<&'p str>,
     style: HeadersConfig,
 }
 
@@ -767,6 +908,19 @@ impl Plan<'_> {
     }
 }
 
+/// A cost no limit could ever admit, as a decision error.
+fn impossible(e: sluice_core::CheckError) -> DecideError {
+    match e {
+        sluice_core::CheckError::CostExceedsCapacity { cost, capacity } => {
+            DecideError::Impossible {
+                limit: String::new(),
+                cost,
+                capacity,
+            }
+        }
+    }
+}
+
 /// Whether a limit is enforced for a key: not in shadow, and the key falls
 /// in its `enforce_percent` (sticky: by the key's keyed hash).
 fn is_enforced(shadow: bool, percent: u8, key: KeyId) -> bool {
@@ -782,17 +936,19 @@ impl Compiled {
             .iter()
             .map(|def| store.limit(&def.id, def.delay.map_or(def.limiter, |d| d.limiter)))
             .collect();
-        let queues = policy
+        let gates = policy
             .limits()
             .iter()
             .map(|def| {
-                def.delay?;
+                if def.delay.is_none() && def.max_share.is_empty() {
+                    return None;
+                }
                 let kept = old.and_then(|o| {
                     o.policy
                         .limits()
                         .iter()
                         .position(|l| l.id == def.id)
-                        .and_then(|i| o.queues[i].clone())
+                        .and_then(|i| o.gates[i].clone())
                 });
                 Some(kept.unwrap_or_default())
             })
@@ -800,7 +956,7 @@ impl Compiled {
         Self {
             policy: Arc::new(policy),
             limits,
-            queues,
+            gates,
         }
     }
 }

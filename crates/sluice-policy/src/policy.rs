@@ -47,6 +47,21 @@ pub struct LimitDef {
     pub enforce_percent: u8,
     /// With `on_limit = "delay"`: how requests over the limit are held.
     pub delay: Option<DelayDef>,
+    /// Priority classes: the most of the burst (percent, 1 to 99) that the
+    /// keys of a plan may use; plans not listed may use all of it.
+    pub max_share: BTreeMap<String, u8>,
+}
+
+impl LimitDef {
+    /// The cost a request of plan `class` must leave in the bucket: the
+    /// part of the burst reserved for other classes (0 when unrestricted).
+    pub fn reserve_for(&self, class: Option<&str>) -> u64 {
+        let Some(share) = class.and_then(|c| self.max_share.get(c)) else {
+            return 0;
+        };
+        let usable = u128::from(self.spec.burst) * u128::from(*share) / 100;
+        self.spec.burst - u64::try_from(usable).unwrap_or(self.spec.burst)
+    }
 }
 
 /// `on_limit = "delay"`: a request over the limit that could pass within
@@ -249,7 +264,7 @@ impl Policy {
                     ),
                 ));
             }
-            let def = compile_limit(source, l, name, None, None, None)?;
+            let def = compile_limit(source, l, name, None, None, None, &config.plans)?;
             if !names.insert(def.name.to_string()) {
                 return Err(err(
                     l.span(),
@@ -285,8 +300,15 @@ impl Policy {
                     rules.push((compile_cost_rule(source, l, name)?, l.span()));
                     continue;
                 }
-                let def =
-                    compile_limit(source, l, name, Some(plan), client_key.as_ref(), Some(pc))?;
+                let def = compile_limit(
+                    source,
+                    l,
+                    name,
+                    Some(plan),
+                    client_key.as_ref(),
+                    Some(pc),
+                    &config.plans,
+                )?;
                 ids.push(limits.len());
                 limits.push(def);
             }
@@ -495,6 +517,29 @@ impl Policy {
         self.resolve_with(req, |_| None)
     }
 
+    /// The plan of a client key, with runtime assignments (`runtime(key)`)
+    /// over the config's; a runtime plan this policy lacks is ignored.
+    pub fn plan_with<'p>(
+        &'p self,
+        key: &str,
+        runtime: &impl Fn(&str) -> Option<&'p str>,
+    ) -> Option<&'p str> {
+        runtime(key)
+            .filter(|p| self.plans.contains_key(*p))
+            .or_else(|| self.plan_of(key))
+    }
+
+    /// The plan of the client making a request (its priority class).
+    pub fn client_plan<'p>(
+        &'p self,
+        req: &RequestInfo<'_>,
+        runtime: &impl Fn(&str) -> Option<&'p str>,
+    ) -> Option<&'p str> {
+        let source = self.client_key.as_ref()?;
+        let key = key_of(source, req, &self.trusted)?;
+        self.plan_with(&key, runtime)
+    }
+
     /// [`resolve`](Self::resolve), with runtime plan assignments that take
     /// precedence over the config's: `runtime(key)` names a key's plan.
     /// An assignment to a plan this policy lacks is ignored.
@@ -507,11 +552,9 @@ impl Policy {
             .client_key
             .as_ref()
             .and_then(|source| key_of(source, req, &self.trusted));
-        let plan_name = client_key.as_deref().and_then(|k| {
-            runtime(k)
-                .filter(|p| self.plans.contains_key(*p))
-                .or_else(|| self.plan_of(k))
-        });
+        let plan_name = client_key
+            .as_deref()
+            .and_then(|k| self.plan_with(k, &runtime));
         let plan = plan_name.and_then(|p| self.plans.get(p));
         // The first matching `bucket = "shared"` rule prices the request on
         // the plan's main limits.
@@ -609,6 +652,7 @@ fn compile_limit(
     plan: Option<&String>,
     client_key: Option<&KeySource>,
     plan_config: Option<&PlanConfig>,
+    all_plans: &BTreeMap<String, PlanConfig>,
 ) -> Result<LimitDef, ConfigError> {
     let c = l.get_ref();
     let at = |msg: String| source.error_at(Some(l.span()), msg);
@@ -668,6 +712,28 @@ fn compile_limit(
     let matcher = Matcher::compile(c.matches.get_ref())
         .map_err(|m| at_span(c.matches.span(), format!("limit `{name}`: {m}")))?;
     let delay = compile_delay(source, l, &name, &spec, plan_config)?;
+    let mut max_share = BTreeMap::new();
+    if let Some(shares) = &c.max_share {
+        for (class, percent) in shares.get_ref() {
+            if !all_plans.contains_key(class) {
+                return Err(at_span(
+                    shares.span(),
+                    format!("limit `{name}`: max_share: no plan named `{class}`"),
+                ));
+            }
+            if !(1..=100).contains(percent) {
+                return Err(at_span(
+                    shares.span(),
+                    format!(
+                        "limit `{name}`: max_share: {class} = {percent}: a share is a percentage from 1 to 100"
+                    ),
+                ));
+            }
+            if *percent < 100 {
+                max_share.insert(class.clone(), *percent);
+            }
+        }
+    }
     let scope = plan.map_or_else(|| "limit".to_owned(), |p| format!("plan:{p}"));
     let mut id = format!(
         "{scope}/{name}/{}/{}/{}/{}",
@@ -698,6 +764,7 @@ fn compile_limit(
         shadow: c.shadow,
         enforce_percent,
         delay,
+        max_share,
     })
 }
 

@@ -519,3 +519,91 @@ fn the_plans_example_loads_its_keys_file() {
     assert_eq!(policy.plan_of("demo-pro-key"), Some("pro"));
     assert_eq!(policy.cost_rules("free").len(), 1);
 }
+
+const CLASSES: &str = r#"
+[client]
+key = "header:X-Api-Key"
+default_plan = "free"
+
+[plans.free]
+limits = [{ rate = "1000/h", burst = 1000 }]
+
+[plans.pro]
+limits = [{ rate = "1000/h", burst = 1000 }]
+
+[keys]
+p1 = "pro"
+
+[[limits]]
+name = "backend"
+key = "global"
+rate = "10/h"
+burst = 10
+max_share = { free = 80 }
+"#;
+
+#[test]
+fn a_class_uses_at_most_its_share_of_a_global_bucket() {
+    let e = engine(CLASSES);
+    // Free keys, together, get 80 % of the backend's 10.
+    let mut free_admitted = 0;
+    for n in 0..12 {
+        let v = get(&e, &format!("f{}", n % 3), "/");
+        if v.allowed {
+            free_admitted += 1;
+            // A free key sees what its class may still use.
+            assert_eq!(remaining(&v, "backend"), 8 - free_admitted);
+        } else {
+            assert_eq!(v.violated().next().unwrap().name.as_ref(), "backend");
+            assert!(v.retry_after().is_some());
+        }
+    }
+    assert_eq!(free_admitted, 8);
+    // The refused ones spent nothing: pro still has the last 2.
+    assert!(get(&e, "p1", "/").allowed);
+    let v = get(&e, "p1", "/");
+    assert!(v.allowed);
+    assert_eq!(remaining(&v, "backend"), 0);
+    assert!(!get(&e, "p1", "/").allowed);
+
+    let err = error(&CLASSES.replace("{ free = 80 }", "{ gold = 80 }"));
+    assert!(err.contains("max_share: no plan named `gold`"), "{err}");
+    let err = error(&CLASSES.replace("{ free = 80 }", "{ free = 0 }"));
+    assert!(err.contains("from 1 to 100"), "{err}");
+}
+
+#[test]
+fn burst_credits_pay_once_the_plan_bucket_is_empty() {
+    let e = engine(
+        r#"
+        [client]
+        key = "header:X-Api-Key"
+        default_plan = "free"
+        [plans.free]
+        limits = [{ rate = "1/h", burst = 2 }]
+        [[limits]]
+        name = "g"
+        key = "global"
+        rate = "4/h"
+        burst = 4
+        "#,
+    );
+    e.set_credits("k", 5);
+    assert_eq!(e.credits("k"), 5);
+    assert!(get(&e, "k", "/").allowed);
+    assert!(get(&e, "k", "/").allowed);
+    assert_eq!(e.credits("k"), 5, "not spent while the bucket has quota");
+    let v = get(&e, "k", "/");
+    assert!(v.allowed, "paid with a credit");
+    assert_eq!((remaining(&v, "free"), remaining(&v, "g")), (0, 1));
+    assert_eq!(e.credits("k"), 4);
+    assert!(get(&e, "k", "/").allowed);
+    assert_eq!(e.credits("k"), 3);
+    // Now the global limit refuses too: credits do not buy past it.
+    assert!(!get(&e, "k", "/").allowed);
+    assert_eq!(e.credits("k"), 3);
+    // Another key without credits is refused by its plan as usual.
+    assert_eq!(e.credits("other"), 0);
+    e.set_credits("k", 0);
+    assert_eq!(e.credits("k"), 0);
+}

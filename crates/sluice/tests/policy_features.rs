@@ -361,3 +361,105 @@ async fn the_delay_queue_bound_holds() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test]
+async fn priority_classes_keep_room_for_higher_plans_under_a_mixed_load() {
+    let s = Sluice::start_with(
+        "classes",
+        r#"
+[client]
+key = "header:X-Api-Key"
+default_plan = "free"
+
+[plans.free]
+limits = [{ rate = "1000/h", burst = 1000 }]
+
+[plans.pro]
+limits = [{ rate = "1000/h", burst = 1000 }]
+
+[keys]
+pro-1 = "pro"
+pro-2 = "pro"
+
+[[limits]]
+name = "backend"
+key = "global"
+rate = "20/h"
+burst = 20
+max_share = { free = 50 }
+"#,
+    );
+    // 30 free requests and 10 pro ones, interleaved, all at once.
+    let c = client();
+    let tasks: Vec<_> = (0..40)
+        .map(|n| {
+            let key = if n % 4 == 3 {
+                format!("pro-{}", n % 2 + 1)
+            } else {
+                format!("free-{}", n % 5)
+            };
+            let request = c.get(s.url("/")).header("X-Api-Key", key.clone());
+            tokio::spawn(async move { (key, send(request).await.status) })
+        })
+        .collect();
+    let (mut free, mut pro) = (0, 0);
+    for t in tasks {
+        let (key, status) = t.await.unwrap();
+        assert!(status == 200 || status == 429, "{status}");
+        if status == 200 {
+            if key.starts_with("pro") {
+                pro += 1;
+            } else {
+                free += 1;
+            }
+        }
+    }
+    assert!(free <= 10, "free used at most 50 % of 20: {free}");
+    assert_eq!(pro, 10, "every pro request got through");
+}
+
+#[tokio::test]
+async fn burst_credits_are_granted_spent_and_shown() {
+    let s = Sluice::start_with_env(
+        "credits",
+        r#"
+[client]
+key = "header:X-Api-Key"
+default_plan = "free"
+
+[plans.free]
+limits = [{ rate = "1/h", burst = 2 }]
+"#,
+        &[("SLUICE_ADMIN_TOKEN", TOKEN)],
+    );
+    let c = client();
+    let url = s.control_url("/admin/keys/alice/credits");
+    assert_eq!(send(c.put(&url).body(r#"{"credits":3}"#)).await.status, 401);
+    let r = send(c.put(&url).bearer_auth(TOKEN).body(r#"{"credits":3}"#)).await;
+    assert_eq!((r.status, r.json()["credits"].as_u64()), (200, Some(3)));
+    let r = send(c.put(&url).bearer_auth(TOKEN).body(r#"{"credits":-1}"#)).await;
+    assert_eq!(r.status, 400);
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        statuses.push(
+            send(c.get(s.url("/")).header("X-Api-Key", "alice"))
+                .await
+                .status,
+        );
+    }
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 429],
+        "2 from the bucket, 3 on credit"
+    );
+    let r = send(c.get(&url).bearer_auth(TOKEN)).await;
+    assert_eq!(r.json()["credits"], 0);
+    assert_eq!(
+        send(c.get(s.url("/")).header("X-Api-Key", "bob"))
+            .await
+            .status,
+        200,
+        "other keys have their own bucket"
+    );
+    assert!(!s.log().contains("alice"));
+}
