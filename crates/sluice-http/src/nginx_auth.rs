@@ -51,15 +51,14 @@ pub async fn auth(
         .into_response();
     };
     let path = uri.split('?').next().unwrap_or("/");
-    let decided = engine
-        .decide(&RequestInfo {
-            method: &method,
-            path,
-            headers: &headers,
-            peer: Some(peer.ip()),
-            cost: None,
-        })
-        .await;
+    let decided = engine.decide(&RequestInfo {
+        method: &method,
+        path,
+        headers: &headers,
+        peer: Some(peer.ip()),
+        cost: None,
+    })
+    .await;
     let verdict = match decided {
         Ok(v) => v,
         Err(e) => return with_problem_field(decide_error(&e)),

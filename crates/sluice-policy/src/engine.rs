@@ -62,7 +62,8 @@ impl Verdict {
         self.violated().filter_map(|r| r.decision.retry_after).max()
     }
 
-    /// How long an admitted request should be held (leaky bucket queueing).
+    /// How long an admitted request should be held: leaky bucket queueing,
+    /// or an `on_limit = "delay"` limit's wait for its reserved slot.
     pub fn delay(&self) -> Nanos {
         self.results
             .iter()
