@@ -607,3 +607,21 @@ fn burst_credits_pay_once_the_plan_bucket_is_empty() {
     e.set_credits("k", 0);
     assert_eq!(e.credits("k"), 0);
 }
+
+#[test]
+fn a_reload_that_keeps_a_delay_limit_keeps_its_queue() {
+    let e = engine(DELAY);
+    let half = SECOND / 2;
+    assert_eq!(
+        delays(&e, "k", 5),
+        [Some(0), Some(0), Some(half), Some(2 * half), Some(3 * half)]
+    );
+    e.replace_policy(Policy::from_toml("features.toml", DELAY).unwrap());
+    // Same limit: same counters, same three waiting, so the queue is full.
+    assert_eq!(delays(&e, "k", 1), [None]);
+    // A changed max_delay is a new limit: fresh counters, empty queue.
+    e.replace_policy(
+        Policy::from_toml("features.toml", &DELAY.replace("\"2s\"", "\"3s\"")).unwrap(),
+    );
+    assert_eq!(delays(&e, "k", 3), [Some(0), Some(0), Some(half)]);
+}
