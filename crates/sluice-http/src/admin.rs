@@ -4,7 +4,13 @@
 //! - `PUT /admin/keys/{key}/plan` with `{"plan":"pro"}`: put a key on a plan
 //!   now, over the config's assignment; `GET` reads a key's plan and where it
 //!   comes from (`runtime`, `config` or `default`); `DELETE` removes the
-//!   runtime assignment.
+//!   runtime assignment;
+//! - `PUT /admin/keys/{key}/credits` with `{"credits": 100}`: set a key's
+//!   burst credits (extra cost its plan admits once its bucket is empty);
+//!   `GET` reads the balance;
+//! - `POST /admin/keys/save`: write the runtime assignments to
+//!   `[client] runtime_keys_file` (atomically: a temporary file renamed
+//!   over it); they are loaded from it at the next start.
 //!
 //! They exist only when `SLUICE_ADMIN_TOKEN` is set, and demand
 //! `Authorization: Bearer <token>`: 401 without it, 403 with another token.
@@ -19,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
-use sluice_policy::{Engine, PlanSource};
+use sluice_policy::{Engine, PlanSource, SaveError};
 
 use crate::problem::Problem;
 use crate::reload::{Reloaded, Reloader};
@@ -42,6 +48,11 @@ pub fn router(admin: Admin) -> axum::Router {
         .route(
             "/admin/keys/{key}/plan",
             get(get_plan).put(put_plan).delete(delete_plan),
+        )
+        .route("/admin/keys/save", post(save_keys))
+        .route(
+            "/admin/keys/{key}/credits",
+            get(get_credits).put(put_credits),
         )
         .route_layer(axum::middleware::from_fn_with_state(
             admin.clone(),
@@ -163,4 +174,63 @@ async fn put_plan(
 async fn delete_plan(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
     admin.engine.unassign_plan(&key);
     StatusCode::NO_CONTENT.into_response()
+}
+
+async fn save_keys(State(admin): State<Admin>) -> Response {
+    // Blocking file I/O (a write and an fsync) off the async workers.
+    let engine = admin.engine.clone();
+    let saved = tokio::task::spawn_blocking(move || engine.save_runtime_assignments()).await;
+    match saved {
+        Ok(Ok((path, n))) => {
+            tracing::info!(file = %path.display(), assignments = n, "runtime key assignments saved");
+            Json(serde_json::json!({ "saved": n, "file": path.display().to_string() }))
+                .into_response()
+        }
+        Ok(Err(e @ SaveError::NotConfigured)) => {
+            Problem::new(StatusCode::CONFLICT, e.to_string()).into_response()
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "saving runtime key assignments failed");
+            Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "saving runtime key assignments failed");
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "The save did not finish.",
+            )
+            .into_response()
+        }
+    }
+}
+
+/// The body of `PUT /admin/keys/{key}/credits`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreditsBody {
+    credits: u64,
+}
+
+async fn get_credits(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
+    Json(serde_json::json!({ "credits": admin.engine.credits(&key) })).into_response()
+}
+
+async fn put_credits(
+    State(admin): State<Admin>,
+    Path(key): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let body: CreditsBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return Problem::new(
+                StatusCode::BAD_REQUEST,
+                format!("expected {{\"credits\": <a whole number>}}: {e}"),
+            )
+            .into_response();
+        }
+    };
+    admin.engine.set_credits(&key, body.credits);
+    tracing::info!(credits = body.credits, "a key's burst credits were set");
+    Json(serde_json::json!({ "credits": body.credits })).into_response()
 }

@@ -172,6 +172,16 @@ where
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let peer = (self.peer)(req.headers(), req.extensions());
+        // HTTP/2 carries the host in the URI's authority: `match.host`
+        // reads it from the Host field.
+        if !req.headers().contains_key(http::header::HOST)
+            && let Some(host) = req
+                .uri()
+                .authority()
+                .and_then(|a| http::HeaderValue::from_str(a.host()).ok())
+        {
+            req.headers_mut().insert(http::header::HOST, host);
+        }
         // The service that was polled ready is the one to call.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
@@ -227,8 +237,10 @@ fn refused(decided: Result<Verdict, DecideError>) -> Response<Body> {
     }
 }
 
-/// Holds the request for the verdict's delay, calls the inner service, and
-/// adds the rate-limit fields to its response.
+/// Holds the request for the verdict's delay (a leaky bucket's smoothing,
+/// or an `on_limit = "delay"` limit's wait: an async sleep, no thread
+/// held), calls the inner service, and adds the rate-limit fields to its
+/// response.
 async fn forward<S, ReqBody, ResBody>(
     mut inner: S,
     req: Request<ReqBody>,

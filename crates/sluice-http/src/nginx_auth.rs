@@ -67,6 +67,12 @@ pub async fn auth(
         Err(e) => return with_problem_field(decide_error(&e)),
     };
     if verdict.allowed {
+        // A delayed request (`on_limit = "delay"`, or a leaky bucket) is
+        // held here: nginx waits for the subrequest before proxying.
+        let delay = verdict.delay();
+        if delay > 0 {
+            tokio::time::sleep(std::time::Duration::from_nanos(delay)).await;
+        }
         let mut response = StatusCode::NO_CONTENT.into_response();
         add_headers(&verdict, response.headers_mut());
         return response;

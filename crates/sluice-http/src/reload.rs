@@ -1,7 +1,8 @@
 //! Hot reload: read the config file again and swap the engine's policy.
 //!
-//! Triggers (wired by the binary): SIGHUP, a change to the file (polled
-//! once a second), and `POST /admin/reload`. A config that does not load is
+//! Triggers (wired by the binary): SIGHUP, a change to the file or to its
+//! `[client] keys_file` (both polled once a second), and
+//! `POST /admin/reload`. A config that does not load is
 //! logged with its file, line and column, counted, and the running config
 //! keeps serving. Limits whose definition did not change keep their
 //! counters; each request is decided by one config from start to end.
@@ -46,7 +47,7 @@ pub enum Reloaded {
 impl Reloader {
     /// A reloader for `engine`, whose config was loaded from `path`.
     pub fn new(engine: Arc<Engine>, path: PathBuf) -> Self {
-        let text = std::fs::read_to_string(&path).ok();
+        let text = snapshot(&engine, &path);
         Self {
             engine,
             path,
@@ -69,7 +70,7 @@ impl Reloader {
     pub fn reload(&self, force: bool) -> Result<Reloaded, ConfigError> {
         // An unreadable file counts as a text too (`None`): a file that
         // stays missing is reported once, not at every poll.
-        let text = std::fs::read_to_string(&self.path).ok();
+        let text = snapshot(&self.engine, &self.path);
         if !force && *self.last_text.lock() == text {
             return Ok(Reloaded::Unchanged);
         }
@@ -126,6 +127,20 @@ impl Reloader {
     }
 }
 
+/// The text a reload depends on: the config file's, and its keys file's
+/// (named by the policy in force). `None` when the config is unreadable.
+fn snapshot(engine: &Engine, path: &std::path::Path) -> Option<String> {
+    let mut text = std::fs::read_to_string(path).ok()?;
+    if let Some(keys) = &engine.policy().keys_file {
+        text.push('\0');
+        match std::fs::read_to_string(keys) {
+            Ok(k) => text.push_str(&k),
+            Err(_) => text.push_str("\0missing"),
+        }
+    }
+    Some(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +176,37 @@ mod tests {
         std::fs::write(&path, good.replace("1/s", "2/s")).unwrap();
         assert_eq!(reloader.reload(false).unwrap(), Reloaded::Applied);
         assert_eq!(reloader.succeeded(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_changed_keys_file_reloads() {
+        let dir = std::env::temp_dir().join(format!("sluice-reload-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sluice.toml");
+        std::fs::write(
+            &path,
+            "[client]\nkey = \"header:K\"\ndefault_plan = \"free\"\nkeys_file = \"keys.csv\"\n\
+             [plans.free]\nlimits = [{ rate = \"1/s\" }]\n[plans.pro]\nlimits = [{ rate = \"9/s\" }]\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("keys.csv"), "alice,free\n").unwrap();
+        let engine = Arc::new(Engine::new(Policy::load(&path).unwrap()));
+        let reloader = Reloader::new(engine.clone(), path.clone());
+        assert_eq!(reloader.reload(false).unwrap(), Reloaded::Unchanged);
+        std::fs::write(dir.join("keys.csv"), "alice,pro\n").unwrap();
+        assert_eq!(reloader.reload(false).unwrap(), Reloaded::Applied);
+        assert_eq!(engine.policy().plan_of("alice"), Some("pro"));
+        std::fs::write(dir.join("keys.csv"), "alice,gold\n").unwrap();
+        assert!(
+            reloader.reload(false).is_err(),
+            "a bad keys file is refused"
+        );
+        assert_eq!(
+            engine.policy().plan_of("alice"),
+            Some("pro"),
+            "and the config stays"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

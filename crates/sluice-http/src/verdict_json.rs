@@ -39,7 +39,8 @@ pub struct VerdictJson<'a> {
     /// Milliseconds until the request could pass, if refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
-    /// Milliseconds an admitted request is held for smoothing (leaky bucket).
+    /// Milliseconds an admitted request is held for smoothing (a leaky
+    /// bucket, or an `on_limit = "delay"` limit).
     #[serde(skip_serializing_if = "is_zero")]
     pub delay_ms: u64,
     /// Each applied limit.

@@ -158,3 +158,38 @@ async fn wraps_a_bare_tower_service() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+const DELAYED: &str = r#"
+    [[limits]]
+    name = "smooth"
+    key = "global"
+    rate = "2/s"
+    burst = 1
+    on_limit = "delay"
+    max_delay = "5s"
+    max_queue = 2
+"#;
+
+#[tokio::test]
+async fn on_limit_delay_holds_requests_and_bounds_the_queue() {
+    let mut svc = RateLimitLayer::from_toml(DELAYED).unwrap().layer(Hello);
+    // On the memory store, `call` decides at once: these four are decided
+    // in this order, before any of them is awaited.
+    let start = tokio::time::Instant::now();
+    let first = svc.call(Request::new(String::new()));
+    let second = svc.call(Request::new(String::new()));
+    let third = svc.call(Request::new(String::new()));
+    let fourth = svc.call(Request::new(String::new()));
+    let (first, second, third, fourth) = tokio::join!(first, second, third, fourth);
+    assert_eq!(first.unwrap().status(), StatusCode::OK);
+    assert_eq!(second.unwrap().status(), StatusCode::OK);
+    assert_eq!(third.unwrap().status(), StatusCode::OK, "held, then passed");
+    // Two were waiting (the queue's bound): the fourth is refused, though
+    // it would have fit within max_delay.
+    let fourth = fourth.unwrap();
+    assert_eq!(fourth.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(fourth.headers().contains_key("retry-after"));
+    // The third waited its turn at 2/s behind two others (a lower bound:
+    // a sleep never ends early).
+    assert!(start.elapsed() >= std::time::Duration::from_millis(900));
+}

@@ -217,6 +217,52 @@ pub struct ClientConfig {
     /// Proxies whose `X-Forwarded-For`/`Forwarded` headers are believed.
     #[serde(default)]
     pub trusted_proxies: Vec<IpNet>,
+    /// A file of key-to-plan assignments (`.csv`: `key,plan` lines;
+    /// `.toml`: `"key" = "plan"`), relative to this config file. Its entries
+    /// beat `[keys]`.
+    pub keys_file: Option<Spanned<String>>,
+    /// Where `POST /admin/keys/save` writes the runtime assignments (a
+    /// `.toml` or `.csv` file, relative to this config file); they are
+    /// loaded from it at start.
+    pub runtime_keys_file: Option<Spanned<String>>,
+    /// What a key that changes plan keeps of its used quota.
+    #[serde(default)]
+    pub carry_over: CarryOver,
+}
+
+/// `client.carry_over`: what a key that changes plan keeps of the quota it
+/// has used.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CarryOver {
+    /// The new plan starts with the same used fraction as the old one.
+    #[default]
+    Proportional,
+    /// The new plan starts fresh.
+    Reset,
+}
+
+/// `on_limit`: what happens to a request over the limit.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLimitConfig {
+    /// 429 at once.
+    #[default]
+    Reject,
+    /// Hold it until it fits, up to `max_delay`; 429 beyond.
+    Delay,
+}
+
+/// `bucket`: whether a limit with a `match` counts on its own.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BucketConfig {
+    /// Its own counter (the default).
+    #[default]
+    Separate,
+    /// No counter of its own: a matching request costs `cost` on the plan's
+    /// main limits (those without a `match`).
+    Shared,
 }
 
 /// `[plans.<name>]`.
@@ -225,6 +271,12 @@ pub struct ClientConfig {
 pub struct PlanConfig {
     /// The plan's limits, keyed by the client key unless they say otherwise.
     pub limits: Vec<Spanned<LimitConfig>>,
+    /// The default `on_limit` of the plan's limits.
+    pub on_limit: Option<Spanned<OnLimitConfig>>,
+    /// The default `max_delay` of the plan's limits, e.g. `"500ms"`.
+    pub max_delay: Option<Spanned<String>>,
+    /// The default `max_queue` of the plan's limits.
+    pub max_queue: Option<Spanned<u64>>,
 }
 
 /// One limit.
@@ -236,8 +288,9 @@ pub struct LimitConfig {
     /// The algorithm; `token_bucket` by default.
     #[serde(default)]
     pub algorithm: AlgorithmKind,
-    /// The long-run rate, e.g. `"10/s"`.
-    pub rate: Spanned<Rate>,
+    /// The long-run rate, e.g. `"10/s"`. Required, except for a
+    /// `bucket = "shared"` rule, which has no counter of its own.
+    pub rate: Option<Spanned<Rate>>,
     /// The most cost admitted at once; defaults to the rate's amount.
     pub burst: Option<Spanned<u64>>,
     /// Leaky bucket only: admit within `burst` without delay.
@@ -256,6 +309,20 @@ pub struct LimitConfig {
     /// Enforce for this share of keys (sticky by a keyed hash of the key);
     /// the others are in shadow. 100 by default.
     pub enforce_percent: Option<Spanned<u8>>,
+    /// Its own counter (`separate`, the default) or the plan's (`shared`).
+    pub bucket: Option<Spanned<BucketConfig>>,
+    /// `reject` (429, the default) or `delay` a request over the limit.
+    pub on_limit: Option<Spanned<OnLimitConfig>>,
+    /// With `on_limit = "delay"`: the longest a request is held, e.g.
+    /// `"500ms"`.
+    pub max_delay: Option<Spanned<String>>,
+    /// With `on_limit = "delay"`: the most requests held at once by this
+    /// limit on this instance; 100 by default.
+    pub max_queue: Option<Spanned<u64>>,
+    /// Priority classes: the most of this limit's burst (in percent) that
+    /// the keys of a plan may use, e.g. `{ free = 80 }`; plans not listed
+    /// may use all of it.
+    pub max_share: Option<Spanned<BTreeMap<String, u8>>>,
 }
 
 fn default_match() -> Spanned<MatchConfig> {
@@ -272,6 +339,25 @@ pub struct MatchConfig {
     /// A path prefix, matched on whole segments (`/export` matches
     /// `/export` and `/export/x`, not `/exports`).
     pub path_prefix: Option<String>,
+    /// A path glob: `*` is one segment, `**` any number of segments, e.g.
+    /// `/v1/*/export`.
+    pub path: Option<String>,
+    /// The host (`Host` header or URI authority, without the port): exact,
+    /// or `*.example.com` for any subdomain.
+    pub host: Option<String>,
+    /// A header that must be present (`{ name = "X-Debug" }`) or have a
+    /// value (`{ name = "X-Tier", value = "batch" }`).
+    pub header: Option<HeaderMatchConfig>,
+}
+
+/// `match.header`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderMatchConfig {
+    /// The header's name (case-insensitive).
+    pub name: String,
+    /// The value it must have (exact, after trimming); any value when absent.
+    pub value: Option<String>,
 }
 
 /// A config error, located in its file.

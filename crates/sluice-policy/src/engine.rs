@@ -1,8 +1,10 @@
 //! The decision engine: a policy and a store, answering "may this request
 //! pass?" over every limit that applies to it, all-or-nothing.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use sluice_core::{Clock, Decision, LimitSpec, Nanos, SystemClock};
 use sluice_redis::{DecidedBy, Fallback, SharedCheck, SharedStore};
@@ -11,7 +13,7 @@ use smallvec::SmallVec;
 
 use arc_swap::ArcSwap;
 
-use crate::config::HeadersConfig;
+use crate::config::{CarryOver, HeadersConfig};
 use crate::policy::{Access, LimitDef, LimitLabels, MissingKey, Policy, RequestInfo};
 
 /// One applied limit's decision.
@@ -60,7 +62,8 @@ impl Verdict {
         self.violated().filter_map(|r| r.decision.retry_after).max()
     }
 
-    /// How long an admitted request should be held (leaky bucket queueing).
+    /// How long an admitted request should be held: leaky bucket queueing,
+    /// or an `on_limit = "delay"` limit's wait for its reserved slot.
     pub fn delay(&self) -> Nanos {
         self.results
             .iter()
@@ -68,6 +71,22 @@ impl Verdict {
             .max()
             .unwrap_or(0)
     }
+}
+
+/// Why the runtime assignments could not be saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// The config has no `[client] runtime_keys_file`.
+    #[error("the config has no `[client] runtime_keys_file` to save to")]
+    NotConfigured,
+    /// Writing the file failed.
+    #[error("cannot write {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
 }
 
 /// A plan the policy does not have.
@@ -147,6 +166,8 @@ pub struct Engine<C: Clock = SystemClock> {
     hasher: KeyHasher,
     /// The shared store, when the limits live in Redis.
     shared: Option<Arc<SharedStore>>,
+    /// Burst credits by client key id.
+    credits: Mutex<HashMap<KeyId, u64>>,
 }
 
 /// A policy and its limits' state in the store, swapped as one.
@@ -155,6 +176,31 @@ struct Compiled {
     policy: Arc<Policy>,
     /// The store's state of each of the policy's limits, by index.
     limits: Vec<Arc<Limit>>,
+    /// The gate of each gated limit (`on_limit = "delay"` or `max_share`),
+    /// by index: its delay queue, locked by every decision on the limit.
+    gates: Vec<Option<Arc<DelayQueue>>>,
+}
+
+/// The requests an `on_limit = "delay"` limit holds now on this instance:
+/// the times they are released. Every decision on the limit locks it, so
+/// the bound is exact.
+#[derive(Debug, Default)]
+struct DelayQueue {
+    releases: Mutex<Releases>,
+}
+
+/// Release times, earliest first.
+type Releases = BinaryHeap<Reverse<Nanos>>;
+
+impl DelayQueue {
+    /// Locks the queue and forgets the requests released by `now`.
+    fn lock(&self, now: Nanos) -> MutexGuard<'_, Releases> {
+        let mut q = self.releases.lock().unwrap_or_else(PoisonError::into_inner);
+        while q.peek().is_some_and(|Reverse(t)| *t <= now) {
+            q.pop();
+        }
+        q
+    }
 }
 
 impl Engine<SystemClock> {
@@ -172,13 +218,19 @@ impl<C: Clock> Engine<C> {
     /// An engine over an existing store (shared with other engines, or on a
     /// manual clock).
     pub fn with_store(policy: Policy, store: Arc<MemoryStore<C>>, hasher: KeyHasher) -> Self {
-        let compiled = Compiled::new(policy, &store);
+        let runtime: HashMap<String, String> = policy
+            .runtime_keys
+            .as_ref()
+            .map(|r| r.loaded.iter().cloned().collect())
+            .unwrap_or_default();
+        let compiled = Compiled::new(policy, &store, None);
         Self {
             current: ArcSwap::from_pointee(compiled),
-            runtime_plans: ArcSwap::from_pointee(HashMap::new()),
+            runtime_plans: ArcSwap::from_pointee(runtime),
             store,
             hasher,
             shared: None,
+            credits: Mutex::new(HashMap::new()),
         }
     }
 
@@ -198,27 +250,136 @@ impl<C: Clock> Engine<C> {
 
     /// Puts a client key on a plan at run time, over the config's
     /// assignment. Fails when the current policy has no such plan.
+    ///
+    /// On the memory store, with `[client] carry_over = "proportional"`
+    /// (the default), the key keeps the share of quota it has used: see
+    /// [`Engine::carry_over`].
     pub fn assign_plan(&self, key: &str, plan: &str) -> Result<(), UnknownPlan> {
         if !self.current.load().policy.has_plan(plan) {
             return Err(UnknownPlan(plan.to_owned()));
         }
+        let before = self.plan_of(key).map(|(p, _)| p);
         self.runtime_plans.rcu(|m| {
             let mut m = HashMap::clone(m);
             m.insert(key.to_owned(), plan.to_owned());
             m
         });
+        if let Some(before) = before {
+            self.carry_over(key, &before, plan);
+        }
         Ok(())
     }
 
-    /// Removes a key's runtime assignment; returns whether it had one.
+    /// Removes a key's runtime assignment; returns whether it had one. The
+    /// key goes back to its config plan, with the same carry-over as
+    /// [`Engine::assign_plan`].
     pub fn unassign_plan(&self, key: &str) -> bool {
+        let before = self.plan_of(key).map(|(p, _)| p);
         let mut had = false;
         self.runtime_plans.rcu(|m| {
             let mut m = HashMap::clone(m);
             had = m.remove(key).is_some();
             m
         });
+        if let (Some(before), Some((after, _))) = (before, self.plan_of(key)) {
+            self.carry_over(key, &before, &after);
+        }
         had
+    }
+
+    /// The runtime assignments now, sorted by key.
+    pub fn runtime_assignments(&self) -> BTreeMap<String, String> {
+        self.runtime_plans
+            .load()
+            .iter()
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect()
+    }
+
+    /// Writes the runtime assignments to `[client] runtime_keys_file`,
+    /// atomically (a temporary file renamed over it). Returns the file and
+    /// how many assignments it holds.
+    pub fn save_runtime_assignments(&self) -> Result<(PathBuf, usize), SaveError> {
+        let policy = self.policy();
+        let Some(file) = &policy.runtime_keys else {
+            return Err(SaveError::NotConfigured);
+        };
+        let all = self.runtime_assignments();
+        crate::keys_file::write_atomically(&file.path, &all).map_err(|source| SaveError::Io {
+            path: file.path.clone(),
+            source,
+        })?;
+        Ok((file.path.clone(), all.len()))
+    }
+
+    /// Carries a key's used quota from plan `from` to plan `to` (memory
+    /// store only; a no-op on a shared store, with `carry_over = "reset"`,
+    /// or when the plans are the same).
+    ///
+    /// Limits are paired by name, else by position: the n-th limit of `to`
+    /// takes the used fraction of the n-th limit of `from`. Only limits
+    /// counted by the client key take part. If the old limit is 75 % used
+    /// now, the new one is charged until it is 75 % used (it is never
+    /// refunded: a key that already used more of the new plan keeps that).
+    pub fn carry_over(&self, key: &str, from: &str, to: &str) {
+        let current = self.current.load();
+        let policy = &current.policy;
+        if from == to || self.shared.is_some() || policy.carry_over == CarryOver::Reset {
+            return;
+        }
+        let Some(client) = policy.client_key() else {
+            return;
+        };
+        let eligible = |plan: &str| -> Vec<usize> {
+            policy
+                .plan_limits(plan)
+                .iter()
+                .copied()
+                .filter(|&i| policy.limits()[i].key == *client)
+                .collect()
+        };
+        let (old, new) = (eligible(from), eligible(to));
+        let id = self.hasher.key_id(key);
+        for (n, &ni) in new.iter().enumerate() {
+            let new_def = &policy.limits()[ni];
+            let pair = old
+                .iter()
+                .copied()
+                .find(|&oi| policy.limits()[oi].name == new_def.name)
+                .or_else(|| old.get(n).copied());
+            let Some(oi) = pair else { continue };
+            let old_def = &policy.limits()[oi];
+            let used_old = self.used(&current, oi, old_def, id);
+            let used_new = self.used(&current, ni, new_def, id);
+            let (b_old, b_new) = (old_def.spec.burst.max(1), new_def.spec.burst);
+            let target = (u128::from(used_old) * u128::from(b_new) + u128::from(b_old / 2))
+                / u128::from(b_old);
+            let target = u64::try_from(target).unwrap_or(b_new).min(b_new);
+            if target > used_new {
+                let _ = self.store.check_one(&Check {
+                    limit: &current.limits[ni],
+                    key: id,
+                    cost: target - used_new,
+                });
+            }
+        }
+    }
+
+    /// How much of a limit's burst a key has used now (a peek).
+    fn used(&self, current: &Compiled, index: usize, def: &LimitDef, key: KeyId) -> u64 {
+        let peek = self.store.check_one(&Check {
+            limit: &current.limits[index],
+            key,
+            cost: 0,
+        });
+        let extra = def.delay.map_or(0, |d| d.extra);
+        match peek {
+            Ok(d) => def
+                .spec
+                .burst
+                .saturating_sub(d.remaining.saturating_sub(extra)),
+            Err(_) => 0,
+        }
     }
 
     /// A key's plan now, and where it comes from.
@@ -247,7 +408,8 @@ impl<C: Clock> Engine<C> {
     /// and definition) is unchanged keeps its counters; a new or changed one
     /// starts fresh.
     pub fn replace_policy(&self, policy: Policy) {
-        let compiled = Compiled::new(policy, &self.store);
+        let old = self.current.load_full();
+        let compiled = Compiled::new(policy, &self.store, Some(&old));
         self.current.store(Arc::new(compiled));
     }
 
@@ -278,32 +440,258 @@ impl<C: Clock> Engine<C> {
         let current = self.current.load();
         let runtime = self.runtime_plans.load();
         let plan = self.plan(&current, &runtime, req)?;
+        if plan
+            .enforced
+            .iter()
+            .any(|p| current.gates[p.index].is_some())
+        {
+            return self.decide_gated(&current, &plan);
+        }
+        let mut checked = self.check_enforced(&current, &plan)?;
+        if !checked.allowed
+            && let Some(paid) = self.spend_credits(&current, &plan, &checked)?
+        {
+            checked = paid;
+        }
+        Ok(self.finish(&current, &plan, checked))
+    }
+
+    /// Checks the enforced limits, all-or-nothing.
+    fn check_enforced(&self, current: &Compiled, plan: &Plan<'_>) -> Result<Checked, DecideError> {
         let checks: SmallVec<[Check<'_>; 4]> = plan
             .enforced
             .iter()
-            .map(|p| p.memory_check(&current))
+            .map(|p| p.memory_check(current))
             .collect();
-        let checked = self.store.check(&checks).map_err(|e| match e {
-            sluice_core::CheckError::CostExceedsCapacity { cost, capacity } => {
-                DecideError::Impossible {
-                    limit: String::new(),
-                    cost,
-                    capacity,
-                }
-            }
-        })?;
+        self.store.check(&checks).map_err(impossible)
+    }
+
+    /// Decides the shadowed limits of an admitted request and makes the
+    /// verdict.
+    fn finish(&self, current: &Compiled, plan: &Plan<'_>, checked: Checked) -> Verdict {
         // Shadowed limits count only requests that pass, and never refuse.
         let mut shadow = Vec::new();
         if checked.allowed {
             for p in &plan.shadowed {
                 let decision = self
                     .store
-                    .check_one(&p.memory_check(&current))
+                    .check_one(&p.memory_check(current))
+                    .map(|d| p.translate(d, false))
                     .unwrap_or_else(|_| p.impossible());
                 shadow.push(p.result(decision));
             }
         }
-        Ok(plan.verdict(checked, shadow, None))
+        plan.verdict(checked, shadow, None)
+    }
+
+    /// [`decide_local`](Self::decide_local) for a request under at least one
+    /// gated limit (`on_limit = "delay"`, or `max_share` priority classes).
+    /// The gates of its gated limits are locked (in index order) for the
+    /// whole decision, so that their bounds are exact:
+    ///
+    /// 1. a class may not take a limit below the share reserved for others;
+    /// 2. a delay limit whose queue is full admits only what fits its burst
+    ///    now;
+    ///
+    /// and a request refused by either is charged nothing.
+    fn decide_gated(&self, current: &Compiled, plan: &Plan<'_>) -> Result<Verdict, DecideError> {
+        let now = self.store.clock().now();
+        let mut order: SmallVec<[usize; 4]> = (0..plan.enforced.len())
+            .filter(|&i| current.gates[plan.enforced[i].index].is_some())
+            .collect();
+        order.sort_by_key(|&i| plan.enforced[i].index);
+        let mut locked: SmallVec<[(usize, MutexGuard<'_, Releases>); 4]> = SmallVec::new();
+        for &i in &order {
+            if let Some(q) = &current.gates[plan.enforced[i].index] {
+                locked.push((i, q.lock(now)));
+            }
+        }
+        // 1. Priority classes: leave the reserve of the other classes.
+        for (i, _) in &locked {
+            let p = &plan.enforced[*i];
+            let reserve = p.limit.reserve_for(plan.class);
+            if reserve == 0 {
+                continue;
+            }
+            let remaining = self.peek(current, p).remaining;
+            let need = p.cost.saturating_add(reserve);
+            if remaining < need {
+                tracing::debug!(limit = %p.limit.name, "class share used up: refused");
+                let retry = p.refill_time(need - remaining);
+                return Ok(self.refuse_one(current, plan, *i, retry));
+            }
+        }
+        // 2. A full queue: refuse, without charging anything, what would wait.
+        for (i, q) in &locked {
+            let p = &plan.enforced[*i];
+            let Some(d) = p.limit.delay else { continue };
+            if q.len() < d.max_queue {
+                continue;
+            }
+            let remaining = self.peek(current, p).remaining;
+            if remaining >= p.cost {
+                continue;
+            }
+            let refill = p.refill_time(p.cost - remaining);
+            let slot = q.peek().map_or(0, |Reverse(t)| t.saturating_sub(now));
+            tracing::debug!(limit = %p.limit.name, "delay queue full: refused");
+            return Ok(self.refuse_one(current, plan, *i, refill.min(slot)));
+        }
+        let mut checked = self.check_enforced(current, plan)?;
+        for (p, d) in plan.enforced.iter().zip(checked.decisions.iter_mut()) {
+            *d = p.translate(*d, true);
+            // A class sees what it may still use.
+            d.remaining = d.remaining.saturating_sub(p.limit.reserve_for(plan.class));
+        }
+        if !checked.allowed
+            && let Some(paid) = self.spend_credits(current, plan, &checked)?
+        {
+            checked = paid;
+        }
+        if checked.allowed {
+            let wait = checked.decisions.iter().map(|d| d.delay).max().unwrap_or(0);
+            if wait > 0 {
+                for (i, q) in &mut locked {
+                    if checked.decisions[*i].delay > 0 {
+                        q.push(Reverse(now.saturating_add(wait)));
+                    }
+                }
+            }
+        }
+        drop(locked);
+        Ok(self.finish(current, plan, checked))
+    }
+
+    /// A limit as it stands for a key, as the client sees it (a peek).
+    fn peek(&self, current: &Compiled, p: &Planned<'_>) -> Decision {
+        self.store
+            .check_one(&Check {
+                cost: 0,
+                ..p.memory_check(current)
+            })
+            .map(|x| p.translate(x, false))
+            .unwrap_or_else(|_| p.impossible())
+    }
+
+    /// The verdict refusing a request for the `i`-th enforced limit, with
+    /// every limit as it stands (nothing is charged).
+    fn refuse_one(&self, current: &Compiled, plan: &Plan<'_>, i: usize, retry: Nanos) -> Verdict {
+        let decisions = plan
+            .enforced
+            .iter()
+            .enumerate()
+            .map(|(j, p)| {
+                let mut d = self.peek(current, p);
+                if j == i {
+                    d.allowed = false;
+                    d.remaining = 0;
+                    d.retry_after = Some(retry.max(1));
+                }
+                d
+            })
+            .collect();
+        let checked = Checked {
+            allowed: false,
+            decisions,
+        };
+        plan.verdict(checked, Vec::new(), None)
+    }
+
+    /// Admits a request refused only by its plan's limits when its key has
+    /// the burst credits to pay for it: the other limits must still allow
+    /// it (they are charged), and the credits are debited by the request's
+    /// cost. `None` when credits do not apply or do not suffice.
+    fn spend_credits(
+        &self,
+        current: &Compiled,
+        plan: &Plan<'_>,
+        checked: &Checked,
+    ) -> Result<Option<Checked>, DecideError> {
+        let Some(client) = current.policy.client_key() else {
+            return Ok(None);
+        };
+        let violated: SmallVec<[usize; 4]> = (0..plan.enforced.len())
+            .filter(|&i| !checked.decisions[i].allowed)
+            .collect();
+        let Some(&first) = violated.first() else {
+            return Ok(None);
+        };
+        let plan_only = violated.iter().all(|&i| {
+            let l = plan.enforced[i].limit;
+            l.plan.is_some() && l.key == *client
+        });
+        if !plan_only {
+            return Ok(None);
+        }
+        let key = plan.enforced[first].key;
+        let need = violated
+            .iter()
+            .map(|&i| plan.enforced[i].cost)
+            .max()
+            .unwrap_or(0);
+        let mut credits = self.credits.lock().unwrap_or_else(PoisonError::into_inner);
+        let balance = credits.get(&key).copied().unwrap_or(0);
+        if balance < need {
+            return Ok(None);
+        }
+        let rest: SmallVec<[usize; 4]> = (0..plan.enforced.len())
+            .filter(|i| !violated.contains(i))
+            .collect();
+        let checks: SmallVec<[Check<'_>; 4]> = rest
+            .iter()
+            .map(|&i| plan.enforced[i].memory_check(current))
+            .collect();
+        let others = self.store.check(&checks).map_err(impossible)?;
+        if !others.allowed {
+            return Ok(None);
+        }
+        if balance == need {
+            credits.remove(&key);
+        } else {
+            credits.insert(key, balance - need);
+        }
+        drop(credits);
+        tracing::debug!(spent = need, "burst credits spent");
+        let mut decisions = checked.decisions.clone();
+        for &i in &violated {
+            decisions[i] = Decision {
+                allowed: true,
+                remaining: 0,
+                retry_after: None,
+                delay: 0,
+                ..decisions[i]
+            };
+        }
+        for (&i, d) in rest.iter().zip(others.decisions) {
+            decisions[i] = plan.enforced[i].translate(d, true);
+        }
+        Ok(Some(Checked {
+            allowed: true,
+            decisions,
+        }))
+    }
+
+    /// Sets a client key's burst credits: extra cost its plan's limits admit
+    /// once their buckets are empty (memory store; kept in this process).
+    pub fn set_credits(&self, key: &str, credits: u64) {
+        let id = self.hasher.key_id(key);
+        let mut all = self.credits.lock().unwrap_or_else(PoisonError::into_inner);
+        if credits == 0 {
+            all.remove(&id);
+        } else {
+            all.insert(id, credits);
+        }
+    }
+
+    /// A client key's burst credits now.
+    pub fn credits(&self, key: &str) -> u64 {
+        let id = self.hasher.key_id(key);
+        self.credits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Which limits apply to a request, under which keys, enforced or in
@@ -358,9 +746,21 @@ impl<C: Clock> Engine<C> {
                 shadowed.push(planned);
             }
         }
+        // The client's plan is its priority class, where a limit has some.
+        let class = if enforced
+            .iter()
+            .any(|p: &Planned<'_>| !p.limit.max_share.is_empty())
+        {
+            current
+                .policy
+                .client_plan(req, &|key| runtime.get(key).map(String::as_str))
+        } else {
+            None
+        };
         Ok(Plan {
             enforced,
             shadowed,
+            class,
             style: current.policy.headers,
         })
     }
@@ -434,6 +834,37 @@ impl<'p> Planned<'p> {
         }
     }
 
+    /// A decision on a delay limit's extended bucket, as the client sees
+    /// it: its burst as the limit, the extension not counted in
+    /// `remaining`, and (`hold`: for an enforced, admitted request) the time
+    /// until the bucket is back within its burst as the delay.
+    fn translate(&self, d: Decision, hold: bool) -> Decision {
+        let Some(delay) = self.limit.delay else {
+            return d;
+        };
+        let burst = self.limit.spec.burst;
+        let mut out = Decision {
+            limit: burst,
+            remaining: d.remaining.saturating_sub(delay.extra),
+            ..d
+        };
+        if d.allowed && hold {
+            let used = d.limit.saturating_sub(d.remaining);
+            if used > burst {
+                out.delay = self.refill_time(used - burst).min(delay.max_delay);
+            }
+        }
+        out
+    }
+
+    /// The time the limit's rate takes to refill `cost`, rounded up.
+    fn refill_time(&self, cost: u64) -> Nanos {
+        let rate = self.limit.spec.rate;
+        let t = (u128::from(cost) * u128::from(rate.period()))
+            .div_ceil(u128::from(rate.amount().max(1)));
+        u64::try_from(t).unwrap_or(u64::MAX)
+    }
+
     fn impossible(&self) -> Decision {
         Decision {
             allowed: false,
@@ -446,6 +877,8 @@ impl<'p> Planned<'p> {
 struct Plan<'p> {
     enforced: SmallVec<[Planned<'p>; 4]>,
     shadowed: SmallVec<[Planned<'p>; 4]>,
+    /// The client's plan, when a limit has priority classes.
+    class: Option<&'p str>,
     style: HeadersConfig,
 }
 
@@ -476,6 +909,19 @@ impl Plan<'_> {
     }
 }
 
+/// A cost no limit could ever admit, as a decision error.
+fn impossible(e: sluice_core::CheckError) -> DecideError {
+    match e {
+        sluice_core::CheckError::CostExceedsCapacity { cost, capacity } => {
+            DecideError::Impossible {
+                limit: String::new(),
+                cost,
+                capacity,
+            }
+        }
+    }
+}
+
 /// Whether a limit is enforced for a key: not in shadow, and the key falls
 /// in its `enforce_percent` (sticky: by the key's keyed hash).
 fn is_enforced(shadow: bool, percent: u8, key: KeyId) -> bool {
@@ -483,15 +929,35 @@ fn is_enforced(shadow: bool, percent: u8, key: KeyId) -> bool {
 }
 
 impl Compiled {
-    fn new<C: Clock>(policy: Policy, store: &MemoryStore<C>) -> Self {
+    /// Compiles a policy's state; delay queues of limits whose identity is
+    /// unchanged from `old` carry over with the requests they hold.
+    fn new<C: Clock>(policy: Policy, store: &MemoryStore<C>, old: Option<&Compiled>) -> Self {
         let limits = policy
             .limits()
             .iter()
-            .map(|def| store.limit(&def.id, def.limiter))
+            .map(|def| store.limit(&def.id, def.delay.map_or(def.limiter, |d| d.limiter)))
+            .collect();
+        let gates = policy
+            .limits()
+            .iter()
+            .map(|def| {
+                if def.delay.is_none() && def.max_share.is_empty() {
+                    return None;
+                }
+                let kept = old.and_then(|o| {
+                    o.policy
+                        .limits()
+                        .iter()
+                        .position(|l| l.id == def.id)
+                        .and_then(|i| o.gates[i].clone())
+                });
+                Some(kept.unwrap_or_default())
+            })
             .collect();
         Self {
             policy: Arc::new(policy),
             limits,
+            gates,
         }
     }
 }

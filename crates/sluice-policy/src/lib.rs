@@ -8,12 +8,15 @@ pub mod client_ip;
 pub mod config;
 pub mod engine;
 pub mod key_source;
+pub mod keys_file;
+pub mod matcher;
 pub mod policy;
 pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
-pub use engine::{DecideError, Engine, LimitResult, PlanSource, UnknownPlan, Verdict};
+pub use engine::{DecideError, Engine, LimitResult, PlanSource, SaveError, UnknownPlan, Verdict};
 pub use key_source::KeySource;
 pub use policy::{
-    Access, Applied, EnvoySettings, LimitDef, LimitLabels, Matcher, MissingKey, Policy, RequestInfo,
+    Access, Applied, CostRule, DelayDef, EnvoySettings, LimitDef, LimitLabels, Matcher, MissingKey,
+    Policy, RequestInfo, RuntimeKeysFile,
 };

@@ -11,8 +11,13 @@ use sluice_core::{LimitSpec, Limiter};
 use toml::Spanned;
 
 use crate::client_ip::TrustedProxies;
-use crate::config::{Config, ConfigError, HeadersConfig, LimitConfig, Source};
+use crate::config::{
+    BucketConfig, CarryOver, Config, ConfigError, HeadersConfig, LimitConfig, OnLimitConfig,
+    PlanConfig, Source,
+};
 use crate::key_source::KeySource;
+use crate::keys_file::KeysFile;
+pub use crate::matcher::Matcher;
 
 /// A limit, ready to decide.
 #[derive(Debug, Clone)]
@@ -40,6 +45,66 @@ pub struct LimitDef {
     pub shadow: bool,
     /// The share of keys (0 to 100) for which the limit is enforced.
     pub enforce_percent: u8,
+    /// With `on_limit = "delay"`: how requests over the limit are held.
+    pub delay: Option<DelayDef>,
+    /// Priority classes: the most of the burst (percent, 1 to 99) that the
+    /// keys of a plan may use; plans not listed may use all of it.
+    pub max_share: BTreeMap<String, u8>,
+}
+
+impl LimitDef {
+    /// The cost a request of plan `class` must leave in the bucket: the
+    /// part of the burst reserved for other classes (0 when unrestricted).
+    pub fn reserve_for(&self, class: Option<&str>) -> u64 {
+        let Some(share) = class.and_then(|c| self.max_share.get(c)) else {
+            return 0;
+        };
+        let usable = u128::from(self.spec.burst) * u128::from(*share) / 100;
+        self.spec.burst - u64::try_from(usable).unwrap_or(self.spec.burst)
+    }
+}
+
+/// `on_limit = "delay"`: a request over the limit that could pass within
+/// `max_delay` is admitted now and held until its turn.
+///
+/// The limit counts on an *extended* bucket of `burst + extra` where
+/// `extra` is what the rate refills in `max_delay`: a request that fits in
+/// the first `burst` passes at once; one that fits only in the extension is
+/// charged now (it reserves its slot) and held for the time the rate needs
+/// to bring the bucket back to `burst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DelayDef {
+    /// The longest a request is held, in nanoseconds.
+    pub max_delay: sluice_core::Nanos,
+    /// The most requests held at once by this limit on this instance.
+    pub max_queue: usize,
+    /// The extension: the cost the rate refills in `max_delay`.
+    pub extra: u64,
+    /// The extended bucket (`burst + extra`) that the memory store counts on.
+    pub limiter: Limiter,
+}
+
+/// A `bucket = "shared"` plan rule: matching requests cost `cost` on the
+/// plan's main limits (those without a `match`) instead of counting on a
+/// bucket of their own.
+#[derive(Debug, Clone)]
+pub struct CostRule {
+    /// The rule's name (for logs).
+    pub name: String,
+    /// Which requests it prices.
+    pub matcher: Matcher,
+    /// What one matching request costs on the plan's main limits.
+    pub cost: u64,
+}
+
+/// `[client] runtime_keys_file`, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeKeysFile {
+    /// Where the assignments are saved.
+    pub path: std::path::PathBuf,
+    /// What the file held when the policy was loaded (plans the policy lacks
+    /// included: they are ignored while it lacks them).
+    pub loaded: Vec<(String, String)>,
 }
 
 /// How metrics and logs name a limit. Every value comes from the config,
@@ -63,43 +128,6 @@ impl LimitLabels {
             plan: "".into(),
             endpoint: endpoint.into(),
         })
-    }
-}
-
-impl Matcher {
-    /// The endpoint label: `*`, or methods and a path prefix.
-    pub fn describe(&self) -> String {
-        let methods: Vec<&str> = self.methods.iter().map(Method::as_str).collect();
-        match (methods.is_empty(), &self.path_prefix) {
-            (true, None) => "*".to_owned(),
-            (true, Some(p)) => format!("{p}*"),
-            (false, None) => methods.join(","),
-            (false, Some(p)) => format!("{} {p}*", methods.join(",")),
-        }
-    }
-}
-
-/// Request conditions of a limit.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Matcher {
-    methods: Vec<Method>,
-    path_prefix: Option<String>,
-}
-
-impl Matcher {
-    /// Whether a request with this method and path matches.
-    pub fn matches(&self, method: &Method, path: &str) -> bool {
-        if !self.methods.is_empty() && !self.methods.contains(method) {
-            return false;
-        }
-        match &self.path_prefix {
-            None => true,
-            Some(prefix) => {
-                let p = prefix.trim_end_matches('/');
-                path.strip_prefix(p)
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || p.is_empty())
-            }
-        }
     }
 }
 
@@ -147,7 +175,14 @@ pub struct Policy {
     limits: Vec<LimitDef>,
     global: Vec<usize>,
     plans: BTreeMap<String, Vec<usize>>,
+    cost_rules: BTreeMap<String, Vec<CostRule>>,
     assignments: HashMap<String, String>,
+    /// `[client] keys_file`, resolved against the config's folder.
+    pub keys_file: Option<std::path::PathBuf>,
+    /// `[client] runtime_keys_file`, resolved and read.
+    pub runtime_keys: Option<RuntimeKeysFile>,
+    /// What a key that changes plan keeps of its used quota.
+    pub carry_over: CarryOver,
     default_plan: Option<String>,
     client_key: Option<KeySource>,
     trusted: TrustedProxies,
@@ -216,7 +251,20 @@ impl Policy {
                 .name
                 .clone()
                 .unwrap_or_else(|| format!("limit-{}", i + 1));
-            let def = compile_limit(source, l, name, None, None)?;
+            if let Some(b) = l
+                .get_ref()
+                .bucket
+                .as_ref()
+                .filter(|b| *b.get_ref() == BucketConfig::Shared)
+            {
+                return Err(err(
+                    b.span(),
+                    format!(
+                        "limit `{name}`: bucket = \"shared\" draws from a plan's bucket, so it belongs in a plan's limits"
+                    ),
+                ));
+            }
+            let def = compile_limit(source, l, name, None, None, None, &config.plans)?;
             if !names.insert(def.name.to_string()) {
                 return Err(err(
                     l.span(),
@@ -229,8 +277,10 @@ impl Policy {
 
         let client_key = config.client.key.clone();
         let mut plans = BTreeMap::new();
+        let mut cost_rules = BTreeMap::new();
         for (plan, pc) in &config.plans {
             let mut ids = Vec::new();
+            let mut rules = Vec::new();
             let mut plan_names = HashSet::new();
             for (i, l) in pc.limits.iter().enumerate() {
                 let name = l.get_ref().name.clone().unwrap_or_else(|| {
@@ -246,11 +296,49 @@ impl Policy {
                         format!("plans.{plan}: duplicate limit name `{name}`"),
                     ));
                 }
-                let def = compile_limit(source, l, name, Some(plan), client_key.as_ref())?;
+                if l.get_ref().bucket.as_ref().map(|b| *b.get_ref()) == Some(BucketConfig::Shared) {
+                    rules.push((compile_cost_rule(source, l, name)?, l.span()));
+                    continue;
+                }
+                let def = compile_limit(
+                    source,
+                    l,
+                    name,
+                    Some(plan),
+                    client_key.as_ref(),
+                    Some(pc),
+                    &config.plans,
+                )?;
                 ids.push(limits.len());
                 limits.push(def);
             }
+            let main: Vec<&LimitDef> = ids
+                .iter()
+                .map(|&i| &limits[i])
+                .filter(|l: &&LimitDef| l.matcher.is_any())
+                .collect();
+            for (rule, span) in &rules {
+                if main.is_empty() {
+                    return Err(err(
+                        span.clone(),
+                        format!(
+                            "plans.{plan}: rule `{}` has bucket = \"shared\", which charges the plan's main limits (those without a `match`), and this plan has none",
+                            rule.name
+                        ),
+                    ));
+                }
+                if let Some(l) = main.iter().find(|l| rule.cost > l.spec.burst) {
+                    return Err(err(
+                        span.clone(),
+                        format!(
+                            "plans.{plan}: rule `{}`: cost {} exceeds the burst {} of limit `{}`: no matching request could ever pass",
+                            rule.name, rule.cost, l.spec.burst, l.name
+                        ),
+                    ));
+                }
+            }
             plans.insert(plan.clone(), ids);
+            cost_rules.insert(plan.clone(), rules.into_iter().map(|(r, _)| r).collect());
         }
         if !plans.is_empty() && client_key.is_none() {
             return Err(source.error_at(
@@ -281,12 +369,57 @@ impl Policy {
             }
             assignments.insert(key.clone(), plan.get_ref().clone());
         }
+        let dir = source.file.parent().unwrap_or(std::path::Path::new(""));
+        let keys_file = match &config.client.keys_file {
+            None => None,
+            Some(f) => {
+                let path = dir.join(f.get_ref());
+                let file = KeysFile::read(&path, false).map_err(|e| {
+                    if e.line == 0 {
+                        err(f.span(), format!("client.keys_file: {e}"))
+                    } else {
+                        e
+                    }
+                })?;
+                for entry in &file.entries {
+                    if !plans.contains_key(&entry.plan) {
+                        return Err(file.source.error_at(
+                            Some(entry.plan_span.clone()),
+                            format!("no plan named `{}`", entry.plan),
+                        ));
+                    }
+                    assignments.insert(entry.key.clone(), entry.plan.clone());
+                }
+                Some(path)
+            }
+        };
+        let runtime_keys = match &config.client.runtime_keys_file {
+            None => None,
+            Some(f) => {
+                let path = dir.join(f.get_ref());
+                let file = KeysFile::read(&path, true).map_err(|e| {
+                    if e.line == 0 {
+                        err(f.span(), format!("client.runtime_keys_file: {e}"))
+                    } else {
+                        e
+                    }
+                })?;
+                Some(RuntimeKeysFile {
+                    path,
+                    loaded: file.entries.into_iter().map(|e| (e.key, e.plan)).collect(),
+                })
+            }
+        };
 
         Ok(Self {
             limits,
             global,
             plans,
+            cost_rules,
             assignments,
+            keys_file,
+            runtime_keys,
+            carry_over: config.client.carry_over,
             default_plan,
             client_key,
             trusted: TrustedProxies::new(config.client.trusted_proxies.clone()),
@@ -296,13 +429,10 @@ impl Policy {
             upstream,
             store,
             access: config.access.clone(),
-            envoy: config.envoy.as_ref().map(|e| {
-                let dir = source.file.parent().unwrap_or(std::path::Path::new(""));
-                EnvoySettings {
-                    config: dir.join(e.config.get_ref()),
-                    grpc_listen: e.grpc_listen,
-                    algorithm: e.algorithm,
-                }
+            envoy: config.envoy.as_ref().map(|e| EnvoySettings {
+                config: dir.join(e.config.get_ref()),
+                grpc_listen: e.grpc_listen,
+                algorithm: e.algorithm,
             }),
         })
     }
@@ -366,9 +496,48 @@ impl Policy {
         self.plans.contains_key(plan)
     }
 
+    /// The indices (into [`Policy::limits`]) of a plan's limits with a
+    /// counter of their own, in config order; empty for an unknown plan.
+    pub fn plan_limits(&self, plan: &str) -> &[usize] {
+        self.plans.get(plan).map_or(&[], Vec::as_slice)
+    }
+
+    /// A plan's `bucket = "shared"` rules.
+    pub fn cost_rules(&self, plan: &str) -> &[CostRule] {
+        self.cost_rules.get(plan).map_or(&[], Vec::as_slice)
+    }
+
+    /// The client key source (`[client] key`).
+    pub fn client_key(&self) -> Option<&KeySource> {
+        self.client_key.as_ref()
+    }
+
     /// The limits that apply to a request, with their keys and costs.
     pub fn resolve<'p>(&'p self, req: &RequestInfo<'p>) -> Result<Vec<Applied<'p>>, MissingKey> {
         self.resolve_with(req, |_| None)
+    }
+
+    /// The plan of a client key, with runtime assignments (`runtime(key)`)
+    /// over the config's; a runtime plan this policy lacks is ignored.
+    pub fn plan_with<'p>(
+        &'p self,
+        key: &str,
+        runtime: &impl Fn(&str) -> Option<&'p str>,
+    ) -> Option<&'p str> {
+        runtime(key)
+            .filter(|p| self.plans.contains_key(*p))
+            .or_else(|| self.plan_of(key))
+    }
+
+    /// The plan of the client making a request (its priority class).
+    pub fn client_plan<'p>(
+        &'p self,
+        req: &RequestInfo<'_>,
+        runtime: &impl Fn(&str) -> Option<&'p str>,
+    ) -> Option<&'p str> {
+        let source = self.client_key.as_ref()?;
+        let key = key_of(source, req, &self.trusted)?;
+        self.plan_with(&key, runtime)
     }
 
     /// [`resolve`](Self::resolve), with runtime plan assignments that take
@@ -383,19 +552,35 @@ impl Policy {
             .client_key
             .as_ref()
             .and_then(|source| key_of(source, req, &self.trusted));
-        let plan = client_key.as_deref().and_then(|k| {
-            runtime(k)
-                .and_then(|p| self.plans.get(p))
-                .or_else(|| self.plan_of(k).and_then(|p| self.plans.get(p)))
-        });
+        let plan_name = client_key
+            .as_deref()
+            .and_then(|k| self.plan_with(k, &runtime));
+        let plan = plan_name.and_then(|p| self.plans.get(p));
+        // The first matching `bucket = "shared"` rule prices the request on
+        // the plan's main limits.
+        let shared_cost = plan_name
+            .and_then(|p| self.cost_rules.get(p))
+            .and_then(|rules| {
+                rules
+                    .iter()
+                    .find(|r| r.matcher.matches_request(req.method, req.path, req.headers))
+            })
+            .map(|r| r.cost);
 
         let mut applied = Vec::new();
         let candidates = self.global.iter().chain(plan.into_iter().flatten());
         for &i in candidates {
             let limit = &self.limits[i];
-            if !limit.matcher.matches(req.method, req.path) {
+            if !limit
+                .matcher
+                .matches_request(req.method, req.path, req.headers)
+            {
                 continue;
             }
+            let configured = match shared_cost {
+                Some(cost) if limit.plan.is_some() && limit.matcher.is_any() => cost,
+                _ => limit.cost,
+            };
             let key = key_of(&limit.key, req, &self.trusted).ok_or_else(|| MissingKey {
                 limit: limit.name.to_string(),
                 from: limit.key.clone(),
@@ -404,7 +589,7 @@ impl Policy {
                 limit,
                 index: i,
                 key,
-                cost: req.cost.unwrap_or(limit.cost),
+                cost: req.cost.unwrap_or(configured),
             });
         }
         // A client without a key, where plans exist, cannot be placed in one.
@@ -466,6 +651,8 @@ fn compile_limit(
     name: String,
     plan: Option<&String>,
     client_key: Option<&KeySource>,
+    plan_config: Option<&PlanConfig>,
+    all_plans: &BTreeMap<String, PlanConfig>,
 ) -> Result<LimitDef, ConfigError> {
     let c = l.get_ref();
     let at = |msg: String| source.error_at(Some(l.span()), msg);
@@ -475,7 +662,12 @@ fn compile_limit(
             "limit name `{name}`: use 1 to 64 letters, digits, `-`, `_`, `.`, `:` or `/`"
         )));
     }
-    let rate = *c.rate.get_ref();
+    let Some(rate_field) = &c.rate else {
+        return Err(at(format!(
+            "limit `{name}`: missing field `rate` (e.g. \"10/s\")"
+        )));
+    };
+    let rate = *rate_field.get_ref();
     let spec = LimitSpec {
         algorithm: c.algorithm,
         rate,
@@ -483,7 +675,7 @@ fn compile_limit(
         nodelay: c.nodelay,
     };
     // A bad burst is reported at the burst, or at the rate it defaults from.
-    let burst_span = c.burst.as_ref().map_or(c.rate.span(), Spanned::span);
+    let burst_span = c.burst.as_ref().map_or(rate_field.span(), Spanned::span);
     let limiter = spec
         .build()
         .map_err(|e| at_span(burst_span.clone(), format!("limit `{name}`: burst: {e}")))?;
@@ -517,34 +709,42 @@ fn compile_limit(
             )));
         }
     };
-    let matches = c.matches.get_ref();
-    let at_match = |msg: String| at_span(c.matches.span(), msg);
-    let mut methods = Vec::new();
-    for m in &matches.methods {
-        let method = Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
-            at_match(format!(
-                "limit `{name}`: match.methods: `{m}` is not an HTTP method"
-            ))
-        })?;
-        methods.push(method);
-    }
-    if let Some(p) = matches.path_prefix.as_ref().filter(|p| !p.starts_with('/')) {
-        return Err(at_match(format!(
-            "limit `{name}`: match.path_prefix `{p}` must start with `/`"
-        )));
+    let matcher = Matcher::compile(c.matches.get_ref())
+        .map_err(|m| at_span(c.matches.span(), format!("limit `{name}`: {m}")))?;
+    let delay = compile_delay(source, l, &name, &spec, plan_config)?;
+    let mut max_share = BTreeMap::new();
+    if let Some(shares) = &c.max_share {
+        for (class, percent) in shares.get_ref() {
+            if !all_plans.contains_key(class) {
+                return Err(at_span(
+                    shares.span(),
+                    format!("limit `{name}`: max_share: no plan named `{class}`"),
+                ));
+            }
+            if !(1..=100).contains(percent) {
+                return Err(at_span(
+                    shares.span(),
+                    format!(
+                        "limit `{name}`: max_share: {class} = {percent}: a share is a percentage from 1 to 100"
+                    ),
+                ));
+            }
+            if *percent < 100 {
+                max_share.insert(class.clone(), *percent);
+            }
+        }
     }
     let scope = plan.map_or_else(|| "limit".to_owned(), |p| format!("plan:{p}"));
-    let id = format!(
+    let mut id = format!(
         "{scope}/{name}/{}/{}/{}/{}",
         spec.algorithm.name(),
         spec.rate,
         spec.burst,
         spec.nodelay
     );
-    let matcher = Matcher {
-        methods,
-        path_prefix: matches.path_prefix.clone(),
-    };
+    if let Some(d) = &delay {
+        id.push_str(&format!("/delay:{}", d.max_delay));
+    }
     let name: Arc<str> = name.into();
     let labels = Arc::new(LimitLabels {
         limit: name.clone(),
@@ -563,6 +763,156 @@ fn compile_limit(
         cost,
         shadow: c.shadow,
         enforce_percent,
+        delay,
+        max_share,
+    })
+}
+
+/// `on_limit`, `max_delay` and `max_queue` of a limit, or of its plan.
+fn compile_delay(
+    source: &Source,
+    l: &Spanned<LimitConfig>,
+    name: &str,
+    spec: &LimitSpec,
+    plan: Option<&PlanConfig>,
+) -> Result<Option<DelayDef>, ConfigError> {
+    let c = l.get_ref();
+    let at = |span: std::ops::Range<usize>, msg: String| source.error_at(Some(span), msg);
+    let on_limit = c
+        .on_limit
+        .as_ref()
+        .or(plan.and_then(|p| p.on_limit.as_ref()));
+    let max_delay = c
+        .max_delay
+        .as_ref()
+        .or(plan.and_then(|p| p.max_delay.as_ref()));
+    let max_queue = c
+        .max_queue
+        .as_ref()
+        .or(plan.and_then(|p| p.max_queue.as_ref()));
+    let Some(on_limit) = on_limit.filter(|o| *o.get_ref() == OnLimitConfig::Delay) else {
+        if let Some(field) = c
+            .max_delay
+            .as_ref()
+            .map(Spanned::span)
+            .or(c.max_queue.as_ref().map(Spanned::span))
+        {
+            return Err(at(
+                field,
+                format!("limit `{name}`: max_delay and max_queue need on_limit = \"delay\""),
+            ));
+        }
+        return Ok(None);
+    };
+    if !matches!(
+        spec.algorithm,
+        sluice_core::AlgorithmKind::TokenBucket | sluice_core::AlgorithmKind::Gcra
+    ) {
+        return Err(at(
+            on_limit.span(),
+            format!(
+                "limit `{name}`: on_limit = \"delay\" needs algorithm token_bucket or gcra, not {} (a leaky_bucket without nodelay already delays: its burst is the queue)",
+                spec.algorithm.name()
+            ),
+        ));
+    }
+    let Some(max_delay) = max_delay else {
+        return Err(at(
+            on_limit.span(),
+            format!(
+                "limit `{name}`: on_limit = \"delay\" needs max_delay, the longest a request is held, e.g. max_delay = \"500ms\""
+            ),
+        ));
+    };
+    let delay_ns = sluice_core::parse_duration(max_delay.get_ref()).map_err(|e| {
+        at(
+            max_delay.span(),
+            format!("limit `{name}`: max_delay `{}`: {e}", max_delay.get_ref()),
+        )
+    })?;
+    let rate = spec.rate;
+    let extra = u128::from(rate.amount()) * u128::from(delay_ns) / u128::from(rate.period().max(1));
+    let extra = u64::try_from(extra).unwrap_or(u64::MAX / 2);
+    if extra == 0 {
+        return Err(at(
+            max_delay.span(),
+            format!(
+                "limit `{name}`: max_delay {} is shorter than one request's interval at {}: no request could ever be delayed",
+                max_delay.get_ref(),
+                rate
+            ),
+        ));
+    }
+    let max_queue = match max_queue {
+        None => 100,
+        Some(q) if *q.get_ref() >= 1 => usize::try_from(*q.get_ref()).unwrap_or(usize::MAX),
+        Some(q) => {
+            return Err(at(
+                q.span(),
+                format!("limit `{name}`: max_queue must be at least 1"),
+            ));
+        }
+    };
+    let extended = LimitSpec {
+        burst: spec.burst.saturating_add(extra),
+        ..*spec
+    };
+    let limiter = extended
+        .build()
+        .map_err(|e| at(max_delay.span(), format!("limit `{name}`: max_delay: {e}")))?;
+    Ok(Some(DelayDef {
+        max_delay: delay_ns,
+        max_queue,
+        extra,
+        limiter,
+    }))
+}
+
+/// A `bucket = "shared"` plan rule.
+fn compile_cost_rule(
+    source: &Source,
+    l: &Spanned<LimitConfig>,
+    name: String,
+) -> Result<CostRule, ConfigError> {
+    let c = l.get_ref();
+    let at = |span: std::ops::Range<usize>, msg: String| source.error_at(Some(span), msg);
+    let own_counter = c
+        .rate
+        .as_ref()
+        .map(|r| (r.span(), "rate"))
+        .or(c.burst.as_ref().map(|b| (b.span(), "burst")))
+        .or(c.on_limit.as_ref().map(|o| (o.span(), "on_limit")))
+        .or(c.max_delay.as_ref().map(|o| (o.span(), "max_delay")));
+    if let Some((span, field)) = own_counter {
+        return Err(at(
+            span,
+            format!(
+                "limit `{name}`: a bucket = \"shared\" rule has no counter of its own, so no `{field}`: it costs `cost` on the plan's main limits"
+            ),
+        ));
+    }
+    if c.key.is_some() || c.shadow || c.enforce_percent.is_some() {
+        return Err(at(
+            l.span(),
+            format!(
+                "limit `{name}`: a bucket = \"shared\" rule takes only `name`, `match`, `cost` and `bucket`"
+            ),
+        ));
+    }
+    let matcher = Matcher::compile(c.matches.get_ref())
+        .map_err(|m| at(c.matches.span(), format!("limit `{name}`: {m}")))?;
+    if matcher.is_any() {
+        return Err(at(
+            l.span(),
+            format!(
+                "limit `{name}`: a bucket = \"shared\" rule needs a `match` (it prices some requests on the plan's bucket)"
+            ),
+        ));
+    }
+    Ok(CostRule {
+        name,
+        matcher,
+        cost: c.cost.as_ref().map_or(1, |c| *c.get_ref()),
     })
 }
 

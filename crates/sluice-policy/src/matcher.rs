@@ -1,0 +1,423 @@
+//! Request conditions of a limit: method, path (prefix or glob), host and a
+//! header's presence or value.
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+
+use crate::config::MatchConfig;
+
+/// Request conditions of a limit; every condition given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Matcher {
+    methods: Vec<Method>,
+    path_prefix: Option<String>,
+    path: Option<PathGlob>,
+    host: Option<HostPattern>,
+    header: Option<HeaderCondition>,
+}
+
+/// A path glob: `*` is one whole segment (or, inside a segment, any run of
+/// characters but `/`), `**` any number of segments, zero included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PathGlob {
+    text: String,
+    segments: Vec<String>,
+}
+
+/// A host: exact, or `*.example.com` (any subdomain of `example.com`, not
+/// `example.com` itself). Lowercase, without a port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostPattern {
+    Exact(String),
+    Suffix(String),
+}
+
+/// A header that must be present, or present with a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HeaderCondition {
+    name: HeaderName,
+    value: Option<String>,
+}
+
+impl Matcher {
+    /// Compiles a `match` table. The error says which field is wrong and
+    /// what was expected (without the file position: the caller adds it).
+    pub fn compile(m: &MatchConfig) -> Result<Self, String> {
+        let mut methods = Vec::new();
+        for text in &m.methods {
+            let method = Method::from_bytes(text.to_ascii_uppercase().as_bytes())
+                .map_err(|_| format!("match.methods: `{text}` is not an HTTP method"))?;
+            methods.push(method);
+        }
+        if let Some(p) = m.path_prefix.as_ref().filter(|p| !p.starts_with('/')) {
+            return Err(format!("match.path_prefix `{p}` must start with `/`"));
+        }
+        let path = match &m.path {
+            None => None,
+            Some(p) => Some(PathGlob::compile(p)?),
+        };
+        if path.is_some() && m.path_prefix.is_some() {
+            return Err(
+                "match: give `path_prefix` or `path` (a glob), not both; `/x/**` is a prefix"
+                    .to_owned(),
+            );
+        }
+        let host = match &m.host {
+            None => None,
+            Some(h) => Some(HostPattern::compile(h)?),
+        };
+        let header = match &m.header {
+            None => None,
+            Some(h) => {
+                let name = HeaderName::from_bytes(h.name.trim().as_bytes())
+                    .map_err(|_| format!("match.header: `{}` is not a header name", h.name))?;
+                if let Some(v) = &h.value
+                    && HeaderValue::from_str(v).is_err()
+                {
+                    return Err(format!("match.header: `{v}` is not a valid header value"));
+                }
+                Some(HeaderCondition {
+                    name,
+                    value: h.value.clone(),
+                })
+            }
+        };
+        Ok(Self {
+            methods,
+            path_prefix: m.path_prefix.clone(),
+            path,
+            host,
+            header,
+        })
+    }
+
+    /// Whether every request matches (no condition).
+    pub fn is_any(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Whether a request with this method and path matches, ignoring host
+    /// and header conditions (which then do not hold: a matcher with a host
+    /// or header condition never matches here).
+    pub fn matches(&self, method: &Method, path: &str) -> bool {
+        self.matches_request(method, path, &HeaderMap::new())
+    }
+
+    /// Whether a request matches every condition.
+    pub fn matches_request(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
+        if !self.methods.is_empty() && !self.methods.contains(method) {
+            return false;
+        }
+        if let Some(prefix) = &self.path_prefix {
+            let p = prefix.trim_end_matches('/');
+            let ok = path
+                .strip_prefix(p)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || p.is_empty());
+            if !ok {
+                return false;
+            }
+        }
+        if let Some(glob) = &self.path
+            && !glob.matches(path)
+        {
+            return false;
+        }
+        if let Some(host) = &self.host {
+            let given = headers
+                .get(http::header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .map(strip_port);
+            if !given.is_some_and(|h| host.matches(h)) {
+                return false;
+            }
+        }
+        if let Some(h) = &self.header {
+            let mut values = headers.get_all(&h.name).iter();
+            let ok = match &h.value {
+                None => values.next().is_some(),
+                Some(want) => values.any(|v| v.to_str().is_ok_and(|v| v.trim() == want)),
+            };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The endpoint label: `*`, or the conditions, e.g. `POST /export*`,
+    /// `GET /v1/*/export`, `/x* host=api.example.com header=x-tier:batch`.
+    /// Every part comes from the config, so its cardinality is bounded.
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if !self.methods.is_empty() {
+            let methods: Vec<&str> = self.methods.iter().map(Method::as_str).collect();
+            parts.push(methods.join(","));
+        }
+        if let Some(p) = &self.path_prefix {
+            parts.push(format!("{p}*"));
+        }
+        if let Some(g) = &self.path {
+            parts.push(g.text.clone());
+        }
+        if let Some(h) = &self.host {
+            parts.push(format!("host={}", h.text()));
+        }
+        if let Some(h) = &self.header {
+            match &h.value {
+                None => parts.push(format!("header={}", h.name)),
+                Some(v) => parts.push(format!("header={}:{v}", h.name)),
+            }
+        }
+        if parts.is_empty() {
+            "*".to_owned()
+        } else {
+            parts.join(" ")
+        }
+    }
+}
+
+/// `host:port` → `host` (and `[v6]:port` → `[v6]`), lowercased by callers.
+fn strip_port(host: &str) -> &str {
+    let host = host.trim();
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |i| &host[..=i]);
+    }
+    match host.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+impl HostPattern {
+    fn compile(text: &str) -> Result<Self, String> {
+        let t = text.trim().to_ascii_lowercase();
+        let valid = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+        };
+        if let Some(rest) = t.strip_prefix("*.") {
+            if valid(rest) {
+                return Ok(Self::Suffix(rest.to_owned()));
+            }
+        } else if valid(&t) {
+            return Ok(Self::Exact(t));
+        }
+        Err(format!(
+            "match.host: `{text}` must be a host name such as \"api.example.com\" or \"*.example.com\" (no port)"
+        ))
+    }
+
+    fn matches(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.');
+        match self {
+            Self::Exact(h) => host.eq_ignore_ascii_case(h),
+            Self::Suffix(s) => {
+                host.len() > s.len() + 1
+                    && host[host.len() - s.len()..].eq_ignore_ascii_case(s)
+                    && host.as_bytes()[host.len() - s.len() - 1] == b'.'
+            }
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Self::Exact(h) => h.clone(),
+            Self::Suffix(s) => format!("*.{s}"),
+        }
+    }
+}
+
+impl PathGlob {
+    fn compile(text: &str) -> Result<Self, String> {
+        if !text.starts_with('/') {
+            return Err(format!("match.path `{text}` must start with `/`"));
+        }
+        let segments: Vec<String> = text[1..].split('/').map(str::to_owned).collect();
+        for s in &segments {
+            if s.contains("**") && s != "**" {
+                return Err(format!(
+                    "match.path `{text}`: `**` must be a whole segment, as in `/v1/**/export`"
+                ));
+            }
+        }
+        Ok(Self {
+            text: text.to_owned(),
+            segments,
+        })
+    }
+
+    fn matches(&self, path: &str) -> bool {
+        let Some(rest) = path.strip_prefix('/') else {
+            return false;
+        };
+        let parts: Vec<&str> = rest.split('/').collect();
+        let pattern: Vec<&str> = self.segments.iter().map(String::as_str).collect();
+        match_segments(&pattern, &parts)
+    }
+}
+
+/// Matches path segments against pattern segments; `**` takes any number
+/// of segments. Iterative with one backtrack point per `**` (linear for
+/// the usual one `**`; bounded by pattern × path otherwise).
+fn match_segments(pattern: &[&str], path: &[&str]) -> bool {
+    let (mut p, mut s) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while s < path.len() {
+        if p < pattern.len() && pattern[p] == "**" {
+            star = Some((p, s));
+            p += 1;
+        } else if p < pattern.len() && segment_matches(pattern[p], path[s]) {
+            p += 1;
+            s += 1;
+        } else if let Some((sp, ss)) = star {
+            p = sp + 1;
+            s = ss + 1;
+            star = Some((sp, ss + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|x| *x == "**")
+}
+
+/// One segment against a pattern segment where `*` is any run of
+/// characters (within the segment).
+fn segment_matches(pattern: &str, text: &str) -> bool {
+    if !pattern.contains('*') {
+        return pattern == text;
+    }
+    let pieces: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (pieces[0], pieces[pieces.len() - 1]);
+    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
+        return false;
+    }
+    let mut middle = &text[first.len()..text.len() - last.len()];
+    for piece in &pieces[1..pieces.len() - 1] {
+        match middle.find(piece) {
+            Some(i) => middle = &middle[i + piece.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::HeaderMatchConfig;
+
+    fn glob(p: &str) -> Matcher {
+        Matcher::compile(&MatchConfig {
+            path: Some(p.to_owned()),
+            ..MatchConfig::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn path_globs() {
+        let get = Method::GET;
+        let m = glob("/v1/*/export");
+        assert!(m.matches(&get, "/v1/users/export"));
+        assert!(!m.matches(&get, "/v1/export"));
+        assert!(!m.matches(&get, "/v1/a/b/export"));
+        assert!(!m.matches(&get, "/v1/users/export/x"));
+        let m = glob("/v1/**/export");
+        assert!(m.matches(&get, "/v1/export"));
+        assert!(m.matches(&get, "/v1/a/b/c/export"));
+        assert!(!m.matches(&get, "/v1/a/exports"));
+        let m = glob("/files/**");
+        assert!(m.matches(&get, "/files"));
+        assert!(m.matches(&get, "/files/a/b.txt"));
+        assert!(!m.matches(&get, "/filesx"));
+        let m = glob("/img/*.png");
+        assert!(m.matches(&get, "/img/cat.png"));
+        assert!(!m.matches(&get, "/img/cat.jpg"));
+        assert!(!m.matches(&get, "/img/a/cat.png"));
+        assert!(
+            Matcher::compile(&MatchConfig {
+                path: Some("v1/*".into()),
+                ..MatchConfig::default()
+            })
+            .is_err()
+        );
+        assert!(
+            Matcher::compile(&MatchConfig {
+                path: Some("/v1/a**".into()),
+                ..MatchConfig::default()
+            })
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn hosts_and_headers() {
+        let m = Matcher::compile(&MatchConfig {
+            host: Some("*.Example.com".into()),
+            header: Some(HeaderMatchConfig {
+                name: "X-Tier".into(),
+                value: Some("batch".into()),
+            }),
+            ..MatchConfig::default()
+        })
+        .unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("api.example.com:8443"));
+        assert!(!m.matches_request(&Method::GET, "/", &h), "no header");
+        h.insert("x-tier", HeaderValue::from_static("batch"));
+        assert!(m.matches_request(&Method::GET, "/", &h));
+        h.insert("host", HeaderValue::from_static("example.com"));
+        assert!(!m.matches_request(&Method::GET, "/", &h), "not a subdomain");
+        h.insert("host", HeaderValue::from_static("evil-example.com"));
+        assert!(!m.matches_request(&Method::GET, "/", &h));
+        h.insert("host", HeaderValue::from_static("a.b.EXAMPLE.com"));
+        assert!(m.matches_request(&Method::GET, "/", &h));
+        h.insert("x-tier", HeaderValue::from_static("interactive"));
+        assert!(!m.matches_request(&Method::GET, "/", &h));
+        assert_eq!(m.describe(), "host=*.example.com header=x-tier:batch");
+
+        let present = Matcher::compile(&MatchConfig {
+            header: Some(HeaderMatchConfig {
+                name: "X-Debug".into(),
+                value: None,
+            }),
+            ..MatchConfig::default()
+        })
+        .unwrap();
+        assert!(present.matches_request(&Method::GET, "/", &{
+            let mut h = HeaderMap::new();
+            h.insert("x-debug", HeaderValue::from_static(""));
+            h
+        }));
+        assert!(!present.matches_request(&Method::GET, "/", &HeaderMap::new()));
+        let exact = Matcher::compile(&MatchConfig {
+            host: Some("api.example.com".into()),
+            ..MatchConfig::default()
+        })
+        .unwrap();
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("API.example.com"));
+        assert!(exact.matches_request(&Method::GET, "/", &h));
+        assert!(
+            Matcher::compile(&MatchConfig {
+                host: Some("api.example.com:80".into()),
+                ..MatchConfig::default()
+            })
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn describe_keeps_the_old_labels() {
+        let m = Matcher::compile(&MatchConfig {
+            methods: vec!["post".into()],
+            path_prefix: Some("/export".into()),
+            ..MatchConfig::default()
+        })
+        .unwrap();
+        assert_eq!(m.describe(), "POST /export*");
+        assert_eq!(Matcher::default().describe(), "*");
+        assert!(Matcher::default().is_any());
+        assert_eq!(glob("/v1/*/export").describe(), "/v1/*/export");
+    }
+}
