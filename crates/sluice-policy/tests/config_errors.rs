@@ -101,9 +101,31 @@ fn syntax_errors_are_located() {
 
 #[test]
 fn an_unsupported_store_is_named() {
-    let e = error("[store]\nurl = \"redis://localhost\"\n");
+    let e = error("[store]\nurl = \"mongodb://localhost\"\n");
     assert!(e.starts_with("test.toml:2:7: "), "{e}");
     assert!(e.contains("store.url"), "{e}");
+}
+
+#[test]
+fn a_bad_redis_url_and_timeout_are_located() {
+    let e = error("[store]\nurl = \"redis+cluster://\"\n");
+    assert!(e.starts_with("test.toml:2:7: "), "{e}");
+    let e = error("[store]\nurl = \"redis://127.0.0.1:6379\"\ntimeout = \"soon\"\n");
+    assert!(e.starts_with("test.toml:3:11: "), "{e}");
+    assert!(e.contains("store.timeout"), "{e}");
+}
+
+#[test]
+fn store_urls_and_fallbacks_are_accepted() {
+    for text in [
+        "[store]\nurl = \"redis://u:p@127.0.0.1:6379/2\"\nfallback = \"deny\"\n",
+        "[store]\nurl = \"redis+cluster://a:1,b:2\"\ntimeout = \"5ms\"\n",
+        "[store]\nurl = \"redis+sentinel://s:26379/main\"\nfallback = \"allow\"\n",
+    ] {
+        sluice_policy::Policy::from_toml("test.toml", text).unwrap();
+    }
+    let e = error("[store]\nfallback = \"maybe\"\n");
+    assert!(e.starts_with("test.toml:2:"), "{e}");
 }
 
 #[test]

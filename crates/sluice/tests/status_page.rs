@@ -78,7 +78,11 @@ async fn the_status_page_renders_live_data_without_console_errors() {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
-                let key = if i.is_multiple_of(4) { "noisy" } else { "steady" };
+                let key = if i.is_multiple_of(4) {
+                    "noisy"
+                } else {
+                    "steady"
+                };
                 send(client.get(&url).header("X-Api-Key", key)).await;
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
