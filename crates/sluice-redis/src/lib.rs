@@ -13,8 +13,10 @@ pub mod store;
 pub mod topology;
 pub mod url;
 
+mod batch;
 mod script;
 
+pub use batch::BatchConfig;
 pub use error::RedisStoreError;
-pub use store::RedisStore;
+pub use store::{RedisCheck, RedisStore, key_name, limit_tag};
 pub use url::StoreUrl;
