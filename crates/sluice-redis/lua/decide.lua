@@ -17,17 +17,24 @@
 -- whole microsecond (Redis's TIME), so every quantity of sluice-core's
 -- scaled arithmetic is a whole number of units: the same integers, divided
 -- by g. Times are kept in whole microseconds, quantities relative to them.
--- Durations are answered as (microseconds, nanoseconds) pairs that Rust adds
--- up, so nothing returned needs more than 53 bits.
+-- Durations are computed as (microseconds, nanoseconds) pairs, so nothing
+-- needs more than 53 bits.
 --
--- Reply: per group its flag (1 allowed), then per check 8
--- integers: allowed, remaining, reset_after (us, ns), retry_after (us, ns;
--- us = -1 when allowed), delay (us, ns).
+-- State values are packed little-endian doubles (struct.pack '<dd'), exact
+-- for the integers they hold and cheaper than text to read and write.
+--
+-- Reply: per group its flag (1 allowed), then per check:
+--   remaining * 2 + allowed,
+--   reset_after,
+--   retry_after   (refused checks only),
+--   delay         (leaky buckets without nodelay only).
+-- A duration is one integer, nanoseconds, when below 2^53; a longer one is
+-- two: -(microseconds + 1), then the nanoseconds beyond them.
 
 local floor = math.floor
-local fmt = string.format
-local match = string.match
 local call = redis.call
+local pack = struct.pack
+local unpack = struct.unpack
 
 local mode = ARGV[1]
 local now
@@ -66,8 +73,8 @@ local function floor_div(x, y)
   return q
 end
 
--- ceil((g x + extra) / a) ns, for x units plus extra (< a) core units,
--- as (microseconds, nanoseconds).
+-- ceil((g x + extra) / a) ns for x units plus `extra` of sluice-core's own
+-- units (g of them make one of ours), as (microseconds, nanoseconds).
 local function dur(lim, x, extra)
   if x <= 0 and extra <= 0 then return 0, 0 end
   if x < 0 then x = 0 end
@@ -82,34 +89,25 @@ local function ttl_ms(us)
   return ms + margin
 end
 
--- The window holding `now`, and the units elapsed in it.
+-- The window holding time t, and the units elapsed in it.
 local function window_pos(lim, t)
   local q, r = divmod(t, lim.L2)
   local i2, e2 = divmod(r * lim.M2, lim.L2)
   return q * lim.M2 + i2, e2 * lim.g2
 end
 
-local function get_fields(key)
+-- Per check of this call, indexed by its position k: the limit, cost and
+-- key, the decision, and the write an admission makes.
+local c_lim, c_cost = {}, {}
+local d_ok, d_rem, d_rus, d_rns, d_tus, d_tns, d_dus, d_dns = {}, {}, {}, {}, {}, {}, {}, {}
+local w_val, w_ttl, w_drop, w_merge = {}, {}, {}, {}
+
+-- Token bucket (4), leaky bucket (5), GCRA (6): state (last_us, level),
+-- the used capacity in units as of last (for GCRA the TAT is last + level).
+local function meter_state(lim, key)
   local v = call('GET', key)
-  if not v then return nil end
-  local x, y, z = match(v, '^(%d+):(%d+):?(%d*)$')
-  if not x then return nil end
-  return tonumber(x), tonumber(y), tonumber(z)
-end
-
-local function allowed_d(remaining, r_us, r_ns, d_us, d_ns)
-  return { 1, remaining, r_us, r_ns, -1, 0, d_us, d_ns }
-end
-
-local function refused_d(remaining, r_us, r_ns, t_us, t_ns)
-  return { 0, remaining, r_us, r_ns, t_us, t_ns, 0, 0 }
-end
-
--- Token bucket (4), leaky bucket (5), GCRA (6): state "last_us:level"
--- where level is the used capacity in units as of last (for GCRA: the TAT is
--- last + level).
-local function meter_used(lim, last, level)
-  if not last then return 0 end
+  if not v then return nil, 0, 0 end
+  local last, level = unpack('<dd', v)
   local used
   if lim.alg == 6 then
     used = (last - now) * lim.M + level
@@ -119,12 +117,11 @@ local function meter_used(lim, last, level)
     used = level
   end
   if used < 0 then used = 0 end
-  return used
+  return last, level, used
 end
 
-local function meter(lim, key, cost)
-  local last, level = get_fields(key)
-  local used = meter_used(lim, last, level)
+local function meter(lim, k, key, cost)
+  local last, _, used = meter_state(lim, key)
   local cap, P = lim.L, lim.P
   local need = cost * P
   if used + need <= cap then
@@ -132,86 +129,89 @@ local function meter(lim, key, cost)
     local r_us, r_ns = dur(lim, new, 0)
     local d_us, d_ns = 0, 0
     if lim.queue == 1 then d_us, d_ns = dur(lim, used, 0) end
-    local w = nil
     if cost > 0 then
       local stamp = now
       if lim.alg ~= 6 and last and last > now then stamp = last end
-      w = { 'set', key, fmt('%.0f:%.0f', stamp, new),
-            ttl_ms(stamp - now + ceil_div(new, lim.M)) }
+      w_val[k] = pack('<dd', stamp, new)
+      w_ttl[k] = ttl_ms(stamp - now + ceil_div(new, lim.M))
     end
-    return allowed_d(floor_div(cap - new, P), r_us, r_ns, d_us, d_ns), w
+    return 1, floor_div(cap - new, P), r_us, r_ns, 0, 0, d_us, d_ns
   end
   local r_us, r_ns = dur(lim, used, 0)
   local t_us, t_ns = dur(lim, used + need - cap, 0)
   local free = cap - used
   if free < 0 then free = 0 end
-  return refused_d(floor_div(free, P), r_us, r_ns, t_us, t_ns), nil
+  return 0, floor_div(free, P), r_us, r_ns, t_us, t_ns, 0, 0
 end
 
--- Fixed window (1): state "window:count".
-local function fixed(lim, key, cost)
+-- Fixed window (1): state (window, count).
+local function fixed(lim, k, key, cost)
   local idx0, e0 = window_pos(lim, now)
   local idx, e = idx0, e0
-  local sw, sc = get_fields(key)
   local count = 0
-  if sc and sc > 0 and sw >= idx then
-    if sw > idx then
-      idx = sw
-      e = 0
+  local v = call('GET', key)
+  if v then
+    local sw, sc = unpack('<dd', v)
+    if sc > 0 and sw >= idx then
+      if sw > idx then
+        idx = sw
+        e = 0
+      end
+      count = sc
     end
-    count = sc
   end
   local B, L = lim.B, lim.L
   local u_us, u_ns = dur(lim, L - e, 0)
   if count + cost <= B then
     local used = count + cost
-    local w = nil
     if cost > 0 then
-      w = { 'set', key, fmt('%.0f:%.0f', idx, used),
-            ttl_ms(ceil_div((idx - idx0 + 1) * L - e0, lim.M)) }
+      w_val[k] = pack('<dd', idx, used)
+      w_ttl[k] = ttl_ms(ceil_div((idx - idx0 + 1) * L - e0, lim.M))
     end
     if used > 0 then
-      return allowed_d(B - used, u_us, u_ns, 0, 0), w
+      return 1, B - used, u_us, u_ns, 0, 0, 0, 0
     end
-    return allowed_d(B - used, 0, 0, 0, 0), w
+    return 1, B - used, 0, 0, 0, 0, 0, 0
   end
-  return refused_d(B - count, u_us, u_ns, u_us, u_ns), nil
+  return 0, B - count, u_us, u_ns, u_us, u_ns, 0, 0
 end
 
--- Sliding window counter (3): state "window:previous:current".
-local function sliding(lim, key, cost)
+-- Sliding window counter (3): state (window, previous, current).
+local function sliding(lim, k, key, cost)
   local idx0, e0 = window_pos(lim, now)
   local idx, e = idx0, e0
   local prev, cur = 0, 0
-  local sw, sp, sc = get_fields(key)
-  if sw and sc and not (sp == 0 and sc == 0) then
-    if sw == idx then
-      prev, cur = sp, sc
-    elseif sw > idx then
-      idx = sw
-      e = 0
-      prev, cur = sp, sc
-    elseif sw + 1 == idx then
-      prev, cur = sc, 0
+  local v = call('GET', key)
+  if v then
+    local sw, sp, sc = unpack('<ddd', v)
+    if not (sp == 0 and sc == 0) then
+      if sw == idx then
+        prev, cur = sp, sc
+      elseif sw > idx then
+        idx = sw
+        e = 0
+        prev, cur = sp, sc
+      elseif sw + 1 == idx then
+        prev, cur = sc, 0
+      end
     end
   end
   local B, L = lim.B, lim.L
   local capacity = B * L
-  local function weighted(c) return prev * (L - e) + c * L end
-  local function reset(c)
-    if c > 0 then return dur(lim, 2 * L - e, 0) end
-    if prev > 0 then return dur(lim, L - e, 0) end
-    return 0, 0
-  end
   local used = cur + cost
-  if weighted(used) <= capacity then
-    local r_us, r_ns = reset(used)
-    local w = nil
-    if cost > 0 then
-      w = { 'set', key, fmt('%.0f:%.0f:%.0f', idx, prev, used),
-            ttl_ms(ceil_div((idx - idx0 + 2) * L - e0, lim.M)) }
+  local weighted = prev * (L - e) + used * L
+  if weighted <= capacity then
+    local r_us, r_ns = 0, 0
+    if used > 0 then
+      r_us, r_ns = dur(lim, 2 * L - e, 0)
+    elseif prev > 0 then
+      r_us, r_ns = dur(lim, L - e, 0)
     end
-    return allowed_d(floor_div(capacity - weighted(used), L), r_us, r_ns, 0, 0), w
+    if cost > 0 then
+      w_val[k] = pack('<ddd', idx, prev, used)
+      w_ttl[k] = ttl_ms(ceil_div((idx - idx0 + 2) * L - e0, lim.M))
+    end
+    return 1, floor_div(capacity - weighted, L), r_us, r_ns, 0, 0, 0, 0
   end
   -- The first instant the estimate leaves room, as sluice-core computes it
   -- in its own units (g times ours): e' = len - min(floor(g slack / div), len).
@@ -236,120 +236,139 @@ local function sliding(lim, key, cost)
     end
   end
   if t_us == 0 and t_ns == 0 then t_ns = 1 end
-  local free = capacity - weighted(cur)
+  local free = capacity - prev * (L - e) - cur * L
   if free < 0 then free = 0 end
-  local r_us, r_ns = reset(cur)
-  return refused_d(floor_div(free, L), r_us, r_ns, t_us, t_ns), nil
+  local r_us, r_ns = 0, 0
+  if cur > 0 then
+    r_us, r_ns = dur(lim, 2 * L - e, 0)
+  elseif prev > 0 then
+    r_us, r_ns = dur(lim, L - e, 0)
+  end
+  return 0, floor_div(free, L), r_us, r_ns, t_us, t_ns, 0, 0
 end
 
--- Sliding log (2): a list of "at_us:cost", oldest first, at most B entries.
+-- Sliding log (2): a list of (at_us, cost), oldest first, at most B entries.
 local function read_log(key)
   local raw = call('LRANGE', key, 0, -1)
   local ats, cs = {}, {}
-  for k = 1, #raw do
-    local x, y = match(raw[k], '^(%d+):(%d+)$')
-    ats[k] = tonumber(x) or 0
-    cs[k] = tonumber(y) or 0
+  for j = 1, #raw do
+    ats[j], cs[j] = unpack('<dd', raw[j])
   end
   return ats, cs, #raw
 end
 
-local function log(lim, key, cost)
+local function log(lim, k, key, cost)
   local ats, cs, n = read_log(key)
   local t = now
   if n > 0 and ats[n] > t then t = ats[n] end
   local B, L, M = lim.B, lim.L, lim.M
   local first = n + 1
-  for k = 1, n do
-    if (t - ats[k]) * M < L then
-      first = k
+  for j = 1, n do
+    if (t - ats[j]) * M < L then
+      first = j
       break
     end
   end
   local used = 0
-  for k = first, n do used = used + cs[k] end
+  for j = first, n do used = used + cs[j] end
   local newest = 0
   if first <= n then newest = L - (t - ats[n]) * M end
   if used + cost <= B then
-    local w = nil
     local r_us, r_ns
     if cost > 0 then
       r_us, r_ns = dur(lim, L, 0)
       local merge = n > 0 and ats[n] == t
-      local v
-      if merge then v = fmt('%.0f:%.0f', t, cs[n] + cost) else v = fmt('%.0f:%.0f', t, cost) end
-      w = { 'log', key, v, ttl_ms(t - now + ceil_div(L, M)), first - 1, merge }
+      if merge then
+        w_val[k] = pack('<dd', t, cs[n] + cost)
+      else
+        w_val[k] = pack('<dd', t, cost)
+      end
+      w_ttl[k] = ttl_ms(t - now + ceil_div(L, M))
+      w_drop[k] = first - 1
+      w_merge[k] = merge
     else
       r_us, r_ns = dur(lim, newest, 0)
     end
-    return allowed_d(B - used - cost, r_us, r_ns, 0, 0), w
+    return 1, B - used - cost, r_us, r_ns, 0, 0, 0, 0
   end
   local to_free = used + cost - B
   local pass = 0
-  for k = first, n do
-    pass = L - (t - ats[k]) * M
-    to_free = to_free - cs[k]
+  for j = first, n do
+    pass = L - (t - ats[j]) * M
+    to_free = to_free - cs[j]
     if to_free <= 0 then break end
   end
   local r_us, r_ns = dur(lim, newest, 0)
   local t_us, t_ns = dur(lim, pass, 0)
-  return refused_d(B - used, r_us, r_ns, t_us, t_ns), nil
+  return 0, B - used, r_us, r_ns, t_us, t_ns, 0, 0
 end
 
 local deciders = { fixed, log, sliding, meter, meter, meter }
 
-local function write(w)
-  if w[1] == 'set' then
-    call('SET', w[2], w[3], 'PX', w[4])
+local function decide(k, cost)
+  local lim = c_lim[k]
+  w_val[k] = nil
+  d_ok[k], d_rem[k], d_rus[k], d_rns[k], d_tus[k], d_tns[k], d_dus[k], d_dns[k] =
+    deciders[lim.alg](lim, k, KEYS[k], cost)
+end
+
+local function write(k)
+  local key = KEYS[k]
+  if c_lim[k].alg ~= 2 then
+    call('SET', key, w_val[k], 'PX', w_ttl[k])
   else
-    if w[5] > 0 then call('LTRIM', w[2], w[5], -1) end
-    if w[6] then call('LSET', w[2], -1, w[3]) else call('RPUSH', w[2], w[3]) end
-    call('PEXPIRE', w[2], w[4])
+    if w_drop[k] > 0 then call('LTRIM', key, w_drop[k], -1) end
+    if w_merge[k] then call('LSET', key, -1, w_val[k]) else call('RPUSH', key, w_val[k]) end
+    call('PEXPIRE', key, w_ttl[k])
   end
 end
 
 -- Refunds: give back a committed cost, as closely as the state allows.
 local function refund_meter(lim, key, cost)
-  local last, level = get_fields(key)
+  local last, _, used = meter_state(lim, key)
   if not last then return end
-  local used = meter_used(lim, last, level) - cost * lim.P
+  used = used - cost * lim.P
   if used < 0 then used = 0 end
   local stamp = now
   if lim.alg ~= 6 and last > now then stamp = last end
-  call('SET', key, fmt('%.0f:%.0f', stamp, used), 'KEEPTTL')
+  call('SET', key, pack('<dd', stamp, used), 'KEEPTTL')
 end
 
 local function refund_fixed(lim, key, cost)
   local idx = window_pos(lim, now)
-  local sw, sc = get_fields(key)
-  if not sc or sw < idx then return end
+  local v = call('GET', key)
+  if not v then return end
+  local sw, sc = unpack('<dd', v)
+  if sw < idx then return end
   sc = sc - cost
   if sc < 0 then sc = 0 end
-  call('SET', key, fmt('%.0f:%.0f', sw, sc), 'KEEPTTL')
+  call('SET', key, pack('<dd', sw, sc), 'KEEPTTL')
 end
 
 local function refund_sliding(lim, key, cost)
   local idx = window_pos(lim, now)
-  local sw, sp, sc = get_fields(key)
-  if not sc or sw + 1 < idx then return end
+  local v = call('GET', key)
+  if not v then return end
+  local sw, sp, sc = unpack('<ddd', v)
+  if sw + 1 < idx then return end
   sc = sc - cost
   if sc < 0 then sc = 0 end
-  call('SET', key, fmt('%.0f:%.0f:%.0f', sw, sp, sc), 'KEEPTTL')
+  call('SET', key, pack('<ddd', sw, sp, sc), 'KEEPTTL')
 end
 
 local function refund_log(lim, key, cost)
   local ats, cs, n = read_log(key)
   local left = cost
-  local k = n
-  while k >= 1 and left > 0 do
-    if cs[k] <= left then
-      left = left - cs[k]
+  local j = n
+  while j >= 1 and left > 0 do
+    if cs[j] <= left then
+      left = left - cs[j]
       call('RPOP', key)
     else
-      call('LSET', key, k - 1, fmt('%.0f:%.0f', ats[k], cs[k] - left))
+      call('LSET', key, j - 1, pack('<dd', ats[j], cs[j] - left))
       left = 0
     end
-    k = k - 1
+    j = j - 1
   end
 end
 
@@ -371,76 +390,84 @@ for j = 1, nl do
   ai = ai + 10
 end
 
-local groups = {}
 local ng = tonumber(ARGV[ai])
 ai = ai + 1
-local ki = 1
+local g_size = {}
+local k = 0
 for gi = 1, ng do
   local n = tonumber(ARGV[ai])
   ai = ai + 1
-  local checks = {}
-  for c = 1, n do
+  g_size[gi] = n
+  for _ = 1, n do
+    k = k + 1
     local lim = lims[tonumber(ARGV[ai])]
     local cost = tonumber(ARGV[ai + 1])
-    if not lim or not cost or cost < 0 then
+    if not lim or not cost or cost < 0 or not KEYS[k] then
       return redis.error_reply('ERR sluice: malformed arguments')
     end
     if cost > lim.B then
       return redis.error_reply('ERR sluice: cost exceeds capacity')
     end
-    checks[c] = { lim, KEYS[ki], cost }
-    ki = ki + 1
+    c_lim[k] = lim
+    c_cost[k] = cost
     ai = ai + 2
   end
-  groups[gi] = checks
 end
 
 -- Refund mode gives the costs back, then answers peeks (cost 0): the
 -- state as it now stands.
 if mode == 'r' then
-  for gi = 1, ng do
-    for _, c in ipairs(groups[gi]) do
-      if c[3] > 0 then refunders[c[1].alg](c[1], c[2], c[3]) end
-      c[3] = 0
-    end
+  for j = 1, k do
+    local lim = c_lim[j]
+    if c_cost[j] > 0 then refunders[lim.alg](lim, KEYS[j], c_cost[j]) end
+    c_cost[j] = 0
   end
 end
 
 local out = {}
 local o = 0
+
+local function push_dur(us, ns)
+  if us < 9000000000000 then
+    o = o + 1
+    out[o] = us * 1000 + ns
+  else
+    out[o + 1] = -(us + 1)
+    out[o + 2] = ns
+    o = o + 2
+  end
+end
+
+local first = 1
 for gi = 1, ng do
-  local checks = groups[gi]
-  local ds, ws = {}, {}
+  local last = first + g_size[gi] - 1
   local ok = true
-  for c = 1, #checks do
-    local lim = checks[c][1]
-    ds[c], ws[c] = deciders[lim.alg](lim, checks[c][2], checks[c][3])
-    if ds[c][1] == 0 then ok = false end
+  for j = first, last do
+    decide(j, c_cost[j])
+    if d_ok[j] == 0 then ok = false end
   end
   local group_ok = ok
   if mode == 'd' then ok = false end
   if ok then
-    for c = 1, #checks do
-      if ws[c] then write(ws[c]) end
+    for j = first, last do
+      if w_val[j] then write(j) end
     end
   else
     -- Refused: nothing is written; the limits that would have allowed it
     -- report their state as it stands.
-    for c = 1, #checks do
-      if ds[c][1] == 1 then
-        local lim = checks[c][1]
-        ds[c] = deciders[lim.alg](lim, checks[c][2], 0)
-      end
+    for j = first, last do
+      if d_ok[j] == 1 then decide(j, 0) end
     end
   end
   o = o + 1
   if group_ok then out[o] = 1 else out[o] = 0 end
-  for c = 1, #ds do
-    local d = ds[c]
-    for f = 1, 8 do
-      out[o + f] = d[f]
-    end
-    o = o + 8
+  for j = first, last do
+    o = o + 1
+    out[o] = d_rem[j] * 2 + d_ok[j]
+    push_dur(d_rus[j], d_rns[j])
+    if d_ok[j] == 0 then push_dur(d_tus[j], d_tns[j]) end
+    if c_lim[j].queue == 1 then push_dur(d_dus[j], d_dns[j]) end
   end
+  first = last + 1
 end
 return out

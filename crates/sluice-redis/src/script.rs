@@ -21,18 +21,29 @@
 //!   never nanoseconds since the epoch (2^61).
 //! - **Durations as (µs, ns) pairs**, added up in Rust.
 //!
-//! The results equal sluice-core's exactly while every intermediate stays
-//! below 2^52, which [`LimitParams::is_exact`] checks: `1000·a`, twice the
-//! capacity `B·P`, and for the window counters `B²·P·2` and the window's
-//! alignment period. In practice that is any limit whose window `B/rate` is
-//! below about 52 days × 1000 / a (a is 1 for every rate whose emission
-//! interval is a whole number of nanoseconds, e.g. 10/s, 100/min, 7/day),
-//! and for the sliding window counter `B² · interval` below 4.5·10¹⁵ µs…
-//! Outside that domain the script still answers, rounding each operation to
-//! a double (relative error 2⁻⁵³ per step): a decision can differ from
+//! # Domain and tolerance
+//!
+//! The results equal sluice-core's exactly, field by field, while every
+//! intermediate stays below 2^52, which [`LimitParams::is_exact`] checks:
+//!
+//! - `1000·a` (the reduced rate's amount), and twice the capacity `B·P`:
+//!   for a rate whose emission interval is a whole number of microseconds
+//!   (10/s, 100/min, 1000/day: `P` is that interval in µs) the window
+//!   `B/rate` may last up to 2^51 µs, 71 years; in general up to
+//!   `2^51 · g / (1000·a)` µs;
+//! - for the window counters, windows of at least a microsecond (the
+//!   resolution of Redis's clock) and an alignment period `L2·M2` below
+//!   2^52;
+//! - for the sliding window counter also `2·B·(B·P)`: a burst of 10,000
+//!   per day is fine, a burst of a million per day is not.
+//!
+//! Outside that domain the script still answers, each operation rounded to
+//! a double (relative error 2^-53): a decision can differ from
 //! sluice-core's only for a request within that relative distance of a
-//! boundary, and durations are off by at most a few parts in 10¹⁵ — far
-//! below the microsecond resolution of Redis's clock.
+//! boundary, and durations are off by a few parts in 10^16 of their length;
+//! sub-microsecond windows, finer than Redis's clock, lose their alignment.
+//! Limits like these (bursts near 2^52 units) are far beyond what a shared
+//! store is for; the conformance tests cover the exact domain.
 
 use redis::aio::ConnectionLike;
 use sluice_core::{Decision, Limiter};
@@ -112,9 +123,40 @@ fn reduced_rate(limiter: &Limiter) -> Option<(u64, u64)> {
     (a > 0 && p > 0).then_some((a, p))
 }
 
+thread_local! {
+    /// Parameters of the limiters seen lately on this thread: reading them
+    /// costs a `Debug` rendering, and a service has few limits.
+    static RECENT: std::cell::RefCell<Vec<(Limiter, LimitParams)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// How many limiters [`RECENT`] remembers per thread.
+const RECENT_MAX: usize = 64;
+
 impl LimitParams {
     /// The parameters of `limiter`, or `None` if they cannot be read.
     pub(crate) fn of(limiter: &Limiter) -> Option<Self> {
+        let hit = RECENT.with(|r| {
+            r.borrow()
+                .iter()
+                .find(|(l, _)| l == limiter)
+                .map(|(_, p)| *p)
+        });
+        if hit.is_some() {
+            return hit;
+        }
+        let params = Self::compute(limiter)?;
+        RECENT.with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() >= RECENT_MAX {
+                r.remove(0);
+            }
+            r.push((*limiter, params));
+        });
+        Some(params)
+    }
+
+    fn compute(limiter: &Limiter) -> Option<Self> {
         let (a, p) = reduced_rate(limiter)?;
         let burst = limiter.capacity();
         let (alg, queue) = match limiter {
@@ -268,52 +310,67 @@ impl DecisionScript {
     }
 }
 
-/// A (µs, ns) pair from the script as nanoseconds.
-fn duration(us: i64, ns: i64) -> Result<u64, RedisStoreError> {
-    let us = u64::try_from(us).map_err(|_| bad("negative duration"))?;
-    let ns = u64::try_from(ns).map_err(|_| bad("negative duration"))?;
-    Ok(us.saturating_mul(1000).saturating_add(ns))
-}
-
 fn bad(what: &str) -> RedisStoreError {
     RedisStoreError::BadReply(what.to_owned())
+}
+
+/// Reads the script's reply (its format is described in `lua/decide.lua`).
+struct Reader<'r> {
+    reply: &'r [i64],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn next(&mut self) -> Result<i64, RedisStoreError> {
+        let v = self
+            .reply
+            .get(self.at)
+            .copied()
+            .ok_or_else(|| bad("reply too short"))?;
+        self.at += 1;
+        Ok(v)
+    }
+
+    /// A duration: nanoseconds, or -(µs + 1) followed by nanoseconds.
+    fn duration(&mut self) -> Result<u64, RedisStoreError> {
+        let v = self.next()?;
+        if let Ok(ns) = u64::try_from(v) {
+            return Ok(ns);
+        }
+        let us = v.unsigned_abs() - 1;
+        let ns = u64::try_from(self.next()?).map_err(|_| bad("negative nanoseconds"))?;
+        Ok(us.saturating_mul(1000).saturating_add(ns))
+    }
 }
 
 fn parse_reply(
     reply: &[i64],
     groups: &[&[ScriptCheck]],
 ) -> Result<Vec<GroupReply>, RedisStoreError> {
-    let expected: usize = groups.iter().map(|g| 1 + 8 * g.len()).sum();
-    if reply.len() != expected {
-        return Err(RedisStoreError::BadReply(format!(
-            "{} integers where {expected} were expected",
-            reply.len()
-        )));
-    }
-    let mut at = 0;
+    let mut r = Reader { reply, at: 0 };
     let mut out = Vec::with_capacity(groups.len());
     for group in groups {
-        let allowed = reply[at] == 1;
-        at += 1;
+        let allowed = r.next()? == 1;
         let mut decisions = Vec::with_capacity(group.len());
         for check in group.iter() {
-            let f = &reply[at..at + 8];
-            at += 8;
-            let ok = f[0] == 1;
+            let packed = u64::try_from(r.next()?).map_err(|_| bad("negative remaining"))?;
+            let ok = packed & 1 == 1;
+            let reset_after = r.duration()?;
+            let retry_after = if ok { None } else { Some(r.duration()?) };
+            let delay = if check.params.queue { r.duration()? } else { 0 };
             decisions.push(Decision {
                 allowed: ok,
                 limit: check.params.burst,
-                remaining: u64::try_from(f[1]).map_err(|_| bad("negative remaining"))?,
-                reset_after: duration(f[2], f[3])?,
-                retry_after: if ok {
-                    None
-                } else {
-                    Some(duration(f[4], f[5])?)
-                },
-                delay: duration(f[6], f[7])?,
+                remaining: packed >> 1,
+                reset_after,
+                retry_after,
+                delay,
             });
         }
         out.push(GroupReply { allowed, decisions });
+    }
+    if r.at != reply.len() {
+        return Err(bad("reply too long"));
     }
     Ok(out)
 }

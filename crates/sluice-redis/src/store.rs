@@ -154,8 +154,8 @@ impl std::fmt::Debug for RedisStore {
 }
 
 /// One unique (limit, key) of a request.
-struct Item {
-    limit_id: String,
+struct Item<'a> {
+    limit_id: &'a str,
     key: KeyId,
     check: ScriptCheck,
 }
@@ -257,7 +257,7 @@ impl RedisStore {
 
         let mut unique: Vec<Option<Decision>> = vec![None; items.len()];
         let allowed = if one_node {
-            let group: Vec<ScriptCheck> = items.iter().map(|i| i.check.clone()).collect();
+            let group: Vec<ScriptCheck> = items.into_iter().map(|i| i.check).collect();
             let reply = self.run_group(nodes[0], &hex[0], group, now_us).await?;
             for (slot, d) in unique.iter_mut().zip(reply.decisions) {
                 *slot = Some(d);
@@ -278,7 +278,7 @@ impl RedisStore {
     /// already committed and peeks the rest.
     async fn decide_in_turn(
         &self,
-        items: &[Item],
+        items: &[Item<'_>],
         members: &[Vec<usize>],
         hex: &[String],
         nodes: &[Option<usize>],
@@ -410,8 +410,8 @@ fn fill(unique: &mut [Option<Decision>], members: &[usize], reply: GroupReply) {
 
 /// The unique (limit, key) checks with their summed costs, and for each
 /// input check the index of its unique check. Fails on an impossible cost.
-fn merge(checks: &[RedisCheck<'_>]) -> Result<(Vec<Item>, Vec<usize>), RedisStoreError> {
-    let mut items: Vec<Item> = Vec::with_capacity(checks.len());
+fn merge<'a>(checks: &[RedisCheck<'a>]) -> Result<(Vec<Item<'a>>, Vec<usize>), RedisStoreError> {
+    let mut items: Vec<Item<'a>> = Vec::with_capacity(checks.len());
     let mut index = Vec::with_capacity(checks.len());
     for c in checks {
         match items
@@ -431,7 +431,7 @@ fn merge(checks: &[RedisCheck<'_>]) -> Result<(Vec<Item>, Vec<usize>), RedisStor
                 })?;
                 index.push(items.len());
                 items.push(Item {
-                    limit_id: c.limit_id.to_owned(),
+                    limit_id: c.limit_id,
                     key: c.key,
                     check: ScriptCheck {
                         key: key_name(c.limit_id, c.key),

@@ -14,15 +14,16 @@ use sluice_store::KeyId;
 
 use common::{KINDS, env, fresh_id, limiter, reference};
 
-/// Periods in ns: round ones, and odd ones that make the unit finer than a
+/// Periods in ns: round ones, long ones, and odd ones that make the unit finer than a
 /// nanosecond (g < 1000).
-const PERIODS: [u64; 10] = [
+const PERIODS: [u64; 11] = [
     1_000_000,
     250_000_000,
     1_000_000_000,
     60_000_000_000,
     3_600_000_000_000,
     86_400_000_000_000,
+    604_800_000_000_000, // a week: windows past 2^53 ns
     333_333,
     1_000_001,
     7_000_000_007,
@@ -67,7 +68,12 @@ fn start() -> impl Strategy<Value = u64> {
     prop_oneof![Just(0u64), 1_600_000_000_000_000u64..1_900_000_000_000_000]
 }
 
+/// `cases`, or `SLUICE_CONFORMANCE_CASES` when set (for long runs).
 fn config(cases: u32) -> ProptestConfig {
+    let cases = std::env::var("SLUICE_CONFORMANCE_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
     ProptestConfig {
         cases,
         failure_persistence: None,
