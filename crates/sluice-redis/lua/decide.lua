@@ -33,6 +33,7 @@
 
 local floor = math.floor
 local call = redis.call
+local unpack_list = unpack
 local pack = struct.pack
 local unpack = struct.unpack
 
@@ -78,6 +79,7 @@ end
 local function dur(lim, x, extra)
   if x <= 0 and extra <= 0 then return 0, 0 end
   if x < 0 then x = 0 end
+  if lim.M == 1 and extra == 0 then return x, 0 end
   local us, r = divmod(x, lim.M)
   return us, ceil_div(r * lim.g + extra, lim.a)
 end
@@ -102,10 +104,27 @@ local c_lim, c_cost = {}, {}
 local d_ok, d_rem, d_rus, d_rns, d_tus, d_tns, d_dus, d_dns = {}, {}, {}, {}, {}, {}, {}, {}
 local w_val, w_ttl, w_drop, w_merge = {}, {}, {}, {}
 
+-- String states: fetched with one MGET for the whole call, then kept up
+-- to date as groups write, so each check costs one call (its SET).
+local values = {}
+local function get(key)
+  local v = values[key]
+  if v == nil then
+    v = call('GET', key)
+    values[key] = v
+  end
+  return v
+end
+
+local function set(key, v, ttl)
+  values[key] = v
+  call('SET', key, v, 'PX', ttl)
+end
+
 -- Token bucket (4), leaky bucket (5), GCRA (6): state (last_us, level),
 -- the used capacity in units as of last (for GCRA the TAT is last + level).
 local function meter_state(lim, key)
-  local v = call('GET', key)
+  local v = get(key)
   if not v then return nil, 0, 0 end
   local last, level = unpack('<dd', v)
   local used
@@ -149,7 +168,7 @@ local function fixed(lim, k, key, cost)
   local idx0, e0 = window_pos(lim, now)
   local idx, e = idx0, e0
   local count = 0
-  local v = call('GET', key)
+  local v = get(key)
   if v then
     local sw, sc = unpack('<dd', v)
     if sc > 0 and sw >= idx then
@@ -181,7 +200,7 @@ local function sliding(lim, k, key, cost)
   local idx0, e0 = window_pos(lim, now)
   local idx, e = idx0, e0
   local prev, cur = 0, 0
-  local v = call('GET', key)
+  local v = get(key)
   if v then
     local sw, sp, sc = unpack('<ddd', v)
     if not (sp == 0 and sc == 0) then
@@ -315,7 +334,7 @@ end
 local function write(k)
   local key = KEYS[k]
   if c_lim[k].alg ~= 2 then
-    call('SET', key, w_val[k], 'PX', w_ttl[k])
+    set(key, w_val[k], w_ttl[k])
   else
     if w_drop[k] > 0 then call('LTRIM', key, w_drop[k], -1) end
     if w_merge[k] then call('LSET', key, -1, w_val[k]) else call('RPUSH', key, w_val[k]) end
@@ -421,6 +440,21 @@ if mode == 'r' then
     local lim = c_lim[j]
     if c_cost[j] > 0 then refunders[lim.alg](lim, KEYS[j], c_cost[j]) end
     c_cost[j] = 0
+  end
+end
+
+-- Prefetch every string state (lists answer nil to MGET and are read
+-- with LRANGE). A key may appear in several groups: `values` follows
+-- the writes.
+if k > 0 then
+  local ks = {}
+  for j = 1, k do
+    if c_lim[j].alg ~= 2 then ks[#ks + 1] = KEYS[j] end
+  end
+  for from = 1, #ks, 1000 do
+    local to = math.min(from + 999, #ks)
+    local vs = call('MGET', unpack_list(ks, from, to))
+    for j = from, to do values[ks[j]] = vs[j - from + 1] end
   end
 end
 
