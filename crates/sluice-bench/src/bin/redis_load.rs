@@ -1,0 +1,175 @@
+//! Load on the Redis store: `CONCURRENCY` tokio tasks, each doing one
+//! decision after another over `KEYS` client keys, for `SECONDS`, against the
+//! Redis at `URL`. Runs the batched store, then the baseline (one script
+//! call per request, still pipelined on one multiplexed connection), and
+//! prints decisions/s and latency percentiles for each.
+//!
+//! `redis_load [URL] [SECONDS] [CONCURRENCY] [KEYS] [ALGORITHM] [MODE]`
+//!
+//! MODE is `both` (default), `batched` or `baseline`. The batching can be
+//! tuned with `SLUICE_BATCH_GROUPS` and `SLUICE_BATCH_IN_FLIGHT`
+//! (defaults: [`BatchConfig::default`]). ALGORITHM is a
+//! sluice-core name (`gcra` by default). The limit is 1000/s with a burst of
+//! 1000 per key, so nearly every decision is an admission that writes.
+
+use std::time::{Duration, Instant};
+
+use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+use sluice_redis::{BatchConfig, RedisCheck, RedisStore};
+use sluice_store::KeyHasher;
+
+struct Run {
+    decisions: u64,
+    allowed: u64,
+    errors: u64,
+    latencies_us: Vec<u32>,
+    elapsed: Duration,
+}
+
+fn algorithm(name: &str) -> Option<AlgorithmKind> {
+    [
+        AlgorithmKind::FixedWindow,
+        AlgorithmKind::SlidingLog,
+        AlgorithmKind::SlidingWindow,
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::LeakyBucket,
+        AlgorithmKind::Gcra,
+    ]
+    .into_iter()
+    .find(|k| k.name() == name)
+}
+
+async fn run(
+    url: &str,
+    batching: Option<BatchConfig>,
+    secs: u64,
+    concurrency: usize,
+    keys: usize,
+    kind: AlgorithmKind,
+) -> Result<Run, Box<dyn std::error::Error>> {
+    let conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let store = RedisStore::from_connection(conn, batching);
+    let limiter = LimitSpec {
+        algorithm: kind,
+        rate: Rate::per_second(1000),
+        burst: if kind == AlgorithmKind::SlidingLog { 100 } else { 1000 },
+        nodelay: true,
+    }
+    .build()?;
+    let hasher = KeyHasher::from_secret(b"redis_load");
+    let ids: Vec<_> = (0..keys)
+        .map(|i| hasher.key_id(&format!("client-{i}")))
+        .collect();
+    let ids = std::sync::Arc::new(ids);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let (store, ids) = (store.clone(), ids.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(1 << 16);
+            let (mut allowed, mut errors) = (0u64, 0u64);
+            let mut i = t;
+            while Instant::now() < deadline {
+                i = (i + concurrency) % ids.len();
+                let check = RedisCheck {
+                    limit_id: "redis_load",
+                    limiter: &limiter,
+                    key: ids[i],
+                    cost: 1,
+                };
+                let begin = Instant::now();
+                match store.check(&[check]).await {
+                    Ok(c) => allowed += u64::from(c.allowed),
+                    Err(_) => errors += 1,
+                }
+                lat.push(u32::try_from(begin.elapsed().as_micros()).unwrap_or(u32::MAX));
+            }
+            (lat, allowed, errors)
+        }));
+    }
+    let mut out = Run {
+        decisions: 0,
+        allowed: 0,
+        errors: 0,
+        latencies_us: Vec::new(),
+        elapsed: Duration::ZERO,
+    };
+    for task in tasks {
+        let (lat, allowed, errors) = task.await?;
+        out.decisions += lat.len() as u64;
+        out.allowed += allowed;
+        out.errors += errors;
+        out.latencies_us.extend(lat);
+    }
+    out.elapsed = start.elapsed();
+    Ok(out)
+}
+
+fn report(name: &str, mut r: Run) -> f64 {
+    r.latencies_us.sort_unstable();
+    let pct = |p: f64| {
+        let n = r.latencies_us.len();
+        if n == 0 {
+            return 0;
+        }
+        r.latencies_us[((n as f64 * p) as usize).min(n - 1)]
+    };
+    let rate = r.decisions as f64 / r.elapsed.as_secs_f64();
+    println!(
+        "{name:>8}: {rate:>10.0} decisions/s  p50 {:>6} us  p99 {:>6} us  allowed {:.1}%  errors {}",
+        pct(0.50),
+        pct(0.99),
+        100.0 * r.allowed as f64 / r.decisions.max(1) as f64,
+        r.errors
+    );
+    rate
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let url = args
+        .next()
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let secs: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
+    let concurrency: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(256);
+    let keys: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let kind = args
+        .next()
+        .map_or(Some(AlgorithmKind::Gcra), |a| algorithm(&a))
+        .ok_or("unknown algorithm")?;
+    let mode = args.next().unwrap_or_else(|| "both".into());
+    println!(
+        "{url}: {concurrency} tasks, {keys} keys, {secs} s each, {}",
+        kind.name()
+    );
+    let mut batched = None;
+    let mut baseline = None;
+    if mode == "both" || mode == "batched" {
+        let defaults = BatchConfig::default();
+        let env = |name: &str, default: usize| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        let config = BatchConfig {
+            max_groups: env("SLUICE_BATCH_GROUPS", defaults.max_groups),
+            max_in_flight: env("SLUICE_BATCH_IN_FLIGHT", defaults.max_in_flight),
+        };
+        println!("batching: {config:?}");
+        let r = run(&url, Some(config), secs, concurrency, keys, kind).await?;
+        batched = Some(report("batched", r));
+    }
+    if mode == "both" || mode == "baseline" {
+        let r = run(&url, None, secs, concurrency, keys, kind).await?;
+        baseline = Some(report("baseline", r));
+    }
+    if let (Some(b), Some(s)) = (batched, baseline) {
+        println!("batched / baseline: {:.2}x", b / s);
+    }
+    Ok(())
+}
