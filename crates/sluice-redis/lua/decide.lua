@@ -20,8 +20,8 @@
 -- Durations are computed as (microseconds, nanoseconds) pairs, so nothing
 -- needs more than 53 bits.
 --
--- State values are packed little-endian doubles (struct.pack '<dd'), exact
--- for the integers they hold and cheaper than text to read and write.
+-- State values are packed little-endian doubles (struct.pack), exact for
+-- the integers they hold and cheaper than text to read and write.
 --
 -- Reply: per group its flag (1 allowed), then per check:
 --   remaining * 2 + allowed,
@@ -102,6 +102,7 @@ end
 -- key, the decision, and the write an admission makes.
 local c_lim, c_cost = {}, {}
 local d_ok, d_rem, d_rus, d_rns, d_tus, d_tns, d_dus, d_dns = {}, {}, {}, {}, {}, {}, {}, {}
+local w_x, w_y, w_z, w_need, w_exp = {}, {}, {}, {}, {}
 local w_val, w_ttl, w_drop, w_merge = {}, {}, {}, {}
 
 -- String states: fetched with one MGET for the whole call, then kept up
@@ -116,17 +117,36 @@ local function get(key)
   return v
 end
 
-local function set(key, v, ttl)
+-- A string state is four packed doubles: three fields and the time (us)
+-- at which the key expires. A write that the current expiry covers keeps it
+-- (SET KEEPTTL costs half of SET PX); one that needs longer sets twice what
+-- it needs, so a busy key refreshes its TTL about once per replenishment
+-- time and an idle one lives at most twice that long.
+local function read(key)
+  local v = get(key)
+  if not v or #v ~= 32 then return nil end
+  return unpack('<dddd', v)
+end
+
+local function store(key, x, y, z, need, old_exp)
+  local until_us = now + need
+  local v
+  if old_exp and old_exp >= until_us then
+    v = pack('<dddd', x, y, z, old_exp)
+    call('SET', key, v, 'KEEPTTL')
+  else
+    local exp = until_us + need
+    v = pack('<dddd', x, y, z, exp)
+    call('SET', key, v, 'PX', ttl_ms(exp - now))
+  end
   values[key] = v
-  call('SET', key, v, 'PX', ttl)
 end
 
 -- Token bucket (4), leaky bucket (5), GCRA (6): state (last_us, level),
 -- the used capacity in units as of last (for GCRA the TAT is last + level).
 local function meter_state(lim, key)
-  local v = get(key)
-  if not v then return nil, 0, 0 end
-  local last, level = unpack('<dd', v)
+  local last, level, _, exp = read(key)
+  if not last then return nil, 0, 0, nil end
   local used
   if lim.alg == 6 then
     used = (last - now) * lim.M + level
@@ -136,11 +156,11 @@ local function meter_state(lim, key)
     used = level
   end
   if used < 0 then used = 0 end
-  return last, level, used
+  return last, level, used, exp
 end
 
 local function meter(lim, k, key, cost)
-  local last, _, used = meter_state(lim, key)
+  local last, _, used, exp = meter_state(lim, key)
   local cap, P = lim.L, lim.P
   local need = cost * P
   if used + need <= cap then
@@ -151,8 +171,8 @@ local function meter(lim, k, key, cost)
     if cost > 0 then
       local stamp = now
       if lim.alg ~= 6 and last and last > now then stamp = last end
-      w_val[k] = pack('<dd', stamp, new)
-      w_ttl[k] = ttl_ms(stamp - now + ceil_div(new, lim.M))
+      w_x[k], w_y[k], w_z[k] = stamp, new, 0
+      w_need[k], w_exp[k] = stamp - now + ceil_div(new, lim.M), exp
     end
     return 1, floor_div(cap - new, P), r_us, r_ns, 0, 0, d_us, d_ns
   end
@@ -168,9 +188,8 @@ local function fixed(lim, k, key, cost)
   local idx0, e0 = window_pos(lim, now)
   local idx, e = idx0, e0
   local count = 0
-  local v = get(key)
-  if v then
-    local sw, sc = unpack('<dd', v)
+  local sw, sc, _, exp = read(key)
+  if sw then
     if sc > 0 and sw >= idx then
       if sw > idx then
         idx = sw
@@ -184,8 +203,8 @@ local function fixed(lim, k, key, cost)
   if count + cost <= B then
     local used = count + cost
     if cost > 0 then
-      w_val[k] = pack('<dd', idx, used)
-      w_ttl[k] = ttl_ms(ceil_div((idx - idx0 + 1) * L - e0, lim.M))
+      w_x[k], w_y[k], w_z[k] = idx, used, 0
+      w_need[k], w_exp[k] = ceil_div((idx - idx0 + 1) * L - e0, lim.M), exp
     end
     if used > 0 then
       return 1, B - used, u_us, u_ns, 0, 0, 0, 0
@@ -200,9 +219,8 @@ local function sliding(lim, k, key, cost)
   local idx0, e0 = window_pos(lim, now)
   local idx, e = idx0, e0
   local prev, cur = 0, 0
-  local v = get(key)
-  if v then
-    local sw, sp, sc = unpack('<ddd', v)
+  local sw, sp, sc, exp = read(key)
+  if sw then
     if not (sp == 0 and sc == 0) then
       if sw == idx then
         prev, cur = sp, sc
@@ -227,8 +245,8 @@ local function sliding(lim, k, key, cost)
       r_us, r_ns = dur(lim, L - e, 0)
     end
     if cost > 0 then
-      w_val[k] = pack('<ddd', idx, prev, used)
-      w_ttl[k] = ttl_ms(ceil_div((idx - idx0 + 2) * L - e0, lim.M))
+      w_x[k], w_y[k], w_z[k] = idx, prev, used
+      w_need[k], w_exp[k] = ceil_div((idx - idx0 + 2) * L - e0, lim.M), exp
     end
     return 1, floor_div(capacity - weighted, L), r_us, r_ns, 0, 0, 0, 0
   end
@@ -327,6 +345,7 @@ local deciders = { fixed, log, sliding, meter, meter, meter }
 local function decide(k, cost)
   local lim = c_lim[k]
   w_val[k] = nil
+  w_need[k] = nil
   d_ok[k], d_rem[k], d_rus[k], d_rns[k], d_tus[k], d_tns[k], d_dus[k], d_dns[k] =
     deciders[lim.alg](lim, k, KEYS[k], cost)
 end
@@ -334,7 +353,7 @@ end
 local function write(k)
   local key = KEYS[k]
   if c_lim[k].alg ~= 2 then
-    set(key, w_val[k], w_ttl[k])
+    store(key, w_x[k], w_y[k], w_z[k], w_need[k], w_exp[k])
   else
     if w_drop[k] > 0 then call('LTRIM', key, w_drop[k], -1) end
     if w_merge[k] then call('LSET', key, -1, w_val[k]) else call('RPUSH', key, w_val[k]) end
@@ -344,35 +363,34 @@ end
 
 -- Refunds: give back a committed cost, as closely as the state allows.
 local function refund_meter(lim, key, cost)
-  local last, _, used = meter_state(lim, key)
+  local last, _, used, exp = meter_state(lim, key)
   if not last then return end
   used = used - cost * lim.P
   if used < 0 then used = 0 end
   local stamp = now
   if lim.alg ~= 6 and last > now then stamp = last end
-  call('SET', key, pack('<dd', stamp, used), 'KEEPTTL')
+  values[key] = pack('<dddd', stamp, used, 0, exp)
+  call('SET', key, values[key], 'KEEPTTL')
 end
 
 local function refund_fixed(lim, key, cost)
   local idx = window_pos(lim, now)
-  local v = call('GET', key)
-  if not v then return end
-  local sw, sc = unpack('<dd', v)
-  if sw < idx then return end
+  local sw, sc, _, exp = read(key)
+  if not sw or sw < idx then return end
   sc = sc - cost
   if sc < 0 then sc = 0 end
-  call('SET', key, pack('<dd', sw, sc), 'KEEPTTL')
+  values[key] = pack('<dddd', sw, sc, 0, exp)
+  call('SET', key, values[key], 'KEEPTTL')
 end
 
 local function refund_sliding(lim, key, cost)
   local idx = window_pos(lim, now)
-  local v = call('GET', key)
-  if not v then return end
-  local sw, sp, sc = unpack('<ddd', v)
-  if sw + 1 < idx then return end
+  local sw, sp, sc, exp = read(key)
+  if not sw or sw + 1 < idx then return end
   sc = sc - cost
   if sc < 0 then sc = 0 end
-  call('SET', key, pack('<ddd', sw, sp, sc), 'KEEPTTL')
+  values[key] = pack('<dddd', sw, sp, sc, exp)
+  call('SET', key, values[key], 'KEEPTTL')
 end
 
 local function refund_log(lim, key, cost)
@@ -484,7 +502,7 @@ for gi = 1, ng do
   if mode == 'd' then ok = false end
   if ok then
     for j = first, last do
-      if w_val[j] then write(j) end
+      if w_val[j] or w_need[j] then write(j) end
     end
   else
     -- Refused: nothing is written; the limits that would have allowed it

@@ -8,8 +8,9 @@ mod common;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
+use redis::AsyncCommands;
 use sluice_core::{AlgorithmKind, State};
-use sluice_redis::{RedisCheck, RedisStore};
+use sluice_redis::{RedisCheck, RedisStore, key_name};
 use sluice_store::KeyId;
 
 use common::{KINDS, env, fresh_id, limiter, reference};
@@ -133,6 +134,22 @@ fn every_decision_equals_sluice_core() {
                         now,
                         cost
                     );
+                    // The key lives at least until sluice-core's idle_at.
+                    let idle_at = limiter.idle_at(&state);
+                    if kind != AlgorithmKind::SlidingLog && idle_at > now * 1000 {
+                        let mut conn = env.conn.clone();
+                        let raw: Option<Vec<u8>> =
+                            env.rt.block_on(conn.get(key_name(&id, key))).unwrap();
+                        let raw = raw.unwrap_or_default();
+                        prop_assert_eq!(raw.len(), 32, "a live state is missing");
+                        let expires_us = f64::from_le_bytes(raw[24..32].try_into().unwrap()) as u64;
+                        prop_assert!(
+                            expires_us * 1000 >= idle_at,
+                            "expires at {} us, idle at {} ns",
+                            expires_us,
+                            idle_at
+                        );
+                    }
                 }
                 Ok(())
             },
