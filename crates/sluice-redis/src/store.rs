@@ -54,18 +54,34 @@ pub struct RedisCheck<'a> {
 /// The short, stable tag of a limit in key names: 64-bit FNV-1a of its id,
 /// in hex. Not a secret and not meant to be one: limit ids are config.
 pub fn limit_tag(limit_id: &str) -> String {
+    format!("{:016x}", fnv1a(limit_id))
+}
+
+fn fnv1a(text: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in limit_id.bytes() {
+    for b in text.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    format!("{h:016x}")
+    h
 }
 
 /// The Redis key holding the state of `limit_id` for `key`:
 /// `sluice:{<key id hex>}:<limit tag>`.
 pub fn key_name(limit_id: &str, key: KeyId) -> String {
-    format!("sluice:{{{}}}:{}", key.to_hex(), limit_tag(limit_id))
+    use std::fmt::Write;
+    let mut name = String::with_capacity(KEY_NAME_LEN);
+    // Writing to a String cannot fail.
+    let _ = write!(name, "sluice:{{{:032x}}}:{:016x}", key.0, fnv1a(limit_id));
+    name
+}
+
+/// The length of every key name.
+const KEY_NAME_LEN: usize = 7 + 34 + 1 + 16;
+
+/// The hash tag (the key id in hex) of a name made by [`key_name`].
+fn hash_tag(name: &str) -> &str {
+    name.get(8..40).unwrap_or(name)
 }
 
 /// A connection to one node: a topology route, or a plain connection.
@@ -237,6 +253,9 @@ impl RedisStore {
                 decisions: Vec::new(),
             });
         }
+        if let [one] = checks {
+            return self.decide_one(one, now_us).await;
+        }
         let (items, index) = merge(checks)?;
 
         // Group by hash tag (the key id), in order of first appearance.
@@ -272,6 +291,29 @@ impl RedisStore {
             .map(|i| unique[*i].ok_or_else(|| RedisStoreError::BadReply("missing decision".into())))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Checked { allowed, decisions })
+    }
+
+    /// The common case: one limit, one key, one hash tag.
+    async fn decide_one(
+        &self,
+        c: &RedisCheck<'_>,
+        now_us: Option<u64>,
+    ) -> Result<Checked, RedisStoreError> {
+        let params = params_of(c)?;
+        check_cost(c.cost, &params)?;
+        let key = key_name(c.limit_id, c.key);
+        let tag = hash_tag(&key).to_owned();
+        let node = self.inner.backend.node_of(&tag);
+        let group = vec![ScriptCheck {
+            key,
+            params,
+            cost: c.cost,
+        }];
+        let reply = self.run_group(node, &tag, group, now_us).await?;
+        Ok(Checked {
+            allowed: reply.allowed,
+            decisions: reply.decisions,
+        })
     }
 
     /// Commits the groups one after another; on a refusal, refunds those
@@ -423,12 +465,7 @@ fn merge<'a>(checks: &[RedisCheck<'a>]) -> Result<(Vec<Item<'a>>, Vec<usize>), R
                 index.push(i);
             }
             None => {
-                let params = LimitParams::of(c.limiter).ok_or_else(|| {
-                    RedisStoreError::BadReply(format!(
-                        "cannot read the parameters of limit `{}`",
-                        c.limit_id
-                    ))
-                })?;
+                let params = params_of(c)?;
                 index.push(items.len());
                 items.push(Item {
                     limit_id: c.limit_id,
@@ -443,14 +480,43 @@ fn merge<'a>(checks: &[RedisCheck<'a>]) -> Result<(Vec<Item<'a>>, Vec<usize>), R
         }
     }
     for item in &items {
-        let capacity = item.check.params.burst();
-        if item.check.cost > capacity {
-            return Err(CheckError::CostExceedsCapacity {
-                cost: item.check.cost,
-                capacity,
-            }
-            .into());
-        }
+        check_cost(item.check.cost, &item.check.params)?;
     }
     Ok((items, index))
+}
+
+fn params_of(c: &RedisCheck<'_>) -> Result<LimitParams, RedisStoreError> {
+    LimitParams::of(c.limiter).ok_or_else(|| {
+        RedisStoreError::BadReply(format!(
+            "cannot read the parameters of limit `{}`",
+            c.limit_id
+        ))
+    })
+}
+
+/// A cost the limit can never admit is an error, before anything is sent.
+fn check_cost(cost: u64, params: &LimitParams) -> Result<(), RedisStoreError> {
+    let capacity = params.burst();
+    if cost > capacity {
+        return Err(CheckError::CostExceedsCapacity { cost, capacity }.into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_are_tagged_by_the_key_id() {
+        let key = KeyId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        let name = key_name("api/per-key", key);
+        assert_eq!(name.len(), KEY_NAME_LEN);
+        assert_eq!(
+            name,
+            format!("sluice:{{{}}}:{}", key.to_hex(), limit_tag("api/per-key"))
+        );
+        assert_eq!(hash_tag(&name), key.to_hex());
+        assert_ne!(limit_tag("a"), limit_tag("b"));
+    }
 }

@@ -151,6 +151,11 @@ fn a_cost_above_capacity_is_an_error_and_changes_nothing() {
             .await
             .unwrap_err();
         assert!(matches!(err, RedisStoreError::Check(_)), "{err}");
+        let err = store
+            .check(&[check(&a, &small, KeyId(1), 4)])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RedisStoreError::Check(_)), "{err}");
         // Two checks of 2 on one (limit, key) are one check of 4.
         let err = store
             .check(&[
