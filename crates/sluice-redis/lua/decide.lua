@@ -8,7 +8,8 @@
 -- ARGV[3]  number of limits, then 10 fields per limit, precomputed in Rust
 --          (see script.rs, `LimitParams`):
 --          alg B P M g a L L2 M2 queue
--- then     number of groups, then per group: n, then n pairs (limit, cost)
+-- then     the checks, packed: per check '<BHd' (1 if it opens a group, its
+--          limit's index, its cost)
 -- KEYS     one per check, in the order of the checks
 --
 -- Units. With the rate reduced to a units of cost per p ns and
@@ -427,28 +428,34 @@ for j = 1, nl do
   ai = ai + 10
 end
 
-local ng = tonumber(ARGV[ai])
-ai = ai + 1
+-- The checks: one packed record per check, '<BHd': 1 if it opens a group,
+-- its limit (1-based), its cost.
+local packed = ARGV[ai]
+if not packed or #packed % 11 ~= 0 or #packed / 11 ~= #KEYS then
+  return redis.error_reply('ERR sluice: malformed arguments')
+end
+local ng = 0
 local g_size = {}
 local k = 0
-for gi = 1, ng do
-  local n = tonumber(ARGV[ai])
-  ai = ai + 1
-  g_size[gi] = n
-  for _ = 1, n do
-    k = k + 1
-    local lim = lims[tonumber(ARGV[ai])]
-    local cost = tonumber(ARGV[ai + 1])
-    if not lim or not cost or cost < 0 or not KEYS[k] then
-      return redis.error_reply('ERR sluice: malformed arguments')
-    end
-    if cost > lim.B then
-      return redis.error_reply('ERR sluice: cost exceeds capacity')
-    end
-    c_lim[k] = lim
-    c_cost[k] = cost
-    ai = ai + 2
+local pos = 1
+while pos <= #packed do
+  local opens, li, cost
+  opens, li, cost, pos = unpack('<BHd', packed, pos)
+  k = k + 1
+  if opens == 1 or ng == 0 then
+    ng = ng + 1
+    g_size[ng] = 0
   end
+  g_size[ng] = g_size[ng] + 1
+  local lim = lims[li]
+  if not lim or cost < 0 then
+    return redis.error_reply('ERR sluice: malformed arguments')
+  end
+  if cost > lim.B then
+    return redis.error_reply('ERR sluice: cost exceeds capacity')
+  end
+  c_lim[k] = lim
+  c_cost[k] = cost
 end
 
 -- Refund mode gives the costs back, then answers peeks (cost 0): the

@@ -296,15 +296,22 @@ impl DecisionScript {
                 inv.arg(f);
             }
         }
-        inv.arg(groups.len());
+        // Per check 11 bytes: opens a group (u8), limit (u16), cost (f64),
+        // little-endian; one argument instead of three per check.
+        let mut packed = Vec::with_capacity(11 * refs.len());
         let mut refs = refs.into_iter();
         for group in groups {
-            inv.arg(group.len());
-            for check in group.iter() {
-                inv.arg(refs.next().unwrap_or(1));
-                inv.arg(check.cost);
+            for (i, check) in group.iter().enumerate() {
+                packed.push(u8::from(i == 0));
+                let limit = u16::try_from(refs.next().unwrap_or(1))
+                    .map_err(|_| bad("more than 65535 limits in one call"))?;
+                packed.extend_from_slice(&limit.to_le_bytes());
+                // Exact: costs are at most the burst, below 2^53 in the
+                // exact domain.
+                packed.extend_from_slice(&(check.cost as f64).to_le_bytes());
             }
         }
+        inv.arg(packed);
         let reply: Vec<i64> = inv.invoke_async(conn).await?;
         parse_reply(&reply, groups)
     }

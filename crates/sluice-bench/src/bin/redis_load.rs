@@ -8,7 +8,9 @@
 //!
 //! MODE is `both` (default), `batched` or `baseline`. The batching can be
 //! tuned with `SLUICE_BATCH_GROUPS` and `SLUICE_BATCH_IN_FLIGHT`
-//! (defaults: [`BatchConfig::default`]). ALGORITHM is a
+//! (defaults: [`BatchConfig::default`]); `SLUICE_BENCH_THREADS` sets the
+//! client's tokio worker threads (default 0: a current-thread runtime,
+//! leaving the other core to Redis). ALGORITHM is a
 //! sluice-core name (`gcra` by default). The limit is 1000/s with a burst of
 //! 1000 per key, so nearly every decision is an admission that writes.
 
@@ -128,8 +130,26 @@ fn report(name: &str, mut r: Run) -> f64 {
     rate
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // SLUICE_BENCH_THREADS: tokio worker threads (0: one, on this thread).
+    let threads: usize = std::env::var("SLUICE_BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let runtime = if threads == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(bench())
+}
+
+async fn bench() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let url = args
         .next()
