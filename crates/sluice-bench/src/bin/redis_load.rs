@@ -4,15 +4,19 @@
 //! call per request, still pipelined on one multiplexed connection), and
 //! prints decisions/s and latency percentiles for each.
 //!
-//! `redis_load [URL] [SECONDS] [CONCURRENCY] [KEYS] [ALGORITHM] [MODE]`
+//! `redis_load [URL] [SECONDS] [CONCURRENCY] [KEYS] [ALGORITHM] [MODE] [RATE] [BURST]`
 //!
 //! MODE is `both` (default), `batched` or `baseline`. The batching can be
 //! tuned with `SLUICE_BATCH_GROUPS` and `SLUICE_BATCH_IN_FLIGHT`
 //! (defaults: [`BatchConfig::default`]); `SLUICE_BENCH_THREADS` sets the
 //! client's tokio worker threads (default 0: a current-thread runtime,
 //! leaving the other core to Redis). ALGORITHM is a
-//! sluice-core name (`gcra` by default). The limit is 1000/s with a burst of
-//! 1000 per key, so nearly every decision is an admission that writes.
+//! sluice-core name (`gcra` by default). The limit is RATE (default
+//! `1000/s`) with a burst of BURST (default 1000; 100 for the sliding log)
+//! per key, so nearly every decision is an admission that writes. At
+//! 1000/s a key is full again 1 ms after a request, so its state expires
+//! between two visits and each decision creates it anew ("cold" keys);
+//! `10/min` keeps every key's state alive ("hot" keys).
 
 use std::time::{Duration, Instant};
 
@@ -41,22 +45,38 @@ fn algorithm(name: &str) -> Option<AlgorithmKind> {
     .find(|k| k.name() == name)
 }
 
-async fn run(
-    url: &str,
-    batching: Option<BatchConfig>,
+/// What one run does.
+struct Load {
+    url: String,
     secs: u64,
     concurrency: usize,
     keys: usize,
     kind: AlgorithmKind,
+    rate: Rate,
+    burst: u64,
+}
+
+async fn run(
+    load: &Load,
+    batching: Option<BatchConfig>,
 ) -> Result<Run, Box<dyn std::error::Error>> {
-    let conn = redis::Client::open(url)?
+    let Load {
+        ref url,
+        secs,
+        concurrency,
+        keys,
+        kind,
+        rate,
+        burst,
+    } = *load;
+    let conn = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
     let store = RedisStore::from_connection(conn, batching);
     let limiter = LimitSpec {
         algorithm: kind,
-        rate: Rate::per_second(1000),
-        burst: if kind == AlgorithmKind::SlidingLog { 100 } else { 1000 },
+        rate,
+        burst,
         nodelay: true,
     }
     .build()?;
@@ -162,10 +182,29 @@ async fn bench() -> Result<(), Box<dyn std::error::Error>> {
         .map_or(Some(AlgorithmKind::Gcra), |a| algorithm(&a))
         .ok_or("unknown algorithm")?;
     let mode = args.next().unwrap_or_else(|| "both".into());
+    let rate: Rate = args.next().as_deref().unwrap_or("1000/s").parse()?;
+    let default_burst = if kind == AlgorithmKind::SlidingLog {
+        100
+    } else {
+        1000
+    };
+    let burst: u64 = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(default_burst);
     println!(
-        "{url}: {concurrency} tasks, {keys} keys, {secs} s each, {}",
+        "{url}: {concurrency} tasks, {keys} keys, {secs} s each, {} {rate} burst {burst}",
         kind.name()
     );
+    let load = Load {
+        url,
+        secs,
+        concurrency,
+        keys,
+        kind,
+        rate,
+        burst,
+    };
     let mut batched = None;
     let mut baseline = None;
     if mode == "both" || mode == "batched" {
@@ -181,11 +220,11 @@ async fn bench() -> Result<(), Box<dyn std::error::Error>> {
             max_in_flight: env("SLUICE_BATCH_IN_FLIGHT", defaults.max_in_flight),
         };
         println!("batching: {config:?}");
-        let r = run(&url, Some(config), secs, concurrency, keys, kind).await?;
+        let r = run(&load, Some(config)).await?;
         batched = Some(report("batched", r));
     }
     if mode == "both" || mode == "baseline" {
-        let r = run(&url, None, secs, concurrency, keys, kind).await?;
+        let r = run(&load, None).await?;
         baseline = Some(report("baseline", r));
     }
     if let (Some(b), Some(s)) = (batched, baseline) {
