@@ -63,15 +63,16 @@ fn copy_error(e: &RedisStoreError) -> RedisStoreError {
 }
 
 impl Batcher {
-    /// Starts a dispatcher for the node behind `conn` (on the current tokio
-    /// runtime). It stops when every handle is dropped.
-    pub(crate) fn start<C>(conn: C, script: DecisionScript, config: BatchConfig) -> Self
+    /// Starts a dispatcher for the node behind `conn` on the current tokio
+    /// runtime; `None` outside one. It stops when every handle is dropped.
+    pub(crate) fn start<C>(conn: C, script: DecisionScript, config: BatchConfig) -> Option<Self>
     where
         C: ConnectionLike + Clone + Send + 'static,
     {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(dispatch(rx, conn, script, config));
-        Self { tx }
+        runtime.spawn(dispatch(rx, conn, script, config));
+        Some(Self { tx })
     }
 
     /// Decides one group in the next call to the node.

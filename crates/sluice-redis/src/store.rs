@@ -421,17 +421,25 @@ impl RedisStore {
                     .batchers
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
-                map.entry(node)
-                    .or_insert_with(|| {
-                        Batcher::start(
+                match map.get(&node) {
+                    Some(b) => Some(b.clone()),
+                    None => {
+                        let started = Batcher::start(
                             self.inner.backend.conn(tag),
                             self.inner.script.clone(),
                             config,
-                        )
-                    })
-                    .clone()
+                        );
+                        if let Some(b) = &started {
+                            map.insert(node, b.clone());
+                        }
+                        started
+                    }
+                }
             };
-            return batcher.submit(group).await;
+            // Outside a tokio runtime there is no dispatcher: call directly.
+            if let Some(batcher) = batcher {
+                return batcher.submit(group).await;
+            }
         }
         self.run_direct(tag, Mode::Check, group, now_us).await
     }
