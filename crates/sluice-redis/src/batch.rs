@@ -135,3 +135,129 @@ async fn dispatch<C>(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Mutex;
+
+    use redis::{Arg, Cmd, Pipeline, RedisFuture, Value};
+    use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+    use tokio::sync::Notify;
+
+    use super::*;
+    use crate::script::LimitParams;
+
+    /// A node that records how many groups each call carries and holds
+    /// every call until the test releases it; it answers "allowed".
+    #[derive(Clone)]
+    struct HeldNode {
+        calls: Arc<Mutex<Vec<usize>>>,
+        started: Arc<Notify>,
+        release: Arc<Semaphore>,
+    }
+
+    impl ConnectionLike for HeldNode {
+        fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+            Box::pin(async move {
+                let packed = match cmd.args_iter().last() {
+                    Some(Arg::Simple(bytes)) => bytes.to_vec(),
+                    _ => Vec::new(),
+                };
+                // One record of 11 bytes per check; the first byte opens a group.
+                let mut sizes: Vec<usize> = Vec::new();
+                for record in packed.chunks(11) {
+                    if record[0] == 1 {
+                        sizes.push(0);
+                    }
+                    if let Some(last) = sizes.last_mut() {
+                        *last += 1;
+                    }
+                }
+                self.calls.lock().unwrap().push(sizes.len());
+                self.started.notify_one();
+                self.release.acquire().await.unwrap().forget();
+                let mut reply = Vec::new();
+                for n in sizes {
+                    reply.push(Value::Int(1));
+                    for _ in 0..n {
+                        reply.push(Value::Int(2 * 7 + 1)); // allowed, 7 remaining
+                        reply.push(Value::Int(0)); // reset_after
+                    }
+                }
+                Ok(Value::Array(reply))
+            })
+        }
+
+        fn req_packed_commands<'a>(
+            &'a mut self,
+            _: &'a Pipeline,
+            _: usize,
+            _: usize,
+        ) -> RedisFuture<'a, Vec<Value>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+
+        fn get_db(&self) -> i64 {
+            0
+        }
+    }
+
+    fn group() -> Vec<ScriptCheck> {
+        let limiter = LimitSpec {
+            algorithm: AlgorithmKind::Gcra,
+            rate: Rate::per_second(10),
+            burst: 8,
+            nodelay: false,
+        }
+        .build()
+        .unwrap();
+        vec![ScriptCheck {
+            key: "sluice:{00}:00".into(),
+            params: LimitParams::of(&limiter).unwrap(),
+            cost: 1,
+        }]
+    }
+
+    #[tokio::test]
+    async fn requests_queued_behind_a_call_in_flight_leave_together() {
+        let node = HeldNode {
+            calls: Arc::default(),
+            started: Arc::new(Notify::new()),
+            release: Arc::new(Semaphore::new(0)),
+        };
+        let config = BatchConfig {
+            max_groups: 32,
+            max_in_flight: 1,
+        };
+        let batcher = Batcher::start(node.clone(), DecisionScript::default(), config).unwrap();
+        let mut answers = Vec::new();
+        let mut send = || {
+            let (reply, answer) = oneshot::channel();
+            batcher
+                .tx
+                .send(Job {
+                    group: group(),
+                    reply,
+                })
+                .ok()
+                .unwrap();
+            answers.push(answer);
+        };
+        // The first request leaves at once, alone.
+        send();
+        node.started.notified().await;
+        // 40 more queue up while it is in flight: 32, then 8.
+        for _ in 0..40 {
+            send();
+        }
+        node.release.add_permits(3);
+        for answer in answers {
+            let reply = answer.await.unwrap().unwrap();
+            assert!(reply.allowed);
+            assert_eq!(reply.decisions[0].remaining, 7);
+        }
+        assert_eq!(*node.calls.lock().unwrap(), vec![1, 32, 8]);
+    }
+}
