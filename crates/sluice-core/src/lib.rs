@@ -43,4 +43,4 @@ pub use clock::{Clock, ManualClock, Nanos, SystemClock};
 pub use decision::Decision;
 pub use error::{CheckError, LimitError};
 pub use limiter::{AlgorithmKind, LimitSpec, Limiter, State, Update};
-pub use rate::{Rate, RateParseError};
+pub use rate::{Rate, RateParseError, parse_duration};

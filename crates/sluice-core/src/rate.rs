@@ -131,6 +131,21 @@ fn parse_period(text: &str) -> Result<Nanos, RateParseError> {
     multiplier.checked_mul(base).ok_or(RateParseError::TooLong)
 }
 
+/// Parses a duration written like a rate's period: a number and a unit,
+/// e.g. `10ms`, `2s`, `1 min`. The number is required.
+///
+/// ```
+/// assert_eq!(sluice_core::parse_duration("10ms"), Ok(10_000_000));
+/// assert!(sluice_core::parse_duration("ms").is_err());
+/// ```
+pub fn parse_duration(text: &str) -> Result<Nanos, RateParseError> {
+    let t = text.trim();
+    if !t.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(RateParseError::Period(t.to_owned()));
+    }
+    parse_period(t)
+}
+
 impl FromStr for Rate {
     type Err = RateParseError;
 

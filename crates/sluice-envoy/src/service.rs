@@ -26,7 +26,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use sluice_core::{Decision, Nanos};
-use sluice_policy::LimitResult;
+use sluice_policy::{LimitLabels, LimitResult};
 use sluice_store::{Check, KeyHasher, MemoryStore};
 use tonic::{Request, Response, Status};
 
@@ -178,6 +178,8 @@ impl EnvoyRls {
                     name: rule.name.clone(),
                     spec: limited.spec,
                     decision,
+                    labels: LimitLabels::named(rule.name.clone(), "envoy"),
+                    key: self.hasher.key_id(&m.key),
                 });
             }
         }

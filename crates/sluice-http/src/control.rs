@@ -7,6 +7,9 @@
 //!   (see [`nginx_auth`](crate::nginx_auth)).
 //! - `GET /healthz`: the process is up.
 //! - `GET /readyz`: the process is ready to decide.
+//! - `GET /metrics`: Prometheus metrics (see [`metrics`](crate::metrics)).
+//! - `GET /`: the live [status page](crate::status_page), polling
+//!   `GET /v1/status`.
 //!
 //! The request body of `/v1/check`:
 //!
@@ -26,7 +29,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
@@ -34,7 +37,9 @@ use serde::Deserialize;
 use sluice_policy::{Engine, RequestInfo};
 
 use crate::headers::add_headers;
+use crate::metrics::Metrics;
 use crate::problem::Problem;
+use crate::status_page::StatusState;
 use crate::verdict_json::{VerdictJson, decide_error_response};
 
 /// The body of `POST /v1/check`.
@@ -60,13 +65,45 @@ fn default_method() -> String {
 }
 
 /// The control API's router.
-pub fn router(engine: Arc<Engine>) -> axum::Router {
+pub fn router(engine: Arc<Engine>, metrics: Arc<Metrics>) -> axum::Router {
+    router_with(engine, metrics, None)
+}
+
+/// The control API's router, with the reloader that knows the config's
+/// version (shown on the status page).
+pub fn router_with(
+    engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
+    reloader: Option<Arc<crate::reload::Reloader>>,
+) -> axum::Router {
+    let status = StatusState {
+        engine: engine.clone(),
+        metrics: metrics.clone(),
+        reloader,
+        started: std::time::Instant::now(),
+    };
     axum::Router::new()
+        .route("/", get(crate::status_page::page))
+        .route("/v1/status", get(crate::status_page::status))
+        .layer(Extension(status))
         .route("/v1/check", post(check))
         .route("/v1/auth", get(crate::nginx_auth::auth))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(serve_metrics))
+        .layer(Extension(metrics))
         .with_state(engine)
+}
+
+async fn serve_metrics(Extension(metrics): Extension<Arc<Metrics>>) -> Response {
+    (
+        [(
+            http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        metrics.encode(),
+    )
+        .into_response()
 }
 
 async fn healthz() -> impl IntoResponse {
@@ -81,7 +118,11 @@ fn bad_request(detail: String) -> Response {
     Problem::new(StatusCode::BAD_REQUEST, detail).into_response()
 }
 
-async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
+async fn check(
+    State(engine): State<Arc<Engine>>,
+    Extension(metrics): Extension<Arc<Metrics>>,
+    body: Bytes,
+) -> Response {
     let req: CheckRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return bad_request(format!("invalid check request: {e}")),
@@ -100,13 +141,16 @@ async fn check(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
         headers.append(n, v);
     }
     let path = req.path.split('?').next().unwrap_or("/");
-    let decided = engine.decide(&RequestInfo {
-        method: &method,
-        path,
-        headers: &headers,
-        peer: req.client_ip,
-        cost: req.cost,
-    });
+    let decided = engine
+        .decide(&RequestInfo {
+            method: &method,
+            path,
+            headers: &headers,
+            peer: req.client_ip,
+            cost: req.cost,
+        })
+        .await;
+    metrics.record_result(&decided);
     let verdict = match decided {
         Ok(v) => v,
         Err(e) => return decide_error_response(&e),

@@ -17,18 +17,19 @@ use http::{Request, StatusCode};
 use sluice_policy::{Engine, Verdict};
 
 use crate::layer::RateLimitLayer;
+use crate::metrics::Metrics;
 use crate::problem::Problem;
 use crate::proxy::Proxy;
 use crate::verdict_json::VerdictJson;
 
 /// The data plane's router: the rate-limit layer around the echo or the
 /// reverse proxy.
-pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>) -> Router {
+pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) -> Router {
     let inner = match proxy {
         Some(proxy) => Router::new().fallback(forward).with_state(proxy),
         None => Router::new().fallback(echo),
     };
-    inner.layer(RateLimitLayer::new(engine))
+    inner.layer(RateLimitLayer::new(engine).with_metrics(metrics))
 }
 
 async fn echo(Extension(verdict): Extension<Arc<Verdict>>) -> Response {

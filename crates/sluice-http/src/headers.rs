@@ -32,6 +32,9 @@ const NS_PER_SEC: u128 = 1_000_000_000;
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit`.
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// Set when the shared store could not decide and its fallback did:
+/// `local`, `allow` or `deny`.
+pub const SLUICE_FALLBACK: HeaderName = HeaderName::from_static("sluice-fallback");
 
 /// `RateLimit-Limit`, `-Remaining`, `-Reset` (drafts -04 to -06).
 const LEGACY_FIELDS: [HeaderName; 3] = [
@@ -129,6 +132,9 @@ fn put_number(headers: &mut HeaderMap, name: HeaderName, value: u64) {
 pub fn add_headers(verdict: &Verdict, headers: &mut HeaderMap) {
     let style = verdict.style;
     let results = &verdict.results;
+    if let Some(f) = verdict.fallback {
+        headers.insert(SLUICE_FALLBACK, HeaderValue::from_static(f.name()));
+    }
     if let Some(v) = policy_field(results) {
         put_field(headers, RATELIMIT_POLICY, v);
     }
@@ -181,6 +187,8 @@ mod tests {
                 nodelay: false,
             },
             decision,
+            labels: sluice_policy::LimitLabels::named(name.into(), "*"),
+            key: sluice_store::KeyId(0),
         }
     }
 
@@ -219,6 +227,7 @@ mod tests {
                 legacy: true,
                 x_ratelimit: true,
             },
+            fallback: None,
         };
         let mut h = HeaderMap::new();
         add_headers(&verdict, &mut h);

@@ -39,11 +39,12 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use bytes::Bytes;
 use http::{Extensions, HeaderMap, Request, Response};
-use sluice_policy::{ConfigError, Engine, Policy, RequestInfo, Verdict};
+use sluice_policy::{ConfigError, DecideError, Engine, Policy, RequestInfo, Verdict};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::headers::add_headers;
+use crate::metrics::Metrics;
 use crate::verdict_json::{decide_error_response, refusal_response};
 
 /// Finds the address a request came from.
@@ -62,6 +63,7 @@ pub fn socket_peer(_: &HeaderMap, extensions: &Extensions) -> Option<IpAddr> {
 pub struct RateLimitLayer {
     engine: Arc<Engine>,
     peer: PeerFn,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl std::fmt::Debug for RateLimitLayer {
@@ -79,7 +81,14 @@ impl RateLimitLayer {
         Self {
             engine,
             peer: Arc::new(socket_peer),
+            metrics: None,
         }
+    }
+
+    /// Records every decision in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// A layer with its own engine, from a Sluice config file.
@@ -120,6 +129,7 @@ impl<S> Layer<S> for RateLimitLayer {
             inner,
             engine: self.engine.clone(),
             peer: self.peer.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -130,6 +140,7 @@ pub struct RateLimit<S> {
     inner: S,
     engine: Arc<Engine>,
     peer: PeerFn,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
@@ -161,33 +172,78 @@ where
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let peer = (self.peer)(req.headers(), req.extensions());
-        let decided = self.engine.decide(&RequestInfo {
-            method: req.method(),
-            path: req.uri().path(),
-            headers: req.headers(),
-            peer,
-            cost: None,
-        });
-        let verdict: Verdict = match decided {
-            Err(e) => return Box::pin(std::future::ready(Ok(decide_error_response(&e)))),
-            Ok(v) if !v.allowed => {
-                return Box::pin(std::future::ready(Ok(refusal_response(&v))));
-            }
-            Ok(v) => v,
-        };
-        let delay = verdict.delay();
-        let verdict = Arc::new(verdict);
-        req.extensions_mut().insert(verdict.clone());
         // The service that was polled ready is the one to call.
         let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(async move {
-            if delay > 0 {
-                tokio::time::sleep(Duration::from_nanos(delay)).await;
+        let inner = std::mem::replace(&mut self.inner, clone);
+        if self.engine.shared().is_none() {
+            // The memory store decides without waiting: no extra future.
+            let decided = self.engine.decide_local(&request_info(&req, peer));
+            if let Some(m) = &self.metrics {
+                m.record_result(&decided);
             }
-            let mut response = inner.call(req).await?.map(Body::new);
-            add_headers(&verdict, response.headers_mut());
-            Ok(response)
+            return match decided {
+                Ok(v) if v.allowed => {
+                    let verdict = Arc::new(v);
+                    req.extensions_mut().insert(verdict.clone());
+                    Box::pin(forward(inner, req, verdict))
+                }
+                other => Box::pin(std::future::ready(Ok(refused(other)))),
+            };
+        }
+        let engine = self.engine.clone();
+        let metrics = self.metrics.clone();
+        Box::pin(async move {
+            let decided = engine.decide(&request_info(&req, peer)).await;
+            if let Some(m) = &metrics {
+                m.record_result(&decided);
+            }
+            match decided {
+                Ok(v) if v.allowed => {
+                    let verdict = Arc::new(v);
+                    req.extensions_mut().insert(verdict.clone());
+                    forward(inner, req, verdict).await
+                }
+                other => Ok(refused(other)),
+            }
         })
     }
+}
+
+fn request_info<B>(req: &Request<B>, peer: Option<IpAddr>) -> RequestInfo<'_> {
+    RequestInfo {
+        method: req.method(),
+        path: req.uri().path(),
+        headers: req.headers(),
+        peer,
+        cost: None,
+    }
+}
+
+/// The response to a request that may not pass.
+fn refused(decided: Result<Verdict, DecideError>) -> Response<Body> {
+    match decided {
+        Err(e) => decide_error_response(&e),
+        Ok(v) => refusal_response(&v),
+    }
+}
+
+/// Holds the request for the verdict's delay, calls the inner service, and
+/// adds the rate-limit fields to its response.
+async fn forward<S, ReqBody, ResBody>(
+    mut inner: S,
+    req: Request<ReqBody>,
+    verdict: Arc<Verdict>,
+) -> Result<Response<Body>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let delay = verdict.delay();
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_nanos(delay)).await;
+    }
+    let mut response = inner.call(req).await?.map(Body::new);
+    add_headers(&verdict, response.headers_mut());
+    Ok(response)
 }

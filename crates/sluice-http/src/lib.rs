@@ -13,6 +13,8 @@
 //!   the decision, or around a reverse proxy to the upstream.
 //! - [`control`]: `POST /v1/check`, `GET /v1/auth` (for nginx), `/healthz`,
 //!   `/readyz` on `control_listen`.
+//! - [`metrics`]: Prometheus metrics at `GET /metrics` on `control_listen`,
+//!   with the [`top_keys`] sketch and the rate-limited [`rejection_log`].
 //! - [`server`]: binds both and shuts down gracefully.
 
 pub mod admin;
@@ -20,11 +22,15 @@ pub mod control;
 pub mod data_plane;
 pub mod headers;
 pub mod layer;
+pub mod metrics;
 pub mod nginx_auth;
 pub mod problem;
 pub mod proxy;
+pub mod rejection_log;
 pub mod reload;
 pub mod server;
+pub mod status_page;
+pub mod top_keys;
 pub mod verdict_json;
 
 pub use layer::{RateLimit, RateLimitLayer};

@@ -20,7 +20,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, Extension, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use sluice_policy::{Engine, RequestInfo};
@@ -35,6 +35,7 @@ pub const SLUICE_PROBLEM: HeaderName = HeaderName::from_static("sluice-problem")
 /// The handler of `GET /v1/auth`.
 pub async fn auth(
     State(engine): State<Arc<Engine>>,
+    Extension(metrics): Extension<Arc<crate::metrics::Metrics>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {
@@ -51,13 +52,16 @@ pub async fn auth(
         .into_response();
     };
     let path = uri.split('?').next().unwrap_or("/");
-    let decided = engine.decide(&RequestInfo {
-        method: &method,
-        path,
-        headers: &headers,
-        peer: Some(peer.ip()),
-        cost: None,
-    });
+    let decided = engine
+        .decide(&RequestInfo {
+            method: &method,
+            path,
+            headers: &headers,
+            peer: Some(peer.ip()),
+            cost: None,
+        })
+        .await;
+    metrics.record_result(&decided);
     let verdict = match decided {
         Ok(v) => v,
         Err(e) => return with_problem_field(decide_error(&e)),

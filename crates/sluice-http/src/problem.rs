@@ -6,6 +6,9 @@ use serde::Serialize;
 
 /// The problem type of a refusal for quota, from the RateLimit draft.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+/// The problem type of a refusal by the `deny` fallback while the shared
+/// store is down (503).
+pub const STORE_UNAVAILABLE: &str = "about:blank";
 
 /// A problem detail.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

@@ -23,6 +23,15 @@ pub struct Reloader {
     last_text: Mutex<Option<String>>,
     succeeded: AtomicU64,
     failed: AtomicU64,
+    /// `sluice serve --store-url`: replaces every loaded config's store URL.
+    store_url: Option<Option<sluice_redis::StoreUrl>>,
+    /// The hash of the config text in force.
+    version: Mutex<String>,
+}
+
+/// A short, stable hash of a config's text: its version.
+pub fn config_version(text: &str) -> String {
+    format!("{:08x}", sluice_redis::shared::limit_tag(text) as u32)
 }
 
 /// What a reload did.
@@ -41,10 +50,19 @@ impl Reloader {
         Self {
             engine,
             path,
+            version: Mutex::new(config_version(text.as_deref().unwrap_or(""))),
             last_text: Mutex::new(text),
             succeeded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            store_url: None,
         }
+    }
+
+    /// Applies a `--store-url` override to every reloaded config (`None`
+    /// inside: the memory store).
+    pub fn with_store_url(mut self, url: Option<sluice_redis::StoreUrl>) -> Self {
+        self.store_url = Some(url);
+        self
     }
 
     /// Reloads the file if its text changed (or always, with `force`).
@@ -56,9 +74,13 @@ impl Reloader {
             return Ok(Reloaded::Unchanged);
         }
         match Policy::load(&self.path) {
-            Ok(policy) => {
+            Ok(mut policy) => {
+                if let Some(url) = &self.store_url {
+                    policy.store.url = url.clone();
+                }
                 self.warn_about_restart_only_changes(&policy);
                 self.engine.replace_policy(policy);
+                *self.version.lock() = config_version(text.as_deref().unwrap_or(""));
                 *self.last_text.lock() = text;
                 self.succeeded.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(file = %self.path.display(), "config reloaded");
@@ -80,12 +102,17 @@ impl Reloader {
             || old.control_listen != new.control_listen
             || old.upstream != new.upstream
             || old.envoy != new.envoy
-            || old.max_keys != new.max_keys
+            || old.store != new.store
         {
             tracing::warn!(
                 "listen, control_listen, upstream, [store] and [envoy] changes take effect at the next restart"
             );
         }
+    }
+
+    /// The version (hash of the text) of the config in force.
+    pub fn version(&self) -> String {
+        self.version.lock().clone()
     }
 
     /// Reloads that applied a new config.

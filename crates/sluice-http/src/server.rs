@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::data_plane;
+use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 
 /// The two bound servers, ready to run.
@@ -18,6 +19,8 @@ use crate::proxy::Proxy;
 pub struct Servers {
     engine: Arc<Engine>,
     admin: Option<crate::admin::Admin>,
+    metrics: Option<Arc<Metrics>>,
+    reloader: Option<Arc<crate::reload::Reloader>>,
     data: TcpListener,
     control: TcpListener,
 }
@@ -33,6 +36,8 @@ pub async fn serve(
     Ok(Servers {
         engine,
         admin: None,
+        metrics: None,
+        reloader: None,
         data,
         control,
     })
@@ -42,6 +47,19 @@ impl Servers {
     /// Serves the admin routes on the control listener too.
     pub fn with_admin(mut self, admin: crate::admin::Admin) -> Self {
         self.admin = Some(admin);
+        self
+    }
+
+    /// Records decisions in `metrics` (served at `/metrics`). Without it,
+    /// the servers keep metrics of their own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Shows the reloader's config version on the status page.
+    pub fn with_reloader(mut self, reloader: Arc<crate::reload::Reloader>) -> Self {
+        self.reloader = Some(reloader);
         self
     }
 
@@ -63,8 +81,12 @@ impl Servers {
     ) -> std::io::Result<()> {
         let (tx, rx) = watch::channel(false);
         let proxy = self.engine.policy().upstream.clone().map(Proxy::new);
-        let data_app = data_plane::router(self.engine.clone(), proxy);
-        let mut control_app = crate::control::router(self.engine.clone());
+        let metrics = self
+            .metrics
+            .unwrap_or_else(|| Arc::new(Metrics::new(&self.engine, None)));
+        let data_app = data_plane::router(self.engine.clone(), proxy, metrics.clone());
+        let mut control_app =
+            crate::control::router_with(self.engine.clone(), metrics, self.reloader);
         if let Some(admin) = self.admin {
             control_app = control_app.merge(crate::admin::router(admin));
         }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use sluice_policy::{DecideError, LimitResult, Verdict};
 
 use crate::headers::{add_headers, retry_after_secs};
-use crate::problem::{Problem, QUOTA_EXCEEDED};
+use crate::problem::{Problem, QUOTA_EXCEEDED, STORE_UNAVAILABLE};
 
 /// One limit's decision, as JSON.
 #[derive(Debug, Serialize)]
@@ -81,6 +81,19 @@ fn limit_json(r: &LimitResult) -> LimitJson<'_> {
 
 /// The problem body of a refusal: which limits refused, and when to retry.
 pub fn refusal(verdict: &Verdict) -> Problem {
+    if verdict.fallback == Some(sluice_redis::Fallback::Deny) {
+        let retry = retry_after_secs(verdict.retry_after().unwrap_or(0));
+        return Problem {
+            kind: STORE_UNAVAILABLE.into(),
+            title: "Service Unavailable".into(),
+            status: 503,
+            detail: format!(
+                "The rate-limit store is unavailable and this service refuses requests until it is back (fallback `deny`); retry in {retry} s."
+            ),
+            violated_policies: Vec::new(),
+            retry_after: Some(retry),
+        };
+    }
     let violated: Vec<String> = verdict.violated().map(|r| r.name.to_string()).collect();
     let retry = retry_after_secs(verdict.retry_after().unwrap_or(0));
     let first = verdict.violated().next();

@@ -5,13 +5,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use sluice_core::{Clock, Decision, LimitSpec, Nanos, SystemClock};
-use sluice_store::{Check, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
+use sluice_redis::{DecidedBy, Fallback, SharedCheck, SharedStore};
+use sluice_store::{Check, Checked, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
 use smallvec::SmallVec;
 
 use arc_swap::ArcSwap;
 
 use crate::config::HeadersConfig;
-use crate::policy::{Access, MissingKey, Policy, RequestInfo};
+use crate::policy::{Access, LimitDef, LimitLabels, MissingKey, Policy, RequestInfo};
 
 /// One applied limit's decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +23,10 @@ pub struct LimitResult {
     pub spec: LimitSpec,
     /// The decision under it.
     pub decision: Decision,
+    /// How metrics name the limit.
+    pub labels: Arc<LimitLabels>,
+    /// The client key's keyed hash (never the key itself).
+    pub key: KeyId,
 }
 
 /// The engine's answer for one request.
@@ -39,6 +44,8 @@ pub struct Verdict {
     /// The header style of the config that decided it, so that a response
     /// never mixes two configs across a reload.
     pub style: HeadersConfig,
+    /// Set when the shared store could not decide and its fallback did.
+    pub fallback: Option<Fallback>,
 }
 
 impl Verdict {
@@ -123,8 +130,8 @@ pub enum DecideError {
 ///     method: &method, path: "/", headers: &headers,
 ///     peer: Some("192.0.2.1".parse()?), cost: None,
 /// };
-/// assert!(engine.decide(&req)?.allowed);
-/// assert!(!engine.decide(&req)?.allowed);
+/// assert!(engine.decide_local(&req)?.allowed);
+/// assert!(!engine.decide_local(&req)?.allowed);
 /// # Ok(()) }
 /// ```
 ///
@@ -138,6 +145,8 @@ pub struct Engine<C: Clock = SystemClock> {
     runtime_plans: ArcSwap<HashMap<String, String>>,
     store: Arc<MemoryStore<C>>,
     hasher: KeyHasher,
+    /// The shared store, when the limits live in Redis.
+    shared: Option<Arc<SharedStore>>,
 }
 
 /// A policy and its limits' state in the store, swapped as one.
@@ -152,7 +161,7 @@ impl Engine<SystemClock> {
     /// An engine with a fresh in-memory store sized by the policy.
     pub fn new(policy: Policy) -> Self {
         let store = MemoryStore::new(MemoryStoreConfig {
-            max_keys: policy.max_keys,
+            max_keys: policy.store.max_keys,
             shards: 0,
         });
         Self::with_store(policy, Arc::new(store), KeyHasher::random())
@@ -169,7 +178,17 @@ impl<C: Clock> Engine<C> {
             runtime_plans: ArcSwap::from_pointee(HashMap::new()),
             store,
             hasher,
+            shared: None,
         }
+    }
+
+    /// Decides on a shared store (Redis) instead of the memory store. The
+    /// hasher must be keyed by the secret every instance shares, so that
+    /// they name a client's keys alike.
+    pub fn with_shared(mut self, shared: Arc<SharedStore>, hasher: KeyHasher) -> Self {
+        self.shared = Some(shared);
+        self.hasher = hasher;
+        self
     }
 
     /// The policy in force now.
@@ -237,54 +256,33 @@ impl<C: Clock> Engine<C> {
         &self.store
     }
 
-    /// Decides a request over every limit that applies to it.
-    pub fn decide<'r>(&self, req: &RequestInfo<'r>) -> Result<Verdict, DecideError> {
+    /// The shared store, when one is configured.
+    pub fn shared(&self) -> Option<&Arc<SharedStore>> {
+        self.shared.as_ref()
+    }
+
+    /// Decides a request over every limit that applies to it: on the shared
+    /// store when one is configured (with its fallback when it cannot), else
+    /// on the memory store without waiting.
+    pub async fn decide(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
+        match &self.shared {
+            None => self.decide_local(req),
+            Some(shared) => self.decide_shared(shared, req).await,
+        }
+    }
+
+    /// Decides a request on the engine's in-memory store, without waiting,
+    /// even when a shared store is configured: for the simulator and for
+    /// engines without a shared store.
+    pub fn decide_local(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
         let current = self.current.load();
-        let access = current.policy.access(req);
-        if access == Access::Denied {
-            return Err(DecideError::Denied);
-        }
         let runtime = self.runtime_plans.load();
-        let applied = if runtime.is_empty() {
-            current.policy.resolve(req)?
-        } else {
-            current
-                .policy
-                .resolve_with(req, |key| runtime.get(key).map(String::as_str))?
-        };
-        // Hash each distinct client key once.
-        let mut ids: SmallVec<[(&str, KeyId); 4]> = SmallVec::new();
-        let mut enforced: SmallVec<[(usize, Check<'_>); 4]> = SmallVec::new();
-        let mut shadowed: SmallVec<[(usize, Check<'_>); 4]> = SmallVec::new();
-        for (i, a) in applied.iter().enumerate() {
-            let key = match ids.iter().find(|(k, _)| *k == a.key) {
-                Some((_, id)) => *id,
-                None => {
-                    let id = self.hasher.key_id(&a.key);
-                    ids.push((&a.key, id));
-                    id
-                }
-            };
-            let check = Check {
-                limit: &current.limits[a.index],
-                key,
-                cost: a.cost,
-            };
-            let allowed_client = access == Access::Allowed;
-            if !allowed_client && is_enforced(a.limit.shadow, a.limit.enforce_percent, key) {
-                if a.cost > a.limit.spec.burst {
-                    return Err(DecideError::Impossible {
-                        limit: a.limit.name.to_string(),
-                        cost: a.cost,
-                        capacity: a.limit.spec.burst,
-                    });
-                }
-                enforced.push((i, check));
-            } else {
-                shadowed.push((i, check));
-            }
-        }
-        let checks: SmallVec<[Check<'_>; 4]> = enforced.iter().map(|(_, c)| *c).collect();
+        let plan = self.plan(&current, &runtime, req)?;
+        let checks: SmallVec<[Check<'_>; 4]> = plan
+            .enforced
+            .iter()
+            .map(|p| p.memory_check(&current))
+            .collect();
         let checked = self.store.check(&checks).map_err(|e| match e {
             sluice_core::CheckError::CostExceedsCapacity { cost, capacity } => {
                 DecideError::Impossible {
@@ -294,40 +292,187 @@ impl<C: Clock> Engine<C> {
                 }
             }
         })?;
-        let result = |i: usize, decision| {
-            let limit = applied[i].limit;
-            LimitResult {
-                name: limit.name.clone(),
-                spec: limit.spec,
-                decision,
-            }
-        };
-        let results = enforced
-            .iter()
-            .zip(checked.decisions)
-            .map(|((i, _), decision)| result(*i, decision))
-            .collect();
         // Shadowed limits count only requests that pass, and never refuse.
         let mut shadow = Vec::new();
         if checked.allowed {
-            for (i, check) in &shadowed {
-                let limit = applied[*i].limit;
-                let decision = self.store.check_one(check).unwrap_or(Decision {
-                    allowed: false,
-                    ..Decision::full(limit.spec.burst)
-                });
-                if !decision.allowed {
-                    tracing::info!(limit = %limit.name, "shadow: would have been limited");
-                }
-                shadow.push(result(*i, decision));
+            for p in &plan.shadowed {
+                let decision = self
+                    .store
+                    .check_one(&p.memory_check(&current))
+                    .unwrap_or_else(|_| p.impossible());
+                shadow.push(p.result(decision));
             }
         }
-        Ok(Verdict {
-            allowed: checked.allowed,
-            results,
-            shadow,
+        Ok(plan.verdict(checked, shadow, None))
+    }
+
+    /// Which limits apply to a request, under which keys, enforced or in
+    /// shadow.
+    fn plan<'p>(
+        &self,
+        current: &'p Compiled,
+        runtime: &'p HashMap<String, String>,
+        req: &RequestInfo<'p>,
+    ) -> Result<Plan<'p>, DecideError> {
+        let access = current.policy.access(req);
+        if access == Access::Denied {
+            return Err(DecideError::Denied);
+        }
+        let applied = if runtime.is_empty() {
+            current.policy.resolve(req)?
+        } else {
+            current
+                .policy
+                .resolve_with(req, |key| runtime.get(key).map(String::as_str))?
+        };
+        // Hash each distinct client key once.
+        let mut ids: SmallVec<[(std::borrow::Cow<'p, str>, KeyId); 4]> = SmallVec::new();
+        let mut enforced = SmallVec::new();
+        let mut shadowed = SmallVec::new();
+        for a in applied {
+            let key = match ids.iter().find(|(k, _)| *k == a.key) {
+                Some((_, id)) => *id,
+                None => {
+                    let id = self.hasher.key_id(&a.key);
+                    ids.push((a.key, id));
+                    id
+                }
+            };
+            let allowed_client = access == Access::Allowed;
+            let planned = Planned {
+                limit: a.limit,
+                index: a.index,
+                key,
+                cost: a.cost,
+            };
+            if !allowed_client && is_enforced(a.limit.shadow, a.limit.enforce_percent, key) {
+                if a.cost > a.limit.spec.burst {
+                    return Err(DecideError::Impossible {
+                        limit: a.limit.name.to_string(),
+                        cost: a.cost,
+                        capacity: a.limit.spec.burst,
+                    });
+                }
+                enforced.push(planned);
+            } else {
+                shadowed.push(planned);
+            }
+        }
+        Ok(Plan {
+            enforced,
+            shadowed,
             style: current.policy.headers,
         })
+    }
+
+    async fn decide_shared(
+        &self,
+        shared: &SharedStore,
+        req: &RequestInfo<'_>,
+    ) -> Result<Verdict, DecideError> {
+        let current = self.current.load_full();
+        let runtime = self.runtime_plans.load_full();
+        let plan = self.plan(&current, &runtime, req)?;
+        let checks: SmallVec<[SharedCheck<'_>; 4]> =
+            plan.enforced.iter().map(Planned::shared_check).collect();
+        let decided = shared.check(&checks).await;
+        let fallback = match decided.by {
+            DecidedBy::Fallback(f) => Some(f),
+            DecidedBy::Store | DecidedBy::Cache => None,
+        };
+        let mut shadow = Vec::new();
+        if decided.checked.allowed {
+            for p in &plan.shadowed {
+                let one = shared.check(&[p.shared_check()]).await;
+                let decision = one
+                    .checked
+                    .decisions
+                    .first()
+                    .copied()
+                    .unwrap_or_else(|| p.impossible());
+                shadow.push(p.result(decision));
+            }
+        }
+        Ok(plan.verdict(decided.checked, shadow, fallback))
+    }
+}
+
+/// One applied limit, planned.
+struct Planned<'p> {
+    limit: &'p LimitDef,
+    index: usize,
+    key: KeyId,
+    cost: u64,
+}
+
+impl<'p> Planned<'p> {
+    fn memory_check<'c>(&self, current: &'c Compiled) -> Check<'c> {
+        Check {
+            limit: &current.limits[self.index],
+            key: self.key,
+            cost: self.cost,
+        }
+    }
+
+    fn shared_check(&self) -> SharedCheck<'p> {
+        SharedCheck {
+            limit_id: &self.limit.id,
+            spec: &self.limit.spec,
+            limiter: &self.limit.limiter,
+            key: self.key,
+            cost: self.cost,
+        }
+    }
+
+    fn result(&self, decision: Decision) -> LimitResult {
+        LimitResult {
+            name: self.limit.name.clone(),
+            spec: self.limit.spec,
+            decision,
+            labels: self.limit.labels.clone(),
+            key: self.key,
+        }
+    }
+
+    fn impossible(&self) -> Decision {
+        Decision {
+            allowed: false,
+            ..Decision::full(self.limit.spec.burst)
+        }
+    }
+}
+
+/// The limits of one request, split into enforced and shadowed.
+struct Plan<'p> {
+    enforced: SmallVec<[Planned<'p>; 4]>,
+    shadowed: SmallVec<[Planned<'p>; 4]>,
+    style: HeadersConfig,
+}
+
+impl Plan<'_> {
+    fn verdict(
+        &self,
+        checked: Checked,
+        shadow: Vec<LimitResult>,
+        fallback: Option<Fallback>,
+    ) -> Verdict {
+        for r in &shadow {
+            if !r.decision.allowed {
+                tracing::info!(limit = %r.name, "shadow: would have been limited");
+            }
+        }
+        Verdict {
+            allowed: checked.allowed,
+            results: self
+                .enforced
+                .iter()
+                .zip(checked.decisions)
+                .map(|(p, d)| p.result(d))
+                .collect(),
+            shadow,
+            style: self.style,
+            fallback,
+        }
     }
 }
 

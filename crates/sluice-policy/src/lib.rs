@@ -9,10 +9,11 @@ pub mod config;
 pub mod engine;
 pub mod key_source;
 pub mod policy;
+pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
 pub use engine::{DecideError, Engine, LimitResult, PlanSource, UnknownPlan, Verdict};
 pub use key_source::KeySource;
 pub use policy::{
-    Access, Applied, EnvoySettings, LimitDef, Matcher, MissingKey, Policy, RequestInfo,
+    Access, Applied, EnvoySettings, LimitDef, LimitLabels, Matcher, MissingKey, Policy, RequestInfo,
 };

@@ -24,6 +24,8 @@ pub struct LimitDef {
     pub id: String,
     /// The plan the limit belongs to, if any.
     pub plan: Option<String>,
+    /// How metrics name it.
+    pub labels: Arc<LimitLabels>,
     /// Algorithm, rate and burst.
     pub spec: LimitSpec,
     /// The built algorithm.
@@ -38,6 +40,43 @@ pub struct LimitDef {
     pub shadow: bool,
     /// The share of keys (0 to 100) for which the limit is enforced.
     pub enforce_percent: u8,
+}
+
+/// How metrics and logs name a limit. Every value comes from the config,
+/// so label cardinality is bounded by it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LimitLabels {
+    /// The limit's name.
+    pub limit: Arc<str>,
+    /// Its plan, or `""`.
+    pub plan: Arc<str>,
+    /// The requests it applies to: `*`, or methods and a path prefix such as
+    /// `POST /export*`.
+    pub endpoint: Arc<str>,
+}
+
+impl LimitLabels {
+    /// Labels of a limit outside any plan, applying to `endpoint`.
+    pub fn named(limit: Arc<str>, endpoint: &str) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            plan: "".into(),
+            endpoint: endpoint.into(),
+        })
+    }
+}
+
+impl Matcher {
+    /// The endpoint label: `*`, or methods and a path prefix.
+    pub fn describe(&self) -> String {
+        let methods: Vec<&str> = self.methods.iter().map(Method::as_str).collect();
+        match (methods.is_empty(), &self.path_prefix) {
+            (true, None) => "*".to_owned(),
+            (true, Some(p)) => format!("{p}*"),
+            (false, None) => methods.join(","),
+            (false, Some(p)) => format!("{} {p}*", methods.join(",")),
+        }
+    }
 }
 
 /// Request conditions of a limit.
@@ -120,8 +159,8 @@ pub struct Policy {
     pub control_listen: SocketAddr,
     /// The upstream, when the data plane is a reverse proxy.
     pub upstream: Option<http::Uri>,
-    /// The most keys the store tracks.
-    pub max_keys: usize,
+    /// Where the limits' state lives.
+    pub store: crate::store_settings::StoreSettings,
     /// The Envoy Rate Limit Service, if configured.
     pub envoy: Option<EnvoySettings>,
     access: crate::config::AccessConfig,
@@ -161,17 +200,7 @@ impl Policy {
     pub fn compile(source: &Source, config: &Config) -> Result<Self, ConfigError> {
         let err = |span: std::ops::Range<usize>, msg: String| source.error_at(Some(span), msg);
 
-        let url = &config.store.url;
-        if url.get_ref() != "memory://" {
-            let span = url.span();
-            return Err(source.error_at(
-                (!span.is_empty()).then_some(span),
-                format!(
-                    "store.url: unsupported store `{}`: this version supports `memory://`",
-                    url.get_ref()
-                ),
-            ));
-        }
+        let store = crate::store_settings::StoreSettings::from_config(source, &config.store)?;
 
         let upstream = match &config.upstream {
             None => None,
@@ -265,7 +294,7 @@ impl Policy {
             listen: config.listen,
             control_listen: config.control_listen,
             upstream,
-            max_keys: config.store.max_keys,
+            store,
             access: config.access.clone(),
             envoy: config.envoy.as_ref().map(|e| {
                 let dir = source.file.parent().unwrap_or(std::path::Path::new(""));
@@ -512,17 +541,25 @@ fn compile_limit(
         spec.burst,
         spec.nodelay
     );
+    let matcher = Matcher {
+        methods,
+        path_prefix: matches.path_prefix.clone(),
+    };
+    let name: Arc<str> = name.into();
+    let labels = Arc::new(LimitLabels {
+        limit: name.clone(),
+        plan: plan.map_or("", String::as_str).into(),
+        endpoint: matcher.describe().into(),
+    });
     Ok(LimitDef {
-        name: name.into(),
+        name,
         id,
         plan: plan.cloned(),
+        labels,
         spec,
         limiter,
         key,
-        matcher: Matcher {
-            methods,
-            path_prefix: matches.path_prefix.clone(),
-        },
+        matcher,
         cost,
         shadow: c.shadow,
         enforce_percent,

@@ -44,7 +44,7 @@ fn decide(
     if let Some(x) = xff {
         h.insert("x-forwarded-for", x.parse().unwrap());
     }
-    e.decide(&RequestInfo {
+    e.decide_local(&RequestInfo {
         method: &Method::GET,
         path: "/",
         headers: &h,

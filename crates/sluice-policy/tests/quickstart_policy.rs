@@ -42,7 +42,7 @@ fn admitted(engine: &Engine<ManualClock>, key: &str, path: &str, n: usize) -> us
                 peer: Some("192.0.2.1".parse().unwrap()),
                 cost: None,
             };
-            engine.decide(&req).unwrap().allowed
+            engine.decide_local(&req).unwrap().allowed
         })
         .count()
 }
@@ -78,7 +78,7 @@ fn exports_admit_two_then_refuse_for_thirty_seconds() {
         peer: Some("192.0.2.1".parse().unwrap()),
         cost: None,
     };
-    let v = e.decide(&req).unwrap();
+    let v = e.decide_local(&req).unwrap();
     assert!(!v.allowed);
     assert_eq!(
         v.violated().map(|r| &*r.name).collect::<Vec<_>>(),
@@ -100,7 +100,10 @@ fn a_request_without_a_key_is_missing_its_key() {
         peer: Some("192.0.2.1".parse().unwrap()),
         cost: None,
     };
-    assert!(matches!(e.decide(&req), Err(DecideError::MissingKey(_))));
+    assert!(matches!(
+        e.decide_local(&req),
+        Err(DecideError::MissingKey(_))
+    ));
 }
 
 #[test]
@@ -122,7 +125,7 @@ fn an_explicit_cost_above_a_burst_is_impossible() {
         cost: Some(21),
     };
     assert!(matches!(
-        e.decide(&req),
+        e.decide_local(&req),
         Err(DecideError::Impossible { .. })
     ));
 }

@@ -18,7 +18,7 @@ fn engine(toml: &str) -> Engine<ManualClock> {
 fn decide(e: &Engine<ManualClock>, key: &str) -> sluice_policy::Verdict {
     let mut h = HeaderMap::new();
     h.insert("x-api-key", key.parse().unwrap());
-    e.decide(&RequestInfo {
+    e.decide_local(&RequestInfo {
         method: &Method::GET,
         path: "/",
         headers: &h,

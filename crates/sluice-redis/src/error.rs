@@ -16,6 +16,9 @@ pub enum RedisStoreError {
     /// Redis answered with an error, or the connection failed.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The store has not connected yet.
+    #[error("not connected to redis yet")]
+    NotConnected,
     /// Redis did not answer in time.
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),

@@ -7,8 +7,13 @@
 //!   holds a key.
 //! - [`store`]: [`RedisStore`], all-or-nothing decisions over several limits
 //!   in one atomic Lua step, on Redis's own clock.
+//! - [`shared`]: [`SharedStore`], Redis as the engine uses it: behind a
+//!   timeout, a [`breaker`], an [`over_limit`] cache and a fallback.
 
+pub mod breaker;
 pub mod error;
+pub mod over_limit;
+pub mod shared;
 pub mod store;
 pub mod topology;
 pub mod url;
@@ -18,5 +23,6 @@ mod script;
 
 pub use batch::BatchConfig;
 pub use error::RedisStoreError;
+pub use shared::{DecidedBy, Fallback, SharedCheck, SharedChecked, SharedOptions, SharedStore};
 pub use store::{RedisCheck, RedisStore, key_name, limit_tag};
 pub use url::StoreUrl;

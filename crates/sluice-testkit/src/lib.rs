@@ -7,6 +7,11 @@
 //! tests skip then, unless `SLUICE_REQUIRE_REDIS` is set (as `scripts/test`
 //! does), in which case they fail.
 
+pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod redis_server;
+pub mod resp;
 
+pub use redis_cluster::RedisCluster;
+pub use redis_sentinel::{RedisSentinel, SentinelSetup};
 pub use redis_server::{RedisServer, free_port, redis_available, require_redis};

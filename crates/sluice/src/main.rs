@@ -11,8 +11,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use sluice_http::admin::Admin;
+use sluice_http::metrics::Metrics;
 use sluice_http::reload::Reloader;
+use sluice_policy::store_settings::parse_store_url;
 use sluice_policy::{Engine, Policy};
+use sluice_redis::{SharedStore, StoreUrl};
+use sluice_store::KeyHasher;
 
 /// Sluice: rate limits for APIs.
 #[derive(Debug, Parser)]
@@ -38,6 +42,11 @@ enum Command {
         /// Override the Envoy Rate Limit Service's address (needs `[envoy]`).
         #[arg(long)]
         grpc_listen: Option<SocketAddr>,
+        /// Override the config's store: `memory://`, `redis://HOST:PORT`,
+        /// `rediss://…`, `redis+cluster://H1:P1,H2:P2`,
+        /// `redis+shards://H1:P1,H2:P2` or `redis+sentinel://S1:P1/MASTER`.
+        #[arg(long)]
+        store_url: Option<String>,
         /// Log format.
         #[arg(long, value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
@@ -86,17 +95,36 @@ fn main() -> ExitCode {
             listen,
             control_listen,
             grpc_listen,
+            store_url,
             log_format,
         } => {
             init_logging(log_format);
-            let policy = match Policy::load(&config) {
+            let mut policy = match Policy::load(&config) {
                 Ok(p) => p,
                 Err(e) => {
                     eprintln!("{e}");
                     return ExitCode::from(2);
                 }
             };
-            match serve(config, policy, listen, control_listen, grpc_listen) {
+            let store_url = match store_url.as_deref().map(parse_store_url) {
+                None => None,
+                Some(Ok(url)) => Some(url),
+                Some(Err(e)) => {
+                    eprintln!("--store-url: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Some(url) = &store_url {
+                policy.store.url = url.clone();
+            }
+            match serve(
+                config,
+                policy,
+                store_url,
+                listen,
+                control_listen,
+                grpc_listen,
+            ) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sluice: {e:#}");
@@ -124,6 +152,7 @@ fn init_logging(format: LogFormat) {
 async fn serve(
     config: PathBuf,
     policy: Policy,
+    store_url: Option<Option<StoreUrl>>,
     listen: Option<SocketAddr>,
     control_listen: Option<SocketAddr>,
     grpc_listen: Option<SocketAddr>,
@@ -135,7 +164,7 @@ async fn serve(
     if grpc_listen.is_some() && envoy.is_none() {
         anyhow::bail!("--grpc-listen needs an [envoy] table in the config");
     }
-    let engine = Arc::new(Engine::new(policy));
+    let engine = Arc::new(engine_for(policy).await);
     // The Envoy Rate Limit Service shares the engine's store.
     let rls = match &envoy {
         None => None,
@@ -149,10 +178,17 @@ async fn serve(
             Some((listener, service))
         }
     };
-    let reloader = Arc::new(Reloader::new(engine.clone(), config));
+    let mut reloader = Reloader::new(engine.clone(), config);
+    if let Some(url) = store_url {
+        reloader = reloader.with_store_url(url);
+    }
+    let reloader = Arc::new(reloader);
+    let metrics = Arc::new(Metrics::new(&engine, Some(reloader.clone())));
     let mut servers = sluice_http::serve(engine.clone(), listen, control_listen)
         .await
-        .with_context(|| format!("cannot bind {listen} and {control_listen}"))?;
+        .with_context(|| format!("cannot bind {listen} and {control_listen}"))?
+        .with_metrics(metrics)
+        .with_reloader(reloader.clone());
     match std::env::var("SLUICE_ADMIN_TOKEN") {
         Ok(token) if !token.trim().is_empty() => {
             servers = servers.with_admin(Admin {
@@ -205,6 +241,39 @@ async fn serve(
     tracing::info!("sluice stopped");
     Ok(())
 }
+
+/// The engine over the configured store. With Redis, it first tries to
+/// connect for a moment; if Redis is not there yet, Sluice starts anyway on
+/// the fallback and connects in the background.
+async fn engine_for(policy: Policy) -> Engine {
+    let Some(url) = policy.store.url.clone() else {
+        return Engine::new(policy);
+    };
+    let shared = SharedStore::start(url.clone(), policy.store.shared.clone());
+    match shared.connect(std::time::Duration::from_secs(2)).await {
+        Ok(()) => tracing::info!(store = %url, "limits are shared in Redis"),
+        Err(e) => tracing::warn!(
+            store = %url,
+            error = %e,
+            fallback = policy.store.shared.fallback.name(),
+            "cannot reach Redis yet: starting on the fallback, connecting in the background"
+        ),
+    }
+    let hasher = match std::env::var("SLUICE_KEY_SECRET") {
+        Ok(secret) if !secret.is_empty() => KeyHasher::from_secret(secret.as_bytes()),
+        _ => {
+            tracing::warn!(
+                "SLUICE_KEY_SECRET is not set: Redis key names use a built-in hashing key; set a secret shared by every instance"
+            );
+            KeyHasher::from_secret(DEFAULT_KEY_SECRET)
+        }
+    };
+    Engine::new(policy).with_shared(shared, hasher)
+}
+
+/// The hashing key of Redis key names when `SLUICE_KEY_SECRET` is not set.
+/// Instances must agree on it; it is public, so set your own.
+const DEFAULT_KEY_SECRET: &[u8] = b"sluice-default-key-secret; set SLUICE_KEY_SECRET";
 
 /// Reloads the config on SIGHUP and when the file changes (polled every
 /// second). Failures are logged by the reloader; the running config stays.

@@ -18,6 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub mod nginx;
+pub mod prom;
 
 /// How long `serve` may take to print its listening line.
 const START_TIMEOUT: Duration = Duration::from_secs(20);

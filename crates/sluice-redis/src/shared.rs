@@ -1,0 +1,489 @@
+//! The shared store as the engine uses it: Redis behind a timeout, a circuit
+//! breaker, an over-limit cache and a fallback.
+//!
+//! [`SharedStore::check`] always decides, and never waits longer than the
+//! configured timeout:
+//!
+//! 1. A request identical to one refused moments ago is refused from the
+//!    [over-limit cache](crate::over_limit) without a round trip.
+//! 2. Otherwise, if the [breaker](crate::breaker) is closed (or this is its
+//!    probe), Redis decides, within `timeout`.
+//! 3. If Redis fails, times out, is not connected yet, or the breaker is
+//!    open, the [`Fallback`] decides: a local in-memory limit of
+//!    `1/expected_instances` of the global one, allow, or deny. The decision
+//!    says so ([`DecidedBy::Fallback`]).
+//!
+//! Only store *errors* trigger the fallback, never over-limit answers. The
+//! breaker opening and closing is logged once each, not per request.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use sluice_core::{Decision, LimitSpec, Limiter, Rate};
+use sluice_store::{Check, Checked, KeyId, Limit, MemoryStore, MemoryStoreConfig};
+use smallvec::SmallVec;
+
+use crate::breaker::{Admit, Breaker, BreakerState, Transition};
+use crate::over_limit::{OverLimitCache, Part};
+use crate::store::{RedisCheck, RedisStore};
+use crate::topology::Topology;
+use crate::{RedisStoreError, StoreUrl};
+
+/// Who decides while Redis cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fallback {
+    /// A local in-memory limiter at `1/expected_instances` of each limit.
+    #[default]
+    Local,
+    /// Admit everything.
+    Allow,
+    /// Refuse everything (the server answers 503).
+    Deny,
+}
+
+impl Fallback {
+    /// `local`, `allow` or `deny`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+        }
+    }
+}
+
+/// Who made a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// Redis.
+    Store,
+    /// The over-limit cache, repeating a recent refusal from Redis.
+    Cache,
+    /// The fallback, because Redis could not.
+    Fallback(Fallback),
+}
+
+/// How the shared store behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedOptions {
+    /// The longest a decision waits for Redis.
+    pub timeout: Duration,
+    /// Who decides while Redis cannot.
+    pub fallback: Fallback,
+    /// How many instances share the limits: the local fallback admits
+    /// `1/expected_instances` of each.
+    pub expected_instances: u32,
+    /// Failures in a row that open the breaker.
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before it probes.
+    pub breaker_open: Duration,
+    /// Whether refused requests are cached until their retry time.
+    pub over_limit_cache: bool,
+    /// Whether concurrent decisions share script calls.
+    pub batch: bool,
+    /// The most keys the local fallback tracks per limit.
+    pub local_max_keys: usize,
+}
+
+impl Default for SharedOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_millis(10),
+            fallback: Fallback::Local,
+            expected_instances: 1,
+            breaker_failures: 3,
+            breaker_open: Duration::from_millis(500),
+            over_limit_cache: true,
+            batch: true,
+            local_max_keys: 100_000,
+        }
+    }
+}
+
+/// One limit to check for one client key.
+#[derive(Debug, Clone, Copy)]
+pub struct SharedCheck<'a> {
+    /// The limit's identity (scope, name, definition).
+    pub limit_id: &'a str,
+    /// Its definition, for the local fallback.
+    pub spec: &'a LimitSpec,
+    /// Its algorithm.
+    pub limiter: &'a Limiter,
+    /// The client key's keyed hash.
+    pub key: KeyId,
+    /// The request's cost.
+    pub cost: u64,
+}
+
+/// A decision over every check of a request, and who made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedChecked {
+    /// The decisions.
+    pub checked: Checked,
+    /// Who made them.
+    pub by: DecidedBy,
+}
+
+/// Counters of what the shared store did, for metrics.
+#[derive(Debug, Default)]
+pub struct SharedCounters {
+    /// Decisions made by Redis.
+    pub store_decisions: AtomicU64,
+    /// Calls that failed with an error.
+    pub store_errors: AtomicU64,
+    /// Calls that timed out.
+    pub store_timeouts: AtomicU64,
+    /// Refusals answered by the over-limit cache.
+    pub cache_hits: AtomicU64,
+    /// Decisions made by the fallback.
+    pub fallback_decisions: AtomicU64,
+}
+
+/// Redis with a timeout, a breaker, a cache and a fallback. See the module
+/// docs.
+pub struct SharedStore {
+    url: StoreUrl,
+    store: arc_swap::ArcSwapOption<RedisStore>,
+    breaker: Breaker,
+    cache: Option<OverLimitCache>,
+    local: MemoryStore,
+    local_limits: Mutex<HashMap<String, Arc<Limit>>>,
+    opts: SharedOptions,
+    counters: SharedCounters,
+    observer: std::sync::OnceLock<CallObserver>,
+}
+
+impl std::fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedStore")
+            .field("url", &self.url)
+            .field("breaker", &self.breaker.state())
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Called after every call to Redis with its duration and whether it
+/// succeeded (for a latency histogram).
+pub type CallObserver = Box<dyn Fn(Duration, bool) + Send + Sync>;
+
+impl SharedStore {
+    /// A shared store for `url`. It connects in the background (retrying
+    /// with backoff); until then, the fallback decides. Must be called from
+    /// within a tokio runtime.
+    pub fn start(url: StoreUrl, opts: SharedOptions) -> Arc<Self> {
+        let this = Arc::new(Self {
+            url,
+            store: arc_swap::ArcSwapOption::empty(),
+            breaker: Breaker::new_open(opts.breaker_failures, opts.breaker_open),
+            cache: opts.over_limit_cache.then(|| OverLimitCache::new(100_000)),
+            local: MemoryStore::new(MemoryStoreConfig {
+                max_keys: opts.local_max_keys,
+                shards: 0,
+            }),
+            local_limits: Mutex::new(HashMap::new()),
+            opts,
+            counters: SharedCounters::default(),
+            observer: std::sync::OnceLock::new(),
+        });
+        tokio::spawn(connect_loop(Arc::downgrade(&this)));
+        this
+    }
+
+    /// Connects now, waiting at most `within`; the store is usable at once
+    /// on success. (Without this, [`start`](Self::start) connects in the
+    /// background.)
+    pub async fn connect(&self, within: Duration) -> Result<(), RedisStoreError> {
+        if self.store.load().is_some() {
+            return Ok(());
+        }
+        let topology = tokio::time::timeout(within, Topology::connect(&self.url))
+            .await
+            .map_err(|_| RedisStoreError::Timeout(within))??;
+        self.install(topology);
+        Ok(())
+    }
+
+    fn install(&self, topology: Topology) {
+        if self.store.load().is_none() {
+            let store = RedisStore::new(topology);
+            self.store.store(Some(Arc::new(store)));
+            if self.breaker.success() == Some(Transition::Closed) {
+                tracing::info!(store = %self.url, "shared store connected");
+            }
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &SharedOptions {
+        &self.opts
+    }
+
+    /// The breaker's state: `Open` means the fallback is deciding.
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// Sets the observer of Redis calls (once; later calls are ignored).
+    pub fn observe_calls(&self, observer: CallObserver) {
+        let _ = self.observer.set(observer);
+    }
+
+    /// What the store has done so far.
+    pub fn counters(&self) -> &SharedCounters {
+        &self.counters
+    }
+
+    /// Decides every check together, all or nothing. Never fails: when
+    /// Redis cannot decide, the fallback does.
+    pub async fn check(&self, checks: &[SharedCheck<'_>]) -> SharedChecked {
+        let parts: SmallVec<[Part; 4]> = checks
+            .iter()
+            .map(|c| (limit_tag(c.limit_id), c.key, c.cost))
+            .collect();
+        if let Some(cache) = &self.cache
+            && let Some(decisions) = cache.lookup(&parts)
+        {
+            self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return SharedChecked {
+                checked: Checked {
+                    allowed: false,
+                    decisions,
+                },
+                by: DecidedBy::Cache,
+            };
+        }
+        match self.breaker.admit() {
+            Admit::Skip => {}
+            Admit::Call | Admit::Probe => match self.observed_call(checks).await {
+                Ok(checked) => {
+                    if self.breaker.success() == Some(Transition::Closed) {
+                        tracing::warn!(store = %self.url, "shared store is back: Redis decides again");
+                    }
+                    self.counters
+                        .store_decisions
+                        .fetch_add(1, Ordering::Relaxed);
+                    if !checked.allowed
+                        && let Some(cache) = &self.cache
+                    {
+                        cache.remember(&parts, &checked.decisions);
+                    }
+                    return SharedChecked {
+                        checked,
+                        by: DecidedBy::Store,
+                    };
+                }
+                Err(e) => {
+                    let counter = match e {
+                        RedisStoreError::Timeout(_) => &self.counters.store_timeouts,
+                        _ => &self.counters.store_errors,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    if self.breaker.failure() == Some(Transition::Opened) {
+                        tracing::warn!(
+                            store = %self.url,
+                            error = %e,
+                            fallback = self.opts.fallback.name(),
+                            "shared store failing: the fallback decides until it recovers"
+                        );
+                    }
+                }
+            },
+        }
+        self.counters
+            .fallback_decisions
+            .fetch_add(1, Ordering::Relaxed);
+        SharedChecked {
+            checked: self.fallback(checks),
+            by: DecidedBy::Fallback(self.opts.fallback),
+        }
+    }
+
+    async fn observed_call(&self, checks: &[SharedCheck<'_>]) -> Result<Checked, RedisStoreError> {
+        let Some(observer) = self.observer.get() else {
+            return self.call_store(checks).await;
+        };
+        let started = std::time::Instant::now();
+        let result = self.call_store(checks).await;
+        observer(started.elapsed(), result.is_ok());
+        result
+    }
+
+    async fn call_store(&self, checks: &[SharedCheck<'_>]) -> Result<Checked, RedisStoreError> {
+        let Some(store) = self.store.load_full() else {
+            return Err(RedisStoreError::NotConnected);
+        };
+        let redis_checks: SmallVec<[RedisCheck<'_>; 4]> = checks
+            .iter()
+            .map(|c| RedisCheck {
+                limit_id: c.limit_id,
+                limiter: c.limiter,
+                key: c.key,
+                cost: c.cost,
+            })
+            .collect();
+        tokio::time::timeout(self.opts.timeout, store.check(&redis_checks))
+            .await
+            .map_err(|_| RedisStoreError::Timeout(self.opts.timeout))?
+    }
+
+    fn fallback(&self, checks: &[SharedCheck<'_>]) -> Checked {
+        let retry = self.opts.breaker_open.max(Duration::from_secs(1));
+        let retry = u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX);
+        match self.opts.fallback {
+            Fallback::Allow => Checked {
+                allowed: true,
+                decisions: checks
+                    .iter()
+                    .map(|c| Decision::full(c.spec.burst))
+                    .collect(),
+            },
+            Fallback::Deny => Checked {
+                allowed: false,
+                decisions: checks
+                    .iter()
+                    .map(|c| Decision {
+                        allowed: false,
+                        limit: c.spec.burst,
+                        remaining: 0,
+                        reset_after: retry,
+                        retry_after: Some(retry),
+                        delay: 0,
+                    })
+                    .collect(),
+            },
+            Fallback::Local => {
+                let limits: SmallVec<[Arc<Limit>; 4]> =
+                    checks.iter().map(|c| self.local_limit(c)).collect();
+                let local: SmallVec<[Check<'_>; 4]> = checks
+                    .iter()
+                    .zip(&limits)
+                    .map(|(c, limit)| Check {
+                        limit,
+                        key: c.key,
+                        cost: c.cost,
+                    })
+                    .collect();
+                self.local.check(&local).unwrap_or_else(|_| Checked {
+                    // A cost the local share can never admit.
+                    allowed: false,
+                    decisions: checks
+                        .iter()
+                        .map(|c| Decision {
+                            allowed: false,
+                            limit: c.spec.burst,
+                            remaining: 0,
+                            reset_after: 0,
+                            retry_after: Some(retry),
+                            delay: 0,
+                        })
+                        .collect(),
+                })
+            }
+        }
+    }
+
+    fn local_limit(&self, check: &SharedCheck<'_>) -> Arc<Limit> {
+        let mut limits = self.local_limits.lock();
+        if let Some(l) = limits.get(check.limit_id) {
+            return l.clone();
+        }
+        let spec = share_of(check.spec, self.opts.expected_instances);
+        let limiter = Limiter::new(&spec).unwrap_or(*check.limiter);
+        let limit = self.local.limit(check.limit_id, limiter);
+        limits.insert(check.limit_id.to_owned(), limit.clone());
+        limit
+    }
+
+    /// Forgets local fallback limits that no longer exist (after a reload).
+    pub fn retain_local(&self, keep: impl Fn(&str) -> bool) {
+        self.local_limits.lock().retain(|id, _| keep(id));
+    }
+}
+
+/// One instance's share of a limit: rate and burst divided by `n` (the
+/// burst rounded up, at least 1), so the window stays the same.
+pub fn share_of(spec: &LimitSpec, n: u32) -> LimitSpec {
+    let n64 = u64::from(n.max(1));
+    let rate = spec
+        .rate
+        .period()
+        .checked_mul(n64)
+        .and_then(|p| Rate::new(spec.rate.amount(), p))
+        .unwrap_or(spec.rate);
+    LimitSpec {
+        rate,
+        burst: spec.burst.div_ceil(n64).max(1),
+        ..*spec
+    }
+}
+
+/// A stable, non-secret 64-bit tag of a limit's identity.
+pub fn limit_tag(limit_id: &str) -> u64 {
+    // FNV-1a: stable across processes and versions.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in limit_id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+async fn connect_loop(this: Weak<SharedStore>) {
+    let mut backoff = Duration::from_millis(50);
+    let mut warned = false;
+    loop {
+        let Some(store) = this.upgrade() else { return };
+        match store.connect(Duration::from_secs(2)).await {
+            Ok(()) => return,
+            Err(e) => {
+                if !warned {
+                    tracing::warn!(
+                        store = %store.url,
+                        error = %e,
+                        fallback = store.opts.fallback.name(),
+                        "cannot reach the shared store yet; the fallback decides until it connects"
+                    );
+                    warned = true;
+                }
+            }
+        }
+        drop(store);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::AlgorithmKind;
+
+    #[test]
+    fn a_share_keeps_the_window_and_divides_rate_and_burst() {
+        let spec = LimitSpec {
+            algorithm: AlgorithmKind::TokenBucket,
+            rate: Rate::per_second(100),
+            burst: 300,
+            nodelay: false,
+        };
+        let s = share_of(&spec, 4);
+        assert_eq!(s.burst, 75);
+        assert_eq!(s.window(), spec.window());
+        assert_eq!(
+            u128::from(s.rate.amount()) * 4 * u128::from(spec.rate.period()),
+            u128::from(spec.rate.amount()) * u128::from(s.rate.period())
+        );
+        assert_eq!(share_of(&spec, 1), spec);
+        assert_eq!(share_of(&spec, 1000).burst, 1);
+    }
+
+    #[test]
+    fn limit_tags_are_stable() {
+        assert_eq!(limit_tag(""), 0xcbf2_9ce4_8422_2325);
+        assert_ne!(limit_tag("a"), limit_tag("b"));
+    }
+}

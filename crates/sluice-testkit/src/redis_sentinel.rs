@@ -1,0 +1,199 @@
+//! A real Sentinel deployment: one master, one replica and three
+//! Sentinels (quorum 2), all on loopback ports, all killed on drop.
+//!
+//! The Sentinels run `redis-server <conf> --sentinel` (what the
+//! `redis-sentinel` command is) with `down-after-milliseconds` 500 and
+//! `failover-timeout` 3000, so a killed master is replaced within seconds.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::redis_server::{RedisServer, free_port};
+use crate::resp::{self, Reply};
+
+/// How long the deployment may take to settle (replica in sync, Sentinels
+/// aware of each other).
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One Sentinel process, killed on drop.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    child: Option<Child>,
+    port: u16,
+}
+
+impl RedisSentinel {
+    fn start(dir: &std::path::Path, name: &str, master_port: u16) -> Self {
+        let port = free_port();
+        let conf = dir.join(format!("sentinel-{port}.conf"));
+        let text = format!(
+            "port {port}\n\
+             bind 127.0.0.1\n\
+             dir {dir}\n\
+             sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds {name} 500\n\
+             sentinel failover-timeout {name} 3000\n\
+             sentinel parallel-syncs {name} 1\n",
+            dir = dir.display()
+        );
+        std::fs::write(&conf, text).unwrap_or_else(|e| panic!("{}: {e}", conf.display()));
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start redis-server --sentinel: {e}"));
+        Self {
+            child: Some(child),
+            port,
+        }
+    }
+
+    /// The Sentinel's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Sends one command to this Sentinel.
+    pub fn command(&self, args: &[&str]) -> std::io::Result<Reply> {
+        resp::command(
+            std::net::SocketAddr::from(([127, 0, 0, 1], self.port)),
+            args,
+        )
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A master, its replica and three Sentinels watching them.
+#[derive(Debug)]
+pub struct SentinelSetup {
+    sentinels: Vec<RedisSentinel>,
+    master: RedisServer,
+    replica: RedisServer,
+    name: String,
+    dir: PathBuf,
+}
+
+impl SentinelSetup {
+    /// Starts the deployment with the master named `name` and waits until
+    /// the replica is in sync and every Sentinel knows the replica and the
+    /// other two Sentinels (needed to agree on a failover).
+    pub fn start(name: &str) -> Self {
+        let master = RedisServer::start();
+        let mport = master.port().to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &mport]);
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-sentinel-{}-{}",
+            std::process::id(),
+            master.port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let sentinels = (0..3)
+            .map(|_| RedisSentinel::start(&dir, name, master.port()))
+            .collect();
+        let setup = Self {
+            sentinels,
+            master,
+            replica,
+            name: name.to_owned(),
+            dir,
+        };
+        setup.wait_until("the replica is in sync", |s| {
+            s.replica
+                .command(&["INFO", "replication"])
+                .is_ok_and(|info| info.contains("master_link_status:up"))
+        });
+        setup.wait_until("every Sentinel knows the replica and its peers", |s| {
+            s.sentinels.iter().all(|sentinel| {
+                let count = |sub: &str| match sentinel.command(&["SENTINEL", sub, &s.name]) {
+                    Ok(Reply::Array(Some(items))) => items.len(),
+                    _ => 0,
+                };
+                count("replicas") >= 1 && count("sentinels") >= 2
+            })
+        });
+        setup
+    }
+
+    /// `redis+sentinel://127.0.0.1:S1,…/name`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        format!("redis+sentinel://{}/{}", hosts.join(","), self.name)
+    }
+
+    /// The master being monitored.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server that started as the master.
+    pub fn master(&self) -> &RedisServer {
+        &self.master
+    }
+
+    /// The server that started as the replica.
+    pub fn replica(&self) -> &RedisServer {
+        &self.replica
+    }
+
+    /// The Sentinels.
+    pub fn sentinels(&self) -> &[RedisSentinel] {
+        &self.sentinels
+    }
+
+    /// Kills the initial master (SIGKILL); the Sentinels will promote the
+    /// replica after `down-after-milliseconds` and an election.
+    pub fn kill_master(&mut self) {
+        self.master.kill();
+    }
+
+    /// Asks a Sentinel for a failover now (`SENTINEL FAILOVER`), without
+    /// waiting for the master to fail: the replica is promoted and the old
+    /// master demoted to a replica.
+    pub fn force_failover(&self) {
+        let reply = self.sentinels[0]
+            .command(&["SENTINEL", "FAILOVER", &self.name])
+            .unwrap_or_else(|e| panic!("SENTINEL FAILOVER: {e}"));
+        assert!(reply.is_ok(), "SENTINEL FAILOVER: {reply:?}");
+    }
+
+    /// The master's port according to Sentinel `i`.
+    pub fn master_port_seen_by(&self, i: usize) -> Option<u16> {
+        match self.sentinels[i].command(&["SENTINEL", "get-master-addr-by-name", &self.name]) {
+            Ok(Reply::Array(Some(items))) => items.get(1)?.text()?.parse().ok(),
+            _ => None,
+        }
+    }
+
+    fn wait_until(&self, what: &str, done: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while Instant::now() < deadline {
+            if done(self) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("timed out waiting until {what}");
+    }
+}
+
+impl Drop for SentinelSetup {
+    fn drop(&mut self) {
+        self.sentinels.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,165 @@
+//! Limits shared in Redis: the quick-start config runs unchanged with
+//! `--store-url redis://…`, two `sluice serve` processes enforce one limit
+//! together, and the key names in Redis never contain a raw key.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Sluice, TempConfig, client, example, example_path, replace_once, send};
+use sluice_testkit::{RedisServer, require_redis};
+
+const SECRET: (&str, &str) = ("SLUICE_KEY_SECRET", "test-secret-shared-by-both");
+
+fn start_on(redis: &RedisServer, config: &std::path::Path) -> Sluice {
+    Sluice::start_env(config, &["--store-url", &redis.url()], &[SECRET])
+}
+
+/// Every key name in Redis (`KEYS *`, fine for a test-sized database).
+fn redis_keys(redis: &RedisServer) -> Vec<String> {
+    let raw = redis.command(&["KEYS", "*"]).unwrap();
+    raw.lines()
+        .filter(|l| !l.starts_with('*') && !l.starts_with('$'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_quickstart_config_shares_its_limits_through_redis() {
+    if !require_redis() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let config = example_path("quickstart.toml");
+    let a = start_on(&redis, &config);
+    let b = start_on(&redis, &config);
+    let client = client();
+    let key = "alice-raw-api-key";
+
+    // The free plan's burst of 20, spent half on each instance.
+    for i in 0..20 {
+        let s = if i % 2 == 0 { &a } else { &b };
+        let r = send(client.get(s.url("/")).header("X-Api-Key", key)).await;
+        assert_eq!(
+            r.status,
+            200,
+            "request {i}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert!(!r.has("sluice-fallback"), "decided by Redis");
+    }
+    // Both instances now refuse: the quota is one, not one per instance.
+    for s in [&a, &b] {
+        let r = send(client.get(s.url("/")).header("X-Api-Key", key)).await;
+        assert_eq!(r.status, 429);
+        let fields = r.ratelimit();
+        let free = common::sf_item(&fields, "free");
+        assert_eq!(free.param("r"), 0);
+        assert!(r.int_header("retry-after") >= 1);
+    }
+
+    let keys = redis_keys(&redis);
+    assert!(!keys.is_empty());
+    for k in &keys {
+        assert!(k.starts_with("sluice:{"), "{k}");
+        assert!(!k.contains("alice"), "a raw key reached Redis: {k}");
+        let ttl = redis.command(&["PTTL", k]).unwrap();
+        let ttl: i64 = ttl.trim_start_matches(':').trim().parse().unwrap();
+        assert!(ttl > 0, "{k} has no TTL ({ttl})");
+    }
+}
+
+/// Fifty clients, split over two instances, hammer one key of a token
+/// bucket (50/s, burst 20) for about three seconds. Admitted requests must
+/// fit what the bucket allows over the run, and fall short of it by at most
+/// one refill interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_admit_exactly_one_global_limit() {
+    if !require_redis() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let text = replace_once(
+        &example("quickstart.toml"),
+        r#"limits = [{ algorithm = "token_bucket", rate = "10/s", burst = 20 }]"#,
+        r#"limits = [{ algorithm = "token_bucket", rate = "50/s", burst = 20 }]"#,
+    );
+    let text = replace_once(&text, "[store]\n", "[store]\ntimeout = \"2s\"\n");
+    let config = TempConfig::new("redis-two-instances", &text);
+    let a = Arc::new(start_on(&redis, config.path()));
+    let b = Arc::new(start_on(&redis, config.path()));
+    let client = client();
+
+    let admitted = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let fallback = Arc::new(AtomicU64::new(0));
+    let first_reply = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let last_send = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let begin = Instant::now();
+    let run_for = Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for c in 0..50 {
+        let s = if c % 2 == 0 { a.clone() } else { b.clone() };
+        let (client, admitted, refused, fallback) = (
+            client.clone(),
+            admitted.clone(),
+            refused.clone(),
+            fallback.clone(),
+        );
+        let (first_reply, last_send) = (first_reply.clone(), last_send.clone());
+        tasks.push(tokio::spawn(async move {
+            while begin.elapsed() < run_for {
+                let sent = Instant::now();
+                *last_send.lock().unwrap() = Some(sent);
+                let r = send(client.get(s.url("/")).header("X-Api-Key", "shared")).await;
+                first_reply.lock().unwrap().get_or_insert_with(Instant::now);
+                if r.has("sluice-fallback") {
+                    fallback.fetch_add(1, Ordering::Relaxed);
+                }
+                match r.status {
+                    200 => admitted.fetch_add(1, Ordering::Relaxed),
+                    429 => refused.fetch_add(1, Ordering::Relaxed),
+                    s => panic!("unexpected status {s}"),
+                };
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let end = Instant::now();
+    let admitted = admitted.load(Ordering::Relaxed);
+    assert_eq!(
+        fallback.load(Ordering::Relaxed),
+        0,
+        "Redis decided every request"
+    );
+    assert!(
+        refused.load(Ordering::Relaxed) > 0,
+        "the load exceeded the limit"
+    );
+
+    // Every decision happened between the first send and the last reply
+    // (outer), and the decisions spanned at least from the first reply to
+    // the last send (inner).
+    let outer = (end - begin).as_secs_f64();
+    let inner =
+        (last_send.lock().unwrap().unwrap() - first_reply.lock().unwrap().unwrap()).as_secs_f64();
+    let most = 20 + (50.0 * outer).floor() as u64;
+    let least = (20 + (50.0 * inner).floor() as u64).saturating_sub(1);
+    eprintln!(
+        "admitted {admitted}; allowed between {least} and {most} (inner {inner:.3}s, outer {outer:.3}s)"
+    );
+    assert!(
+        admitted <= most,
+        "admitted {admitted} > {most}: more than the global limit"
+    );
+    assert!(
+        admitted >= least,
+        "admitted {admitted} < {least}: quota within the limit was refused"
+    );
+}
