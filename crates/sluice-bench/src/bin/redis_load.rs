@@ -1,6 +1,7 @@
 //! Load on the Redis store: `CONCURRENCY` tokio tasks, each doing one
 //! decision after another over `KEYS` client keys, for `SECONDS`, against the
-//! Redis at `URL`. Runs the batched store, then the baseline (one script
+//! Redis deployment at `URL` (any store URL: a single node, shards,
+//! Cluster, Sentinel). Runs the batched store, then the baseline (one script
 //! call per request, still pipelined on one multiplexed connection), and
 //! prints decisions/s and latency percentiles for each.
 //!
@@ -21,7 +22,8 @@
 use std::time::{Duration, Instant};
 
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
-use sluice_redis::{BatchConfig, RedisCheck, RedisStore};
+use sluice_redis::topology::Topology;
+use sluice_redis::{BatchConfig, RedisCheck, RedisStore, StoreUrl};
 use sluice_store::KeyHasher;
 
 struct Run {
@@ -69,10 +71,8 @@ async fn run(
         rate,
         burst,
     } = *load;
-    let conn = redis::Client::open(url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
-    let store = RedisStore::from_connection(conn, batching);
+    let topology = Topology::connect(&url.parse::<StoreUrl>()?).await?;
+    let store = RedisStore::with_batching(topology, batching);
     let limiter = LimitSpec {
         algorithm: kind,
         rate,
