@@ -500,33 +500,51 @@ end
 local first = 1
 for gi = 1, ng do
   local last = first + g_size[gi] - 1
-  local ok = true
-  for j = first, last do
-    decide(j, c_cost[j])
-    if d_ok[j] == 0 then ok = false end
-  end
-  local group_ok = ok
-  if mode == 'd' then ok = false end
-  if ok then
-    for j = first, last do
-      if w_val[j] or w_need[j] then write(j) end
-    end
+  if first == last and mode == 'c' then
+    -- A group of one check (the common case): its own decision is the
+    -- group's, so nothing needs keeping for a second pass.
+    local lim = c_lim[first]
+    w_val[first] = nil
+    w_need[first] = nil
+    local ok, rem, rus, rns, tus, tns, dus, dns =
+      deciders[lim.alg](lim, first, KEYS[first], c_cost[first])
+    if ok == 1 and (w_val[first] or w_need[first]) then write(first) end
+    out[o + 1] = ok
+    out[o + 2] = rem * 2 + ok
+    o = o + 2
+    push_dur(rus, rns)
+    if ok == 0 then push_dur(tus, tns) end
+    if lim.queue == 1 then push_dur(dus, dns) end
+    first = last + 1
   else
-    -- Refused: nothing is written; the limits that would have allowed it
-    -- report their state as it stands.
+    local ok = true
     for j = first, last do
-      if d_ok[j] == 1 then decide(j, 0) end
+      decide(j, c_cost[j])
+      if d_ok[j] == 0 then ok = false end
     end
-  end
-  o = o + 1
-  if group_ok then out[o] = 1 else out[o] = 0 end
-  for j = first, last do
+    local group_ok = ok
+    if mode == 'd' then ok = false end
+    if ok then
+      for j = first, last do
+        if w_val[j] or w_need[j] then write(j) end
+      end
+    else
+      -- Refused: nothing is written; the limits that would have allowed it
+      -- report their state as it stands.
+      for j = first, last do
+        if d_ok[j] == 1 then decide(j, 0) end
+      end
+    end
     o = o + 1
-    out[o] = d_rem[j] * 2 + d_ok[j]
-    push_dur(d_rus[j], d_rns[j])
-    if d_ok[j] == 0 then push_dur(d_tus[j], d_tns[j]) end
-    if c_lim[j].queue == 1 then push_dur(d_dus[j], d_dns[j]) end
+    if group_ok then out[o] = 1 else out[o] = 0 end
+    for j = first, last do
+      o = o + 1
+      out[o] = d_rem[j] * 2 + d_ok[j]
+      push_dur(d_rus[j], d_rns[j])
+      if d_ok[j] == 0 then push_dur(d_tus[j], d_tns[j]) end
+      if c_lim[j].queue == 1 then push_dur(d_dus[j], d_dns[j]) end
+    end
+    first = last + 1
   end
-  first = last + 1
 end
 return out
