@@ -7,8 +7,22 @@
 //! [`KeyId`] in hex (a keyed hash; the raw key never reaches Redis) as the
 //! hash tag, so all of one client's limits share one Cluster slot, and a
 //! short, stable, non-secret hash of [`RedisCheck::limit_id`]. Every key
-//! expires when its limit is full again (sluice-core's `idle_at`), so idle
-//! clients cost nothing.
+//! outlives its state's `idle_at` (sluice-core: when the limit is full
+//! again, and the key can be forgotten) and expires within twice the time
+//! to get there: a write keeps the key's TTL when it still covers the new
+//! `idle_at` and otherwise sets twice what is needed, so a busy key rarely
+//! pays for a TTL update and an idle client costs nothing for long.
+//!
+//! State values are packed little-endian doubles (see `lua/decide.lua`),
+//! the sliding log a list of them, at most `burst` entries.
+//!
+//! # Batching
+//!
+//! With batching on ([`RedisStore::new`], [`BatchConfig`]), concurrent
+//! requests headed to one node share a script call: see the `batch`
+//! module. Each request stays its own all-or-nothing group. In Redis
+//! Cluster, requests are not batched across slots; concurrent calls are
+//! pipelined on the cluster connection instead.
 //!
 //! # One request, several limits
 //!
