@@ -24,5 +24,5 @@ mod script;
 pub use batch::BatchConfig;
 pub use error::RedisStoreError;
 pub use shared::{DecidedBy, Fallback, SharedCheck, SharedChecked, SharedOptions, SharedStore};
-pub use store::{RedisCheck, RedisStore, key_name, limit_tag};
+pub use store::{RedisCheck, RedisStore, key_name};
 pub use url::StoreUrl;

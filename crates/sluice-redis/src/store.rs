@@ -6,7 +6,8 @@
 //! A check's state lives at `sluice:{<key id>}:<limit tag>`: the client's
 //! [`KeyId`] in hex (a keyed hash; the raw key never reaches Redis) as the
 //! hash tag, so all of one client's limits share one Cluster slot, and a
-//! short, stable, non-secret hash of [`RedisCheck::limit_id`]. Every key
+//! short, stable, non-secret hash of [`RedisCheck::limit_id`]
+//! ([`limit_tag`](crate::shared::limit_tag), in hex). Every key
 //! outlives its state's `idle_at` (sluice-core: when the limit is full
 //! again, and the key can be forgotten) and expires within twice the time
 //! to get there: a write keeps the key's TTL when it still covers the new
@@ -65,28 +66,19 @@ pub struct RedisCheck<'a> {
     pub cost: u64,
 }
 
-/// The short, stable tag of a limit in key names: 64-bit FNV-1a of its id,
-/// in hex. Not a secret and not meant to be one: limit ids are config.
-pub fn limit_tag(limit_id: &str) -> String {
-    format!("{:016x}", fnv1a(limit_id))
-}
-
-fn fnv1a(text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 /// The Redis key holding the state of `limit_id` for `key`:
-/// `sluice:{<key id hex>}:<limit tag>`.
+/// `sluice:{<key id hex>}:<limit tag>`, the limit tag being
+/// [`limit_tag`](crate::shared::limit_tag) in 16 hex digits.
 pub fn key_name(limit_id: &str, key: KeyId) -> String {
     use std::fmt::Write;
     let mut name = String::with_capacity(KEY_NAME_LEN);
     // Writing to a String cannot fail.
-    let _ = write!(name, "sluice:{{{:032x}}}:{:016x}", key.0, fnv1a(limit_id));
+    let _ = write!(
+        name,
+        "sluice:{{{:032x}}}:{:016x}",
+        key.0,
+        crate::shared::limit_tag(limit_id)
+    );
     name
 }
 
@@ -536,9 +528,12 @@ mod tests {
         assert_eq!(name.len(), KEY_NAME_LEN);
         assert_eq!(
             name,
-            format!("sluice:{{{}}}:{}", key.to_hex(), limit_tag("api/per-key"))
+            format!(
+                "sluice:{{{}}}:{:016x}",
+                key.to_hex(),
+                crate::shared::limit_tag("api/per-key")
+            )
         );
         assert_eq!(hash_tag(&name), key.to_hex());
-        assert_ne!(limit_tag("a"), limit_tag("b"));
     }
 }
