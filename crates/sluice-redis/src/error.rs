@@ -22,6 +22,10 @@ pub enum RedisStoreError {
     /// Redis did not answer in time.
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),
+    /// A check can never pass (its cost exceeds the limit's capacity); no
+    /// state was read or changed.
+    #[error(transparent)]
+    Check(#[from] sluice_core::CheckError),
     /// The script answered something this version does not understand.
     #[error("unexpected reply from the decision script: {0}")]
     BadReply(String),

@@ -18,9 +18,11 @@ pub mod store;
 pub mod topology;
 pub mod url;
 
+mod batch;
 mod script;
 
+pub use batch::BatchConfig;
 pub use error::RedisStoreError;
 pub use shared::{DecidedBy, Fallback, SharedCheck, SharedChecked, SharedOptions, SharedStore};
-pub use store::RedisStore;
+pub use store::{RedisCheck, RedisStore, key_name};
 pub use url::StoreUrl;

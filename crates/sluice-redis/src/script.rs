@@ -1,1 +1,434 @@
-//! The decision script: (stub).
+//! The decision script (`lua/decide.lua`): the parameters it takes per
+//! limit, how one call is encoded, and how its reply is read.
+//!
+//! One call decides G independent groups; each group is N checks decided
+//! all-or-nothing. The time is Redis's own `TIME` (microseconds).
+//!
+//! # Exact arithmetic in Lua
+//!
+//! Lua numbers are doubles, exact for integers below 2^53. The script keeps
+//! sluice-core's arithmetic exact by three choices:
+//!
+//! - **Units of g/a ns.** With the rate reduced to `a` per `p` ns and
+//!   `g = gcd(1000·a, p)`, a microsecond is `M = 1000·a/g` units and a unit
+//!   of cost `P = p/g` units. Every time the script sees is a whole
+//!   microsecond, so every scaled quantity of sluice-core (multiples of
+//!   `1000·a` and `p`) is a whole number of these units: the same integers
+//!   divided by `g` (up to 1000 times smaller).
+//! - **Times relative to a stored microsecond.** Absolute times are whole
+//!   microseconds (about 2^51 today); state holds quantities relative to them
+//!   (a bucket's level as of its last update, a GCRA's TAT as `last + level`),
+//!   never nanoseconds since the epoch (2^61).
+//! - **Durations as (µs, ns) pairs**, added up in Rust.
+//!
+//! # Domain and tolerance
+//!
+//! The results equal sluice-core's exactly, field by field, while every
+//! intermediate stays below 2^52, which [`LimitParams::is_exact`] checks:
+//!
+//! - `1000·a` (the reduced rate's amount), and twice the capacity `B·P`:
+//!   for a rate whose emission interval is a whole number of microseconds
+//!   (10/s, 100/min, 1000/day: `P` is that interval in µs) the window
+//!   `B/rate` may last up to 2^51 µs, 71 years; in general up to
+//!   `2^51 · g / (1000·a)` µs;
+//! - for the window counters, windows of at least a microsecond (the
+//!   resolution of Redis's clock) and an alignment period `L2·M2` below
+//!   2^52;
+//! - for the sliding window counter also `2·B·(B·P)`: a burst of 10,000
+//!   per day is fine, a burst of a million per day is not.
+//!
+//! Outside that domain the script still answers, each operation rounded to
+//! a double (relative error 2^-53): a decision can differ from
+//! sluice-core's only for a request within that relative distance of a
+//! boundary, and durations are off by a few parts in 10^16 of their length;
+//! sub-microsecond windows, finer than Redis's clock, lose their alignment.
+//! Limits like these (bursts near 2^52 units) are far beyond what a shared
+//! store is for; the conformance tests cover the exact domain.
+
+use redis::aio::ConnectionLike;
+use sluice_core::{Decision, Limiter};
+
+use crate::RedisStoreError;
+
+/// The script's source.
+pub(crate) const SOURCE: &str = include_str!("../lua/decide.lua");
+
+/// Intermediates below this are exact in a double with room for one carry.
+const EXACT: u128 = 1 << 52;
+
+/// What the script does with the groups it is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Decide and commit each group all-or-nothing.
+    Check,
+    /// Decide without committing anything, reporting each check as part of
+    /// a refused request (its refusal, or a peek where it would pass).
+    DryRun,
+    /// Give back the costs of groups committed earlier; answers the state
+    /// as it then stands (peeks).
+    Refund,
+}
+
+/// One limit's parameters as the script takes them (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct LimitParams {
+    alg: u8,
+    burst: u64,
+    p: u64,
+    m: u64,
+    g: u64,
+    a: u64,
+    l: u64,
+    l2: u64,
+    m2: u64,
+    queue: bool,
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Reads `name: <digits>` out of a Debug rendering.
+fn field(debug: &str, name: &str) -> Option<u64> {
+    let start = debug.find(name)? + name.len();
+    let digits: String = debug[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// The reduced rate `(a, p)` of any limiter: `a` units of cost per `p` ns.
+///
+/// sluice-core exposes it for GCRA only (`scale`, `tolerance`); for the
+/// others it is read from the limiter's `Debug` rendering (`Meter { a, p }`,
+/// `Windows { a, len }`), which `tests` pins down. A public accessor in
+/// sluice-core would be better; until then this is the one place that
+/// depends on the rendering.
+fn reduced_rate(limiter: &Limiter) -> Option<(u64, u64)> {
+    let burst = limiter.capacity();
+    if let Limiter::Gcra(g) = limiter {
+        let p = u64::try_from(g.tolerance() / u128::from(burst)).ok()?;
+        return Some((g.scale(), p));
+    }
+    let debug = format!("{limiter:?}");
+    let a = field(&debug, "{ a: ")?;
+    let p = match limiter {
+        Limiter::TokenBucket(_) | Limiter::LeakyBucket(_) => field(&debug, ", p: ")?,
+        _ => field(&debug, ", len: ")? / burst,
+    };
+    (a > 0 && p > 0).then_some((a, p))
+}
+
+thread_local! {
+    /// Parameters of the limiters seen lately on this thread: reading them
+    /// costs a `Debug` rendering, and a service has few limits.
+    static RECENT: std::cell::RefCell<Vec<(Limiter, LimitParams)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// How many limiters [`RECENT`] remembers per thread.
+const RECENT_MAX: usize = 64;
+
+impl LimitParams {
+    /// The parameters of `limiter`, or `None` if they cannot be read.
+    pub(crate) fn of(limiter: &Limiter) -> Option<Self> {
+        let hit = RECENT.with(|r| {
+            r.borrow()
+                .iter()
+                .find(|(l, _)| l == limiter)
+                .map(|(_, p)| *p)
+        });
+        if hit.is_some() {
+            return hit;
+        }
+        let params = Self::compute(limiter)?;
+        RECENT.with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() >= RECENT_MAX {
+                r.remove(0);
+            }
+            r.push((*limiter, params));
+        });
+        Some(params)
+    }
+
+    fn compute(limiter: &Limiter) -> Option<Self> {
+        let (a, p) = reduced_rate(limiter)?;
+        let burst = limiter.capacity();
+        let (alg, queue) = match limiter {
+            Limiter::FixedWindow(_) => (1, false),
+            Limiter::SlidingLog(_) => (2, false),
+            Limiter::SlidingWindow(_) => (3, false),
+            Limiter::TokenBucket(_) => (4, false),
+            Limiter::LeakyBucket(l) => (5, !l.nodelay()),
+            Limiter::Gcra(_) => (6, false),
+        };
+        let us = 1000 * u128::from(a);
+        let g = gcd(us, u128::from(p));
+        let m = us / g;
+        let pp = u128::from(p) / g;
+        let l = u128::from(burst) * pp;
+        let g2 = gcd(m, l);
+        Some(Self {
+            alg,
+            burst,
+            p: u64::try_from(pp).ok()?,
+            m: u64::try_from(m).ok()?,
+            g: u64::try_from(g).ok()?,
+            a,
+            l: u64::try_from(l).ok()?,
+            l2: u64::try_from(l / g2).ok()?,
+            m2: u64::try_from(m / g2).ok()?,
+            queue,
+        })
+    }
+
+    /// The limit's capacity (burst).
+    pub(crate) fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// Whether the script decides this limit exactly as sluice-core does
+    /// (see the module docs).
+    pub(crate) fn is_exact(&self) -> bool {
+        let l = u128::from(self.l);
+        let mut ok = 1000 * u128::from(self.a) < EXACT && 2 * l < EXACT;
+        if matches!(self.alg, 1..=3) {
+            ok &= u128::from(self.l2) * u128::from(self.m2) < EXACT;
+            ok &= u128::from(self.m) <= l;
+        }
+        if self.alg == 3 {
+            ok &= 2 * u128::from(self.burst) * l < EXACT;
+        }
+        ok
+    }
+
+    fn fields(&self) -> [u64; 10] {
+        [
+            u64::from(self.alg),
+            self.burst,
+            self.p,
+            self.m,
+            self.g,
+            self.a,
+            self.l,
+            self.l2,
+            self.m2,
+            u64::from(self.queue),
+        ]
+    }
+}
+
+/// One check in a group: the Redis key, the limit and the cost.
+#[derive(Debug, Clone)]
+pub(crate) struct ScriptCheck {
+    /// The Redis key holding the state.
+    pub(crate) key: String,
+    /// The limit.
+    pub(crate) params: LimitParams,
+    /// The cost.
+    pub(crate) cost: u64,
+}
+
+/// The answer for one group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GroupReply {
+    /// Whether every check passed (and the group was committed).
+    pub(crate) allowed: bool,
+    /// One decision per check, in order.
+    pub(crate) decisions: Vec<Decision>,
+}
+
+/// The loaded script (EVALSHA, reloaded on `NOSCRIPT`).
+#[derive(Debug, Clone)]
+pub(crate) struct DecisionScript {
+    script: redis::Script,
+}
+
+impl Default for DecisionScript {
+    fn default() -> Self {
+        Self {
+            script: redis::Script::new(SOURCE),
+        }
+    }
+}
+
+impl DecisionScript {
+    /// Runs `groups` in one call. `now_us` overrides Redis's clock (tests).
+    pub(crate) async fn run<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        mode: Mode,
+        groups: &[&[ScriptCheck]],
+        now_us: Option<u64>,
+    ) -> Result<Vec<GroupReply>, RedisStoreError> {
+        let mut inv = self.script.prepare_invoke();
+        inv.arg(match mode {
+            Mode::Check => "c",
+            Mode::Refund => "r",
+            Mode::DryRun => "d",
+        });
+        match now_us {
+            Some(t) => inv.arg(t),
+            None => inv.arg(""),
+        };
+        // The distinct limits, then per check its limit's index (1-based).
+        let mut limits: Vec<LimitParams> = Vec::new();
+        let mut refs: Vec<usize> = Vec::new();
+        for check in groups.iter().flat_map(|g| g.iter()) {
+            let i = match limits.iter().position(|l| *l == check.params) {
+                Some(i) => i,
+                None => {
+                    limits.push(check.params);
+                    limits.len() - 1
+                }
+            };
+            refs.push(i + 1);
+            inv.key(&check.key);
+        }
+        inv.arg(limits.len());
+        for l in &limits {
+            for f in l.fields() {
+                inv.arg(f);
+            }
+        }
+        // Per check 11 bytes: opens a group (u8), limit (u16), cost (f64),
+        // little-endian; one argument instead of three per check.
+        let mut packed = Vec::with_capacity(11 * refs.len());
+        let mut refs = refs.into_iter();
+        for group in groups {
+            for (i, check) in group.iter().enumerate() {
+                packed.push(u8::from(i == 0));
+                let limit = u16::try_from(refs.next().unwrap_or(1))
+                    .map_err(|_| bad("more than 65535 limits in one call"))?;
+                packed.extend_from_slice(&limit.to_le_bytes());
+                // Exact: costs are at most the burst, below 2^53 in the
+                // exact domain.
+                packed.extend_from_slice(&(check.cost as f64).to_le_bytes());
+            }
+        }
+        inv.arg(packed);
+        let reply: Vec<i64> = inv.invoke_async(conn).await?;
+        parse_reply(&reply, groups)
+    }
+}
+
+fn bad(what: &str) -> RedisStoreError {
+    RedisStoreError::BadReply(what.to_owned())
+}
+
+/// Reads the script's reply (its format is described in `lua/decide.lua`).
+struct Reader<'r> {
+    reply: &'r [i64],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn next(&mut self) -> Result<i64, RedisStoreError> {
+        let v = self
+            .reply
+            .get(self.at)
+            .copied()
+            .ok_or_else(|| bad("reply too short"))?;
+        self.at += 1;
+        Ok(v)
+    }
+
+    /// A duration: nanoseconds, or -(µs + 1) followed by nanoseconds.
+    fn duration(&mut self) -> Result<u64, RedisStoreError> {
+        let v = self.next()?;
+        if let Ok(ns) = u64::try_from(v) {
+            return Ok(ns);
+        }
+        let us = v.unsigned_abs() - 1;
+        let ns = u64::try_from(self.next()?).map_err(|_| bad("negative nanoseconds"))?;
+        Ok(us.saturating_mul(1000).saturating_add(ns))
+    }
+}
+
+fn parse_reply(
+    reply: &[i64],
+    groups: &[&[ScriptCheck]],
+) -> Result<Vec<GroupReply>, RedisStoreError> {
+    let mut r = Reader { reply, at: 0 };
+    let mut out = Vec::with_capacity(groups.len());
+    for group in groups {
+        let allowed = r.next()? == 1;
+        let mut decisions = Vec::with_capacity(group.len());
+        for check in group.iter() {
+            let packed = u64::try_from(r.next()?).map_err(|_| bad("negative remaining"))?;
+            let ok = packed & 1 == 1;
+            let reset_after = r.duration()?;
+            let retry_after = if ok { None } else { Some(r.duration()?) };
+            let delay = if check.params.queue { r.duration()? } else { 0 };
+            decisions.push(Decision {
+                allowed: ok,
+                limit: check.params.burst,
+                remaining: packed >> 1,
+                reset_after,
+                retry_after,
+                delay,
+            });
+        }
+        out.push(GroupReply { allowed, decisions });
+    }
+    if r.at != reply.len() {
+        return Err(bad("reply too long"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+
+    fn limiter(algorithm: AlgorithmKind, rate: Rate, burst: u64) -> Limiter {
+        LimitSpec {
+            algorithm,
+            rate,
+            burst,
+            nodelay: false,
+        }
+        .build()
+        .unwrap()
+    }
+
+    #[test]
+    fn reads_the_reduced_rate_of_every_algorithm() {
+        let rate = Rate::new(7, 250_000_000).unwrap();
+        for kind in [
+            AlgorithmKind::FixedWindow,
+            AlgorithmKind::SlidingLog,
+            AlgorithmKind::SlidingWindow,
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::LeakyBucket,
+            AlgorithmKind::Gcra,
+        ] {
+            let l = limiter(kind, rate, 5);
+            assert_eq!(reduced_rate(&l), Some((7, 250_000_000)), "{kind:?}");
+            let p = LimitParams::of(&l).unwrap();
+            // g = gcd(7000, 250_000_000) = 1000
+            assert_eq!((p.g, p.m, p.p, p.l), (1000, 7, 250_000, 1_250_000));
+            assert!(p.is_exact());
+        }
+        let tb = limiter(AlgorithmKind::TokenBucket, Rate::per_second(10), 20);
+        assert_eq!(reduced_rate(&tb), Some((1, 100_000_000)));
+    }
+
+    #[test]
+    fn huge_limits_are_flagged_inexact() {
+        let l = limiter(
+            AlgorithmKind::TokenBucket,
+            Rate::new(1, 1).unwrap(),
+            u64::MAX / 4,
+        );
+        assert!(!LimitParams::of(&l).unwrap().is_exact());
+    }
+}

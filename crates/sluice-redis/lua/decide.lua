@@ -1,0 +1,550 @@
+-- Sluice's decision step: G independent groups of N checks, each group
+-- all-or-nothing, with exactly the arithmetic of sluice-core.
+--
+-- ARGV[1]  mode: 'c' (check and commit), 'r' (refund committed costs, then
+--          peek) or 'd' (dry run: decide, commit nothing, report as a
+--          refused request would)
+-- ARGV[2]  now in microseconds, or '' for Redis's own TIME (tests only)
+-- ARGV[3]  number of limits, then 10 fields per limit, precomputed in Rust
+--          (see script.rs, `LimitParams`):
+--          alg B P M g a L L2 M2 queue
+-- then     the checks, packed: per check '<BHd' (1 if it opens a group, its
+--          limit's index, its cost)
+-- KEYS     one per check, in the order of the checks
+--
+-- Units. With the rate reduced to a units of cost per p ns and
+-- g = gcd(1000 a, p), one "unit" is g/a ns: a microsecond is M = 1000 a / g
+-- units and one unit of cost is P = p / g units. Every time Sluice sees is a
+-- whole microsecond (Redis's TIME), so every quantity of sluice-core's
+-- scaled arithmetic is a whole number of units: the same integers, divided
+-- by g. Times are kept in whole microseconds, quantities relative to them.
+-- Durations are computed as (microseconds, nanoseconds) pairs, so nothing
+-- needs more than 53 bits.
+--
+-- State values are packed little-endian doubles (struct.pack), exact for
+-- the integers they hold and cheaper than text to read and write.
+--
+-- Reply: per group its flag (1 allowed), then per check:
+--   remaining * 2 + allowed,
+--   reset_after,
+--   retry_after   (refused checks only),
+--   delay         (leaky buckets without nodelay only).
+-- A duration is one integer, nanoseconds, when below 2^53; a longer one is
+-- two: -(microseconds + 1), then the nanoseconds beyond them.
+
+local floor = math.floor
+local call = redis.call
+local unpack_list = unpack
+local pack = struct.pack
+local unpack = struct.unpack
+
+local mode = ARGV[1]
+local now
+local margin = 0
+if ARGV[2] == '' then
+  local t = call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[2])
+  -- A test clock is not Redis's: keep keys long enough for any test.
+  margin = 3600000
+end
+
+-- Exact x = q y + r for integers 0 <= x, 0 < y below 2^52.
+local function divmod(x, y)
+  local q = floor(x / y)
+  local r = x - q * y
+  if r < 0 then
+    q = q - 1
+    r = r + y
+  elseif r >= y then
+    q = q + 1
+    r = r - y
+  end
+  return q, r
+end
+
+local function ceil_div(x, y)
+  local q, r = divmod(x, y)
+  if r > 0 then q = q + 1 end
+  return q
+end
+
+local function floor_div(x, y)
+  local q = divmod(x, y)
+  return q
+end
+
+-- ceil((g x + extra) / a) ns for x units plus `extra` of sluice-core's own
+-- units (g of them make one of ours), as (microseconds, nanoseconds).
+local function dur(lim, x, extra)
+  if x <= 0 and extra <= 0 then return 0, 0 end
+  if x < 0 then x = 0 end
+  if lim.M == 1 and extra == 0 then return x, 0 end
+  local us, r = divmod(x, lim.M)
+  return us, ceil_div(r * lim.g + extra, lim.a)
+end
+
+-- Milliseconds of life for a key that is idle `us` microseconds from now.
+local function ttl_ms(us)
+  local ms = ceil_div(us, 1000)
+  if ms < 1 then ms = 1 end
+  return ms + margin
+end
+
+-- The window holding time t, and the units elapsed in it.
+local function window_pos(lim, t)
+  local q, r = divmod(t, lim.L2)
+  local i2, e2 = divmod(r * lim.M2, lim.L2)
+  return q * lim.M2 + i2, e2 * lim.g2
+end
+
+-- Per check of this call, indexed by its position k: the limit, cost and
+-- key, the decision, and the write an admission makes.
+local c_lim, c_cost = {}, {}
+local d_ok, d_rem, d_rus, d_rns, d_tus, d_tns, d_dus, d_dns = {}, {}, {}, {}, {}, {}, {}, {}
+local w_x, w_y, w_z, w_need, w_exp = {}, {}, {}, {}, {}
+local w_val, w_ttl, w_drop, w_merge = {}, {}, {}, {}
+
+-- String states: fetched with one MGET for the whole call, then kept up
+-- to date as groups write, so each check costs one call (its SET).
+local values = {}
+local function get(key)
+  local v = values[key]
+  if v == nil then
+    v = call('GET', key)
+    values[key] = v
+  end
+  return v
+end
+
+-- A string state is four packed doubles: three fields and the time (us)
+-- at which the key expires. A write that the current expiry covers keeps it
+-- (SET KEEPTTL costs half of SET PX); one that needs longer sets twice what
+-- it needs, so a busy key refreshes its TTL about once per replenishment
+-- time and an idle one lives at most twice that long.
+local function read(key)
+  local v = get(key)
+  if not v or #v ~= 32 then return nil end
+  return unpack('<dddd', v)
+end
+
+local function store(key, x, y, z, need, old_exp)
+  local until_us = now + need
+  local v
+  if old_exp and old_exp >= until_us then
+    v = pack('<dddd', x, y, z, old_exp)
+    call('SET', key, v, 'KEEPTTL')
+  else
+    local exp = until_us + need
+    v = pack('<dddd', x, y, z, exp)
+    call('SET', key, v, 'PX', ttl_ms(exp - now))
+  end
+  values[key] = v
+end
+
+-- Token bucket (4), leaky bucket (5), GCRA (6): state (last_us, level),
+-- the used capacity in units as of last (for GCRA the TAT is last + level).
+local function meter_state(lim, key)
+  local last, level, _, exp = read(key)
+  if not last then return nil, 0, 0, nil end
+  local used
+  if lim.alg == 6 then
+    used = (last - now) * lim.M + level
+  elseif now > last then
+    used = level - (now - last) * lim.M
+  else
+    used = level
+  end
+  if used < 0 then used = 0 end
+  return last, level, used, exp
+end
+
+local function meter(lim, k, key, cost)
+  local last, _, used, exp = meter_state(lim, key)
+  local cap, P = lim.L, lim.P
+  local need = cost * P
+  if used + need <= cap then
+    local new = used + need
+    local r_us, r_ns = dur(lim, new, 0)
+    local d_us, d_ns = 0, 0
+    if lim.queue == 1 then d_us, d_ns = dur(lim, used, 0) end
+    if cost > 0 then
+      local stamp = now
+      if lim.alg ~= 6 and last and last > now then stamp = last end
+      w_x[k], w_y[k], w_z[k] = stamp, new, 0
+      w_need[k], w_exp[k] = stamp - now + ceil_div(new, lim.M), exp
+    end
+    return 1, floor_div(cap - new, P), r_us, r_ns, 0, 0, d_us, d_ns
+  end
+  local r_us, r_ns = dur(lim, used, 0)
+  local t_us, t_ns = dur(lim, used + need - cap, 0)
+  local free = cap - used
+  if free < 0 then free = 0 end
+  return 0, floor_div(free, P), r_us, r_ns, t_us, t_ns, 0, 0
+end
+
+-- Fixed window (1): state (window, count).
+local function fixed(lim, k, key, cost)
+  local idx0, e0 = window_pos(lim, now)
+  local idx, e = idx0, e0
+  local count = 0
+  local sw, sc, _, exp = read(key)
+  if sw then
+    if sc > 0 and sw >= idx then
+      if sw > idx then
+        idx = sw
+        e = 0
+      end
+      count = sc
+    end
+  end
+  local B, L = lim.B, lim.L
+  local u_us, u_ns = dur(lim, L - e, 0)
+  if count + cost <= B then
+    local used = count + cost
+    if cost > 0 then
+      w_x[k], w_y[k], w_z[k] = idx, used, 0
+      w_need[k], w_exp[k] = ceil_div((idx - idx0 + 1) * L - e0, lim.M), exp
+    end
+    if used > 0 then
+      return 1, B - used, u_us, u_ns, 0, 0, 0, 0
+    end
+    return 1, B - used, 0, 0, 0, 0, 0, 0
+  end
+  return 0, B - count, u_us, u_ns, u_us, u_ns, 0, 0
+end
+
+-- Sliding window counter (3): state (window, previous, current).
+local function sliding(lim, k, key, cost)
+  local idx0, e0 = window_pos(lim, now)
+  local idx, e = idx0, e0
+  local prev, cur = 0, 0
+  local sw, sp, sc, exp = read(key)
+  if sw then
+    if not (sp == 0 and sc == 0) then
+      if sw == idx then
+        prev, cur = sp, sc
+      elseif sw > idx then
+        idx = sw
+        e = 0
+        prev, cur = sp, sc
+      elseif sw + 1 == idx then
+        prev, cur = sc, 0
+      end
+    end
+  end
+  local B, L = lim.B, lim.L
+  local capacity = B * L
+  local used = cur + cost
+  local weighted = prev * (L - e) + used * L
+  if weighted <= capacity then
+    local r_us, r_ns = 0, 0
+    if used > 0 then
+      r_us, r_ns = dur(lim, 2 * L - e, 0)
+    elseif prev > 0 then
+      r_us, r_ns = dur(lim, L - e, 0)
+    end
+    if cost > 0 then
+      w_x[k], w_y[k], w_z[k] = idx, prev, used
+      w_need[k], w_exp[k] = ceil_div((idx - idx0 + 2) * L - e0, lim.M), exp
+    end
+    return 1, floor_div(capacity - weighted, L), r_us, r_ns, 0, 0, 0, 0
+  end
+  -- The first instant the estimate leaves room, as sluice-core computes it
+  -- in its own units (g times ours): e' = len - min(floor(g slack / div), len).
+  local base, slack, div
+  if cur + cost <= B then
+    base, slack, div = 0, (B - cur - cost) * L, prev
+  else
+    base, slack, div = L, (B - cost) * L, cur
+  end
+  if div < 1 then div = 1 end
+  local qs, rs = divmod(slack, div)
+  local t_us, t_ns
+  if qs >= L then
+    t_us, t_ns = dur(lim, base - e, 0)
+  else
+    local f = floor_div(lim.g * rs, div)
+    local y = base + L - e - qs
+    if y <= 0 then
+      t_us, t_ns = 0, 0
+    else
+      t_us, t_ns = dur(lim, y - 1, lim.g - f)
+    end
+  end
+  if t_us == 0 and t_ns == 0 then t_ns = 1 end
+  local free = capacity - prev * (L - e) - cur * L
+  if free < 0 then free = 0 end
+  local r_us, r_ns = 0, 0
+  if cur > 0 then
+    r_us, r_ns = dur(lim, 2 * L - e, 0)
+  elseif prev > 0 then
+    r_us, r_ns = dur(lim, L - e, 0)
+  end
+  return 0, floor_div(free, L), r_us, r_ns, t_us, t_ns, 0, 0
+end
+
+-- Sliding log (2): a list of (at_us, cost), oldest first, at most B entries.
+local function read_log(key)
+  local raw = call('LRANGE', key, 0, -1)
+  local ats, cs = {}, {}
+  for j = 1, #raw do
+    ats[j], cs[j] = unpack('<dd', raw[j])
+  end
+  return ats, cs, #raw
+end
+
+local function log(lim, k, key, cost)
+  local ats, cs, n = read_log(key)
+  local t = now
+  if n > 0 and ats[n] > t then t = ats[n] end
+  local B, L, M = lim.B, lim.L, lim.M
+  local first = n + 1
+  for j = 1, n do
+    if (t - ats[j]) * M < L then
+      first = j
+      break
+    end
+  end
+  local used = 0
+  for j = first, n do used = used + cs[j] end
+  local newest = 0
+  if first <= n then newest = L - (t - ats[n]) * M end
+  if used + cost <= B then
+    local r_us, r_ns
+    if cost > 0 then
+      r_us, r_ns = dur(lim, L, 0)
+      local merge = n > 0 and ats[n] == t
+      if merge then
+        w_val[k] = pack('<dd', t, cs[n] + cost)
+      else
+        w_val[k] = pack('<dd', t, cost)
+      end
+      w_ttl[k] = ttl_ms(t - now + ceil_div(L, M))
+      w_drop[k] = first - 1
+      w_merge[k] = merge
+    else
+      r_us, r_ns = dur(lim, newest, 0)
+    end
+    return 1, B - used - cost, r_us, r_ns, 0, 0, 0, 0
+  end
+  local to_free = used + cost - B
+  local pass = 0
+  for j = first, n do
+    pass = L - (t - ats[j]) * M
+    to_free = to_free - cs[j]
+    if to_free <= 0 then break end
+  end
+  local r_us, r_ns = dur(lim, newest, 0)
+  local t_us, t_ns = dur(lim, pass, 0)
+  return 0, B - used, r_us, r_ns, t_us, t_ns, 0, 0
+end
+
+local deciders = { fixed, log, sliding, meter, meter, meter }
+
+local function decide(k, cost)
+  local lim = c_lim[k]
+  w_val[k] = nil
+  w_need[k] = nil
+  d_ok[k], d_rem[k], d_rus[k], d_rns[k], d_tus[k], d_tns[k], d_dus[k], d_dns[k] =
+    deciders[lim.alg](lim, k, KEYS[k], cost)
+end
+
+local function write(k)
+  local key = KEYS[k]
+  if c_lim[k].alg ~= 2 then
+    store(key, w_x[k], w_y[k], w_z[k], w_need[k], w_exp[k])
+  else
+    if w_drop[k] > 0 then call('LTRIM', key, w_drop[k], -1) end
+    if w_merge[k] then call('LSET', key, -1, w_val[k]) else call('RPUSH', key, w_val[k]) end
+    call('PEXPIRE', key, w_ttl[k])
+  end
+end
+
+-- Refunds: give back a committed cost, as closely as the state allows.
+local function refund_meter(lim, key, cost)
+  local last, _, used, exp = meter_state(lim, key)
+  if not last then return end
+  used = used - cost * lim.P
+  if used < 0 then used = 0 end
+  local stamp = now
+  if lim.alg ~= 6 and last > now then stamp = last end
+  values[key] = pack('<dddd', stamp, used, 0, exp)
+  call('SET', key, values[key], 'KEEPTTL')
+end
+
+local function refund_fixed(lim, key, cost)
+  local idx = window_pos(lim, now)
+  local sw, sc, _, exp = read(key)
+  if not sw or sw < idx then return end
+  sc = sc - cost
+  if sc < 0 then sc = 0 end
+  values[key] = pack('<dddd', sw, sc, 0, exp)
+  call('SET', key, values[key], 'KEEPTTL')
+end
+
+local function refund_sliding(lim, key, cost)
+  local idx = window_pos(lim, now)
+  local sw, sp, sc, exp = read(key)
+  if not sw or sw + 1 < idx then return end
+  sc = sc - cost
+  if sc < 0 then sc = 0 end
+  values[key] = pack('<dddd', sw, sp, sc, exp)
+  call('SET', key, values[key], 'KEEPTTL')
+end
+
+local function refund_log(lim, key, cost)
+  local ats, cs, n = read_log(key)
+  local left = cost
+  local j = n
+  while j >= 1 and left > 0 do
+    if cs[j] <= left then
+      left = left - cs[j]
+      call('RPOP', key)
+    else
+      call('LSET', key, j - 1, pack('<dd', ats[j], cs[j] - left))
+      left = 0
+    end
+    j = j - 1
+  end
+end
+
+local refunders = { refund_fixed, refund_log, refund_sliding, refund_meter, refund_meter, refund_meter }
+
+-- Parse the limits and the groups before touching anything.
+local lims = {}
+local nl = tonumber(ARGV[3])
+local ai = 4
+for j = 1, nl do
+  local l = {
+    alg = tonumber(ARGV[ai]), B = tonumber(ARGV[ai + 1]), P = tonumber(ARGV[ai + 2]),
+    M = tonumber(ARGV[ai + 3]), g = tonumber(ARGV[ai + 4]), a = tonumber(ARGV[ai + 5]),
+    L = tonumber(ARGV[ai + 6]), L2 = tonumber(ARGV[ai + 7]), M2 = tonumber(ARGV[ai + 8]),
+    queue = tonumber(ARGV[ai + 9]),
+  }
+  l.g2 = l.M / l.M2
+  lims[j] = l
+  ai = ai + 10
+end
+
+-- The checks: one packed record per check, '<BHd': 1 if it opens a group,
+-- its limit (1-based), its cost.
+local packed = ARGV[ai]
+if not packed or #packed % 11 ~= 0 or #packed / 11 ~= #KEYS then
+  return redis.error_reply('ERR sluice: malformed arguments')
+end
+local ng = 0
+local g_size = {}
+local k = 0
+local pos = 1
+while pos <= #packed do
+  local opens, li, cost
+  opens, li, cost, pos = unpack('<BHd', packed, pos)
+  k = k + 1
+  if opens == 1 or ng == 0 then
+    ng = ng + 1
+    g_size[ng] = 0
+  end
+  g_size[ng] = g_size[ng] + 1
+  local lim = lims[li]
+  if not lim or cost < 0 then
+    return redis.error_reply('ERR sluice: malformed arguments')
+  end
+  if cost > lim.B then
+    return redis.error_reply('ERR sluice: cost exceeds capacity')
+  end
+  c_lim[k] = lim
+  c_cost[k] = cost
+end
+
+-- Refund mode gives the costs back, then answers peeks (cost 0): the
+-- state as it now stands.
+if mode == 'r' then
+  for j = 1, k do
+    local lim = c_lim[j]
+    if c_cost[j] > 0 then refunders[lim.alg](lim, KEYS[j], c_cost[j]) end
+    c_cost[j] = 0
+  end
+end
+
+-- Prefetch every string state (lists answer nil to MGET and are read
+-- with LRANGE). A key may appear in several groups: `values` follows
+-- the writes.
+if k > 0 then
+  local ks = {}
+  for j = 1, k do
+    if c_lim[j].alg ~= 2 then ks[#ks + 1] = KEYS[j] end
+  end
+  for from = 1, #ks, 1000 do
+    local to = math.min(from + 999, #ks)
+    local vs = call('MGET', unpack_list(ks, from, to))
+    for j = from, to do values[ks[j]] = vs[j - from + 1] end
+  end
+end
+
+local out = {}
+local o = 0
+
+local function push_dur(us, ns)
+  if us < 9000000000000 then
+    o = o + 1
+    out[o] = us * 1000 + ns
+  else
+    out[o + 1] = -(us + 1)
+    out[o + 2] = ns
+    o = o + 2
+  end
+end
+
+local first = 1
+for gi = 1, ng do
+  local last = first + g_size[gi] - 1
+  if first == last and mode == 'c' then
+    -- A group of one check (the common case): its own decision is the
+    -- group's, so nothing needs keeping for a second pass.
+    local lim = c_lim[first]
+    w_val[first] = nil
+    w_need[first] = nil
+    local ok, rem, rus, rns, tus, tns, dus, dns =
+      deciders[lim.alg](lim, first, KEYS[first], c_cost[first])
+    if ok == 1 and (w_val[first] or w_need[first]) then write(first) end
+    out[o + 1] = ok
+    out[o + 2] = rem * 2 + ok
+    o = o + 2
+    push_dur(rus, rns)
+    if ok == 0 then push_dur(tus, tns) end
+    if lim.queue == 1 then push_dur(dus, dns) end
+    first = last + 1
+  else
+    local ok = true
+    for j = first, last do
+      decide(j, c_cost[j])
+      if d_ok[j] == 0 then ok = false end
+    end
+    local group_ok = ok
+    if mode == 'd' then ok = false end
+    if ok then
+      for j = first, last do
+        if w_val[j] or w_need[j] then write(j) end
+      end
+    else
+      -- Refused: nothing is written; the limits that would have allowed it
+      -- report their state as it stands.
+      for j = first, last do
+        if d_ok[j] == 1 then decide(j, 0) end
+      end
+    end
+    o = o + 1
+    if group_ok then out[o] = 1 else out[o] = 0 end
+    for j = first, last do
+      o = o + 1
+      out[o] = d_rem[j] * 2 + d_ok[j]
+      push_dur(d_rus[j], d_rns[j])
+      if d_ok[j] == 0 then push_dur(d_tus[j], d_tns[j]) end
+      if c_lim[j].queue == 1 then push_dur(d_dus[j], d_dns[j]) end
+    end
+    first = last + 1
+  end
+end
+return out
