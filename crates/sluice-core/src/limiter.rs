@@ -159,7 +159,20 @@ impl Limiter {
         })
     }
 
-    /// The limit's capacity (burst).
+    /// The rate, reduced to lowest terms: `a` units of cost per `p`
+    /// nanoseconds (for `10/s`, `(1, 100_000_000)`).
+    pub fn reduced_rate(&self) -> (u64, u64) {
+        match self {
+            Self::FixedWindow(l) => l.reduced_rate(),
+            Self::SlidingLog(l) => l.reduced_rate(),
+            Self::SlidingWindow(l) => l.reduced_rate(),
+            Self::TokenBucket(l) => l.reduced_rate(),
+            Self::LeakyBucket(l) => l.reduced_rate(),
+            Self::Gcra(l) => l.reduced_rate(),
+        }
+    }
+
+    /// The most cost admitted at once (the burst).
     pub fn capacity(&self) -> u64 {
         match self {
             Self::FixedWindow(a) => a.capacity(),
@@ -256,5 +269,39 @@ impl Limiter {
             self.apply(state, u);
         }
         Ok(o.decision)
+    }
+}
+
+#[cfg(test)]
+mod reduced_rate_tests {
+    use super::*;
+    use crate::{AlgorithmKind, Rate};
+
+    #[test]
+    fn every_algorithm_reports_its_reduced_rate() {
+        for algorithm in [
+            AlgorithmKind::FixedWindow,
+            AlgorithmKind::SlidingLog,
+            AlgorithmKind::SlidingWindow,
+            AlgorithmKind::TokenBucket,
+            AlgorithmKind::LeakyBucket,
+            AlgorithmKind::Gcra,
+        ] {
+            for (rate, expected) in [
+                ("10/s", (1, 100_000_000)),
+                ("3/s", (3, 1_000_000_000)),
+                ("100/min", (1, 600_000_000)),
+                ("3 per 7s", (3, 7_000_000_000)),
+            ] {
+                let spec = LimitSpec {
+                    algorithm,
+                    rate: rate.parse::<Rate>().unwrap_or(Rate::per_second(1)),
+                    burst: 7,
+                    nodelay: false,
+                };
+                let l = Limiter::new(&spec).map(|l| l.reduced_rate());
+                assert_eq!(l, Ok(expected), "{algorithm:?} {rate}");
+            }
+        }
     }
 }

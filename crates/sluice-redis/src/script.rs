@@ -91,41 +91,15 @@ fn gcd(mut a: u128, mut b: u128) -> u128 {
     a
 }
 
-/// Reads `name: <digits>` out of a Debug rendering.
-fn field(debug: &str, name: &str) -> Option<u64> {
-    let start = debug.find(name)? + name.len();
-    let digits: String = debug[start..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
 /// The reduced rate `(a, p)` of any limiter: `a` units of cost per `p` ns.
-///
-/// sluice-core exposes it for GCRA only (`scale`, `tolerance`); for the
-/// others it is read from the limiter's `Debug` rendering (`Meter { a, p }`,
-/// `Windows { a, len }`), which `tests` pins down. A public accessor in
-/// sluice-core would be better; until then this is the one place that
-/// depends on the rendering.
 fn reduced_rate(limiter: &Limiter) -> Option<(u64, u64)> {
-    let burst = limiter.capacity();
-    if let Limiter::Gcra(g) = limiter {
-        let p = u64::try_from(g.tolerance() / u128::from(burst)).ok()?;
-        return Some((g.scale(), p));
-    }
-    let debug = format!("{limiter:?}");
-    let a = field(&debug, "{ a: ")?;
-    let p = match limiter {
-        Limiter::TokenBucket(_) | Limiter::LeakyBucket(_) => field(&debug, ", p: ")?,
-        _ => field(&debug, ", len: ")? / burst,
-    };
+    let (a, p) = limiter.reduced_rate();
     (a > 0 && p > 0).then_some((a, p))
 }
 
 thread_local! {
-    /// Parameters of the limiters seen lately on this thread: reading them
-    /// costs a `Debug` rendering, and a service has few limits.
+    /// Parameters of the limiters seen lately on this thread: computing
+    /// them takes a few divisions, and a service has few limits.
     static RECENT: std::cell::RefCell<Vec<(Limiter, LimitParams)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }

@@ -276,6 +276,28 @@ impl SharedStore {
                         by: DecidedBy::Store,
                     };
                 }
+                Err(RedisStoreError::Check(_)) => {
+                    // Redis answered: the cost can never pass. Not a store
+                    // failure; a refusal that no wait can lift.
+                    self.breaker.success();
+                    return SharedChecked {
+                        checked: Checked {
+                            allowed: false,
+                            decisions: checks
+                                .iter()
+                                .map(|c| Decision {
+                                    allowed: c.cost <= c.spec.burst,
+                                    limit: c.spec.burst,
+                                    remaining: 0,
+                                    reset_after: 0,
+                                    retry_after: (c.cost > c.spec.burst).then_some(u64::MAX),
+                                    delay: 0,
+                                })
+                                .collect(),
+                        },
+                        by: DecidedBy::Store,
+                    };
+                }
                 Err(e) => {
                     let counter = match e {
                         RedisStoreError::Timeout(_) => &self.counters.store_timeouts,

@@ -136,7 +136,8 @@ async fn a_blocked_redis_times_out_to_the_fallback() {
     if !require_redis() {
         return;
     }
-    let redis = RedisServer::start();
+    // DEBUG is off by default since Redis 7.
+    let redis = RedisServer::start_with(&["--enable-debug-command", "local"]);
     let cfg = config("local");
     let sluice = start(&redis, &cfg);
     let client = client();

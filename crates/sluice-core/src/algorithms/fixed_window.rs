@@ -50,6 +50,11 @@ impl FixedWindowState {
 }
 
 impl FixedWindow {
+    /// The rate, reduced: `a` units of cost per `p` nanoseconds.
+    pub fn reduced_rate(&self) -> (u64, u64) {
+        self.windows.reduced_rate()
+    }
+
     /// `burst` units per window of `burst / rate`.
     pub fn new(rate: Rate, burst: u64) -> Result<Self, LimitError> {
         Ok(Self {

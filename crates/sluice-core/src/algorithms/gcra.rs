@@ -75,6 +75,11 @@ impl Gcra {
         self.meter.a
     }
 
+    /// The rate, reduced: `a` units of cost per `p` nanoseconds.
+    pub fn reduced_rate(&self) -> (u64, u64) {
+        (self.meter.a, self.meter.p)
+    }
+
     /// The capacity in scaled units: how far ahead of now the TAT may run.
     pub fn tolerance(&self) -> u128 {
         u128::from(self.meter.cap)

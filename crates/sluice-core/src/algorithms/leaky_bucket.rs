@@ -37,6 +37,11 @@ pub struct LeakyBucket {
 }
 
 impl LeakyBucket {
+    /// The rate, reduced: `a` units of cost per `p` nanoseconds.
+    pub fn reduced_rate(&self) -> (u64, u64) {
+        (self.meter.a, self.meter.p)
+    }
+
     /// A bucket of `burst` leaking at `rate`; `nodelay` admits without delay.
     pub fn new(rate: Rate, burst: u64, nodelay: bool) -> Result<Self, LimitError> {
         Ok(Self {

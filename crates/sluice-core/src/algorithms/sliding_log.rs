@@ -63,6 +63,11 @@ pub struct LogAppend {
 }
 
 impl SlidingLog {
+    /// The rate, reduced: `a` units of cost per `p` nanoseconds.
+    pub fn reduced_rate(&self) -> (u64, u64) {
+        self.windows.reduced_rate()
+    }
+
     /// `burst` units per sliding window of `burst / rate`.
     pub fn new(rate: Rate, burst: u64) -> Result<Self, LimitError> {
         if burst > MAX_LOG_BURST {

@@ -28,6 +28,11 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
+    /// The rate, reduced: `a` units of cost per `p` nanoseconds.
+    pub fn reduced_rate(&self) -> (u64, u64) {
+        (self.meter.a, self.meter.p)
+    }
+
     /// A bucket of `burst` tokens refilled at `rate`.
     pub fn new(rate: Rate, burst: u64) -> Result<Self, LimitError> {
         Ok(Self {

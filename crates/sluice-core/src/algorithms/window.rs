@@ -25,6 +25,12 @@ pub(crate) struct Windows {
 }
 
 impl Windows {
+    /// The rate, reduced: `a` per `len / burst` nanoseconds.
+    pub(crate) fn reduced_rate(&self) -> (u64, u64) {
+        let p = self.len / u128::from(self.burst);
+        (self.a, u64::try_from(p).unwrap_or(u64::MAX))
+    }
+
     pub(crate) fn new(rate: Rate, burst: u64) -> Result<Self, LimitError> {
         if burst == 0 {
             return Err(LimitError::ZeroBurst);
