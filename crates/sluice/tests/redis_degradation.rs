@@ -83,9 +83,40 @@ async fn redis_killed_then_restarted_local_fallback() {
     assert_eq!(r.status, 200);
     assert!(!r.has("sluice-fallback"), "Redis decides while it is up");
 
+    // Load from 16 clients while Redis dies under it: every answer is a
+    // 200 or a 429 (no 5xx), none hangs, and the fallback answers.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load: Vec<_> = (0..16)
+        .map(|i| {
+            let (client, url, stop) = (client.clone(), sluice.url("/"), stop.clone());
+            tokio::spawn(async move {
+                let (mut fallback, mut answers) = (0u32, 0u32);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let started = Instant::now();
+                    let r = send(client.get(&url).header("X-Api-Key", format!("load-{i}"))).await;
+                    let took = started.elapsed();
+                    assert!(took < HANG_GUARD, "a request waited {took:?}");
+                    assert!(r.status == 200 || r.status == 429, "{r:?}");
+                    answers += 1;
+                    fallback += u32::from(r.has("sluice-fallback"));
+                }
+                (answers, fallback)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     redis.kill();
-    // The very next requests are decided by the local fallback: a store
-    // error falls back at once, before the breaker even opens.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut fallback_under_load = 0;
+    for task in load {
+        let (answers, fallback) = task.await.unwrap();
+        assert!(answers > 0);
+        fallback_under_load += fallback;
+    }
+    assert!(fallback_under_load > 0, "the fallback answered under load");
+
+    // The very next requests are decided by the local fallback.
     let mut fallback_seen = 0;
     for _ in 0..5 {
         let r = timed(&client, &sluice, "k2").await;
@@ -237,4 +268,38 @@ async fn sluice_starts_on_the_fallback_when_redis_is_not_there_yet() {
         !r.has("sluice-fallback")
     })
     .await;
+}
+
+/// A real Sentinel failover: the master is killed; while the Sentinels
+/// elect the replica, the fallback decides; then Sluice finds the promoted
+/// replica and Redis decides again.
+#[tokio::test]
+async fn a_sentinel_failover_is_followed() {
+    if !require_redis() {
+        return;
+    }
+    let mut sentinel = sluice_testkit::redis_sentinel::SentinelSetup::start("sluice-failover");
+    let cfg = config("local");
+    let sluice = Sluice::start_env(
+        cfg.path(),
+        &["--store-url", &sentinel.url()],
+        &[("SLUICE_KEY_SECRET", "degradation-test")],
+    );
+    let client = client();
+    let r = timed(&client, &sluice, "k").await;
+    assert!(!r.has("sluice-fallback"), "{r:?}");
+
+    sentinel.kill_master();
+    let r = timed(&client, &sluice, "k").await;
+    assert_eq!(r.header("sluice-fallback"), "local", "{r:?}");
+    let took = until(&client, &sluice, "k", Duration::from_secs(60), |r| {
+        !r.has("sluice-fallback")
+    })
+    .await;
+    eprintln!("Redis decided again {took:?} after the master was killed");
+    let promoted = sentinel.replica().command(&["ROLE"]).unwrap();
+    assert!(
+        promoted.contains("master"),
+        "the replica was promoted: {promoted}"
+    );
 }

@@ -11,12 +11,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Sluice, TempConfig, client, example, example_path, replace_once, send};
+use sluice_testkit::redis_cluster::RedisCluster;
+use sluice_testkit::redis_sentinel::SentinelSetup;
 use sluice_testkit::{RedisServer, require_redis};
 
 const SECRET: (&str, &str) = ("SLUICE_KEY_SECRET", "test-secret-shared-by-both");
 
 fn start_on(redis: &RedisServer, config: &std::path::Path) -> Sluice {
-    Sluice::start_env(config, &["--store-url", &redis.url()], &[SECRET])
+    start_url(&redis.url(), config)
+}
+
+fn start_url(url: &str, config: &std::path::Path) -> Sluice {
+    Sluice::start_env(config, &["--store-url", url], &[SECRET])
 }
 
 /// Every key name in Redis (`KEYS *`, fine for a test-sized database).
@@ -73,16 +79,57 @@ async fn the_quickstart_config_shares_its_limits_through_redis() {
     }
 }
 
-/// Fifty clients, split over two instances, hammer one key of a token
-/// bucket (50/s, burst 20) for about three seconds. Admitted requests must
-/// fit what the bucket allows over the run, and fall short of it by at most
-/// one refill interval.
+/// One Redis node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_instances_admit_exactly_one_global_limit() {
+async fn two_instances_admit_exactly_one_global_limit_on_one_node() {
     if !require_redis() {
         return;
     }
     let redis = RedisServer::start();
+    two_instances_admit_exactly_one_global_limit(&redis.url()).await;
+}
+
+/// Redis Cluster (three primaries): the per-IP and per-key limits live in
+/// different slots, so a refused request is refunded across nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_admit_exactly_one_global_limit_on_a_cluster() {
+    if !require_redis() {
+        return;
+    }
+    let cluster = RedisCluster::start(3);
+    two_instances_admit_exactly_one_global_limit(&cluster.url()).await;
+}
+
+/// Three independent shards, keys spread by consistent hashing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_admit_exactly_one_global_limit_on_shards() {
+    if !require_redis() {
+        return;
+    }
+    let shards: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let hosts: Vec<String> = shards
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    two_instances_admit_exactly_one_global_limit(&format!("redis+shards://{}", hosts.join(",")))
+        .await;
+}
+
+/// A master and a replica behind three Sentinels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_admit_exactly_one_global_limit_behind_sentinel() {
+    if !require_redis() {
+        return;
+    }
+    let sentinel = SentinelSetup::start("sluice-exact");
+    two_instances_admit_exactly_one_global_limit(&sentinel.url()).await;
+}
+
+/// Fifty clients, split over two instances, hammer one key of a token
+/// bucket (50/s, burst 20) for about three seconds. Admitted requests must
+/// fit what the bucket allows over the run, and fall short of it by at most
+/// one refill interval.
+async fn two_instances_admit_exactly_one_global_limit(url: &str) {
     let text = replace_once(
         &example("quickstart.toml"),
         r#"limits = [{ algorithm = "token_bucket", rate = "10/s", burst = 20 }]"#,
@@ -90,8 +137,8 @@ async fn two_instances_admit_exactly_one_global_limit() {
     );
     let text = replace_once(&text, "[store]\n", "[store]\ntimeout = \"2s\"\n");
     let config = TempConfig::new("redis-two-instances", &text);
-    let a = Arc::new(start_on(&redis, config.path()));
-    let b = Arc::new(start_on(&redis, config.path()));
+    let a = Arc::new(start_url(url, config.path()));
+    let b = Arc::new(start_url(url, config.path()));
     let client = client();
 
     let admitted = Arc::new(AtomicU64::new(0));
