@@ -209,7 +209,11 @@ impl SharedStore {
 
     fn install(&self, topology: Topology) {
         if self.store.load().is_none() {
-            let store = RedisStore::new(topology);
+            let store = if self.opts.batch {
+                RedisStore::new(topology)
+            } else {
+                RedisStore::with_batching(topology, None)
+            };
             self.store.store(Some(Arc::new(store)));
             if self.breaker.success() == Some(Transition::Closed) {
                 tracing::info!(store = %self.url, "shared store connected");
