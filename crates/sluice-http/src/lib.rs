@@ -17,6 +17,7 @@
 //!   with the [`top_keys`] sketch and the rate-limited [`rejection_log`].
 //! - [`server`]: binds both and shuts down gracefully.
 
+pub mod account_events;
 pub mod admin;
 pub mod control;
 pub mod data_plane;

@@ -17,6 +17,7 @@
 //! | `sluice_config_reloads_total` | `result` | `success`, `failure` |
 //! | `sluice_config_info` | `version` | 1, labelled with the config's hash |
 //! | `sluice_top_limited_key_requests` | `rank`, `key` | the most-limited keys (keyed hash prefixes), at most 10 series |
+//! | `sluice_account_events_total` | `result` | account-manager events: `emitted`, `delivered`, `failed`, `dropped` |
 //!
 //! Every label value comes from the config or a fixed set: no label grows
 //! with traffic. Keys appear only as keyed-hash prefixes in the bounded
@@ -38,6 +39,7 @@ use prometheus_client::registry::Registry;
 use sluice_policy::{DecideError, Engine, LimitLabels, Verdict};
 use sluice_redis::{Fallback, SharedStore};
 
+use crate::account_events::AccountEvents;
 use crate::rejection_log::RejectionLog;
 use crate::reload::Reloader;
 use crate::top_keys::TopKeys;
@@ -108,6 +110,7 @@ pub struct Metrics {
     queue_wait: Histogram,
     top: Arc<TopKeys>,
     rejections: RejectionLog,
+    events: Arc<AccountEvents>,
 }
 
 fn seconds_histogram() -> Histogram {
@@ -162,10 +165,12 @@ impl Metrics {
             store_latency,
         );
         let top = Arc::new(TopKeys::new(64, Duration::from_secs(60)));
+        let events = Arc::new(AccountEvents::new(engine.clone()));
         registry.register_collector(Box::new(LiveState {
             engine: engine.clone(),
             reloader,
             top: top.clone(),
+            events: events.clone(),
         }));
         Self {
             registry,
@@ -176,6 +181,7 @@ impl Metrics {
             queue_wait,
             top,
             rejections: RejectionLog::default(),
+            events,
         }
     }
 
@@ -225,6 +231,7 @@ impl Metrics {
         }
         if outcome == RequestOutcome::limited {
             self.rejections.refused(verdict);
+            self.events.refused(verdict);
             if !plan_refused && verdict.results.iter().any(|r| !r.labels.plan.is_empty()) {
                 self.within_plan.inc();
             }
@@ -295,6 +302,7 @@ struct LiveState {
     engine: Arc<Engine>,
     reloader: Option<Arc<Reloader>>,
     top: Arc<TopKeys>,
+    events: Arc<AccountEvents>,
 }
 
 fn counter(
@@ -370,6 +378,19 @@ impl Collector for LiveState {
                 &[(vec![("version".to_owned(), r.version())], 1)],
             )?;
         }
+        let e = self.events.counters();
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        counter(
+            &mut encoder,
+            "sluice_account_events",
+            "Account-manager events (a key over its plan's alert threshold), by what became of them",
+            &[
+                (&[("result", "emitted")], load(&e.emitted)),
+                (&[("result", "delivered")], load(&e.delivered)),
+                (&[("result", "failed")], load(&e.failed)),
+                (&[("result", "dropped")], load(&e.dropped)),
+            ],
+        )?;
         let top: Vec<(Vec<(String, String)>, i64)> = self
             .top
             .top(TOP_KEYS)

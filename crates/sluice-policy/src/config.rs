@@ -52,6 +52,9 @@ pub struct Config {
     /// Allow and deny lists.
     #[serde(default)]
     pub access: AccessConfig,
+    /// Account-manager events.
+    #[serde(default)]
+    pub events: EventsConfig,
 }
 
 /// `[access]`: clients that are never limited (but still counted), and
@@ -277,6 +280,33 @@ pub struct PlanConfig {
     pub max_delay: Option<Spanned<String>>,
     /// The default `max_queue` of the plan's limits.
     pub max_queue: Option<Spanned<u64>>,
+    /// Emit one account-manager event when a key of this plan is limited
+    /// more than `limited` times within `window`.
+    pub alert: Option<Spanned<AlertConfig>>,
+}
+
+/// `[plans.<name>] alert = { limited = 100, window = "1h" }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertConfig {
+    /// Refusals within one window that trigger the event.
+    pub limited: u64,
+    /// The window, e.g. `"1h"`.
+    pub window: Spanned<String>,
+}
+
+/// `[events]`: where account-manager events go besides the log.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsConfig {
+    /// POST each event as JSON to this `http://` URL.
+    pub webhook: Option<Spanned<String>>,
+    /// Attempts per event (with backoff) before it is dropped; 3 by
+    /// default.
+    pub attempts: Option<u32>,
+    /// Events waiting to be posted, at most; more are dropped and counted.
+    /// 1000 by default.
+    pub queue: Option<usize>,
 }
 
 /// One limit.

@@ -7,6 +7,7 @@
 pub mod client_ip;
 pub mod config;
 pub mod engine;
+pub mod events;
 pub mod key_source;
 pub mod keys_file;
 pub mod matcher;

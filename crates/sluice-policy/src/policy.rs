@@ -196,6 +196,8 @@ pub struct Policy {
     pub upstream: Option<http::Uri>,
     /// Where the limits' state lives.
     pub store: crate::store_settings::StoreSettings,
+    /// Account-manager events.
+    pub events: crate::events::EventSettings,
     /// The Envoy Rate Limit Service, if configured.
     pub envoy: Option<EnvoySettings>,
     access: crate::config::AccessConfig,
@@ -429,6 +431,7 @@ impl Policy {
             upstream,
             store,
             access: config.access.clone(),
+            events: crate::events::EventSettings::from_config(source, config)?,
             envoy: config.envoy.as_ref().map(|e| EnvoySettings {
                 config: dir.join(e.config.get_ref()),
                 grpc_listen: e.grpc_listen,
