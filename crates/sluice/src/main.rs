@@ -2,6 +2,9 @@
 //!
 //! - `sluice serve --config FILE [--listen ADDR] [--control-listen ADDR]`
 //! - `sluice validate --config FILE`
+//! - `sluice simulate --config FILE --log ACCESS_LOG [--format nginx|jsonl] [--out report.html] [--json]`
+
+mod simulate;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -57,6 +60,9 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Replay an access log through a config on a virtual clock and report
+    /// who would have been limited.
+    Simulate(simulate::Args),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -68,6 +74,7 @@ enum LogFormat {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Simulate(args) => simulate::run(args),
         Command::Validate { config } => match Policy::load(&config) {
             Ok(policy) => {
                 if let Some(e) = &policy.envoy {
@@ -116,7 +123,14 @@ fn main() -> ExitCode {
             if let Some(url) = &store_url {
                 policy.store.url = url.clone();
             }
-            match serve(config, policy, store_url, listen, control_listen, grpc_listen) {
+            match serve(
+                config,
+                policy,
+                store_url,
+                listen,
+                control_listen,
+                grpc_listen,
+            ) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sluice: {e:#}");
