@@ -325,7 +325,7 @@ impl Aggregator {
     }
 
     /// Requests and limited requests per bucket, the bucket chosen so that
-    /// the whole log fits in at most 2000 of them.
+    /// the whole log fits in at most 600 of them.
     fn timeline(&self) -> Timeline {
         let (Some(first), Some(last)) = (self.ticks.first(), self.ticks.last()) else {
             return Timeline::default();
@@ -333,8 +333,8 @@ impl Aggregator {
         let span = last.second - first.second + 1;
         let bucket = [1u64, 10, 60, 300, 900, 3600, 86_400]
             .into_iter()
-            .find(|b| span.div_ceil(*b) <= 2000)
-            .unwrap_or_else(|| span.div_ceil(2000));
+            .find(|b| span.div_ceil(*b) <= 600)
+            .unwrap_or_else(|| span.div_ceil(600));
         let start = first.second / bucket * bucket;
         let len = usize::try_from((last.second - start) / bucket + 1).unwrap_or(0);
         let mut requests = vec![0; len];
