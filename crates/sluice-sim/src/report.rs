@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use sluice_core::Nanos;
 use sluice_core::clock::SECOND;
-use sluice_policy::Verdict;
+use sluice_policy::{LimitResult, Verdict};
 use sluice_store::KeyHasher;
 use smallvec::SmallVec;
 
@@ -78,9 +78,18 @@ struct Tick {
     limited: u64,
 }
 
+/// Where a limit's counts are.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    limit: usize,
+    plan: Option<usize>,
+    endpoint: usize,
+}
+
 /// A limit's counts.
 #[derive(Debug, Clone, Default)]
 struct LimitCounts {
+    name: Arc<str>,
     plan: Arc<str>,
     endpoint: Arc<str>,
     requests: u64,
@@ -98,9 +107,12 @@ pub(crate) struct Aggregator {
     by_ip: HashMap<IpAddr, Counts, Fast>,
     global: Counts,
     no_key: Counts,
-    by_plan: HashMap<Arc<str>, Counts, Fast>,
-    by_endpoint: HashMap<Arc<str>, Counts, Fast>,
-    by_limit: HashMap<Arc<str>, LimitCounts, Fast>,
+    /// Where each limit's counts are, by the address of its labels (which
+    /// live as long as the policy).
+    slots: HashMap<usize, Slot, Fast>,
+    by_plan: Vec<(Arc<str>, Counts)>,
+    by_endpoint: Vec<(Arc<str>, Counts)>,
+    by_limit: Vec<LimitCounts>,
     /// One entry per second with traffic, in time order.
     ticks: Vec<Tick>,
     first: Option<Nanos>,
@@ -159,40 +171,58 @@ impl Aggregator {
         let Some(v) = verdict else { return };
         // Each plan and endpoint counts a request once, with its outcome,
         // however many of its limits applied.
-        let mut plans: SmallVec<[&Arc<str>; 4]> = SmallVec::new();
-        let mut endpoints: SmallVec<[&Arc<str>; 4]> = SmallVec::new();
+        let mut plans: SmallVec<[usize; 4]> = SmallVec::new();
+        let mut endpoints: SmallVec<[usize; 4]> = SmallVec::new();
         for r in &v.results {
-            let l = &r.labels;
-            for (set, label) in [(&mut plans, &l.plan), (&mut endpoints, &l.endpoint)] {
-                if !label.is_empty() && !set.contains(&label) {
-                    set.push(label);
-                }
+            let slot = self.slot(r);
+            if let Some(p) = slot.plan
+                && !plans.contains(&p)
+            {
+                plans.push(p);
             }
-            let refused = u64::from(!r.decision.allowed);
-            bump(&mut self.by_limit, r, |c| {
-                c.requests += 1;
-                c.limited += refused;
-            });
+            if !endpoints.contains(&slot.endpoint) {
+                endpoints.push(slot.endpoint);
+            }
+            let c = &mut self.by_limit[slot.limit];
+            c.requests += 1;
+            c.limited += u64::from(!r.decision.allowed);
         }
         for r in &v.shadow {
             let refused = u64::from(!r.decision.allowed);
             self.shadow_limited += refused;
-            bump(&mut self.by_limit, r, |c| {
-                c.shadow_requests += 1;
-                c.shadow_limited += refused;
-            });
+            let slot = self.slot(r);
+            let c = &mut self.by_limit[slot.limit];
+            c.shadow_requests += 1;
+            c.shadow_limited += refused;
         }
-        for (map, set) in [
-            (&mut self.by_plan, plans),
-            (&mut self.by_endpoint, endpoints),
-        ] {
-            for label in set {
-                match map.get_mut(&**label) {
-                    Some(c) => c.add(status),
-                    None => map.entry(label.clone()).or_default().add(status),
-                }
-            }
+        for p in plans {
+            self.by_plan[p].1.add(status);
         }
+        for e in endpoints {
+            self.by_endpoint[e].1.add(status);
+        }
+    }
+
+    /// Where a limit's counts are; made at its first decision.
+    fn slot(&mut self, r: &LimitResult) -> Slot {
+        let addr = Arc::as_ptr(&r.labels).addr();
+        if let Some(s) = self.slots.get(&addr) {
+            return *s;
+        }
+        let l = &r.labels;
+        let slot = Slot {
+            limit: self.by_limit.len(),
+            plan: (!l.plan.is_empty()).then(|| index_of(&mut self.by_plan, &l.plan)),
+            endpoint: index_of(&mut self.by_endpoint, &l.endpoint),
+        };
+        self.by_limit.push(LimitCounts {
+            name: r.name.clone(),
+            plan: l.plan.clone(),
+            endpoint: l.endpoint.clone(),
+            ..LimitCounts::default()
+        });
+        self.slots.insert(addr, slot);
+        slot
     }
 
     /// The report of what was counted.
@@ -236,8 +266,8 @@ impl Aggregator {
                 .cmp(&(a.counts.limited, a.counts.requests))
                 .then_with(|| a.key.cmp(&b.key))
         });
-        let label_rows = |map: &HashMap<Arc<str>, Counts, Fast>| {
-            let mut rows: Vec<LabelRow> = map
+        let label_rows = |rows: &[(Arc<str>, Counts)]| {
+            let mut rows: Vec<LabelRow> = rows
                 .iter()
                 .map(|(name, c)| LabelRow {
                     name: name.to_string(),
@@ -254,8 +284,8 @@ impl Aggregator {
         let mut by_limit: Vec<LimitRow> = self
             .by_limit
             .iter()
-            .map(|(name, l)| LimitRow {
-                name: name.to_string(),
+            .map(|l| LimitRow {
+                name: l.name.to_string(),
                 plan: l.plan.to_string(),
                 endpoint: l.endpoint.to_string(),
                 requests: l.requests,
@@ -355,22 +385,13 @@ impl Aggregator {
     }
 }
 
-/// Applies `f` to a limit's counts, creating them at its first decision.
-fn bump(
-    map: &mut HashMap<Arc<str>, LimitCounts, Fast>,
-    r: &sluice_policy::LimitResult,
-    f: impl FnOnce(&mut LimitCounts),
-) {
-    match map.get_mut(&*r.name) {
-        Some(c) => f(c),
+/// The index of a label's counts, added if new.
+fn index_of(rows: &mut Vec<(Arc<str>, Counts)>, label: &Arc<str>) -> usize {
+    match rows.iter().position(|(l, _)| l == label) {
+        Some(i) => i,
         None => {
-            let mut c = LimitCounts {
-                plan: r.labels.plan.clone(),
-                endpoint: r.labels.endpoint.clone(),
-                ..LimitCounts::default()
-            };
-            f(&mut c);
-            map.insert(r.name.clone(), c);
+            rows.push((label.clone(), Counts::default()));
+            rows.len() - 1
         }
     }
 }
