@@ -98,7 +98,7 @@ fn target_path(target: &str) -> Option<&str> {
     } else {
         return None;
     };
-    let end = path.find(['?', '#']).unwrap_or(path.len());
+    let end = memchr::memchr2(b'?', b'#', path.as_bytes()).unwrap_or(path.len());
     Some(&path[..end])
 }
 
@@ -106,6 +106,7 @@ fn target_path(target: &str) -> Option<&str> {
 fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes().all(|b| {
+            b.is_ascii_uppercase() ||
             b.is_ascii_alphanumeric()
                 || matches!(
                     b,
@@ -270,13 +271,23 @@ impl NginxParser {
 /// `GET /path?q HTTP/1.1` to the method and the path.
 fn parse_request(request: &str) -> Result<(&str, &str), LineError> {
     let bad = || LineError::BadRequest(excerpt(request));
-    let mut parts = request.split(' ');
-    let method = parts.next().filter(|m| is_token(m)).ok_or_else(bad)?;
-    let path = parts.next().and_then(target_path).ok_or_else(bad)?;
-    match (parts.next(), parts.next()) {
-        (None, _) | (Some(_), None) => Ok((method, path)),
-        _ => Err(bad()),
+    let b = request.as_bytes();
+    let sp = memchr::memchr(b' ', b).ok_or_else(bad)?;
+    let method = &request[..sp];
+    if !is_token(method) {
+        return Err(bad());
     }
+    let rest = &request[sp + 1..];
+    // The target, then at most a protocol without spaces.
+    let (target, protocol) = match memchr::memchr(b' ', rest.as_bytes()) {
+        Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+        None => (rest, None),
+    };
+    if protocol.is_some_and(|p| p.contains(' ')) {
+        return Err(bad());
+    }
+    let path = target_path(target).ok_or_else(bad)?;
+    Ok((method, path))
 }
 
 /// Parses JSON lines:
