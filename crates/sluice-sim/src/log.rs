@@ -106,8 +106,8 @@ fn target_path(target: &str) -> Option<&str> {
 fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes().all(|b| {
-            b.is_ascii_uppercase() ||
-            b.is_ascii_alphanumeric()
+            b.is_ascii_uppercase()
+                || b.is_ascii_alphanumeric()
                 || matches!(
                     b,
                     b'!' | b'#'
