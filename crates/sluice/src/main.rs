@@ -123,14 +123,7 @@ fn main() -> ExitCode {
             if let Some(url) = &store_url {
                 policy.store.url = url.clone();
             }
-            match serve(
-                config,
-                policy,
-                store_url,
-                listen,
-                control_listen,
-                grpc_listen,
-            ) {
+            match serve(config, policy, store_url, listen, control_listen, grpc_listen) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sluice: {e:#}");

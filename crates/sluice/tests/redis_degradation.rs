@@ -61,10 +61,7 @@ async fn until(
         if done(&r) {
             return started.elapsed();
         }
-        assert!(
-            started.elapsed() < within,
-            "not reached within {within:?}: last reply {r:?}"
-        );
+        assert!(started.elapsed() < within, "not reached within {within:?}: last reply {r:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -119,10 +116,7 @@ async fn redis_killed_then_restarted_local_fallback() {
         .find_map(|l| l.strip_prefix("total_connections_received:"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap();
-    assert!(
-        connections <= 10,
-        "{connections} connections after the restart"
-    );
+    assert!(connections <= 10, "{connections} connections after the restart");
     let log = sluice.log();
     assert_eq!(
         log.matches("shared store failing").count(),
@@ -148,8 +142,7 @@ async fn a_blocked_redis_times_out_to_the_fallback() {
         std::thread::spawn(move || {
             let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
             use std::io::{Read, Write};
-            s.write_all(b"*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$1\r\n3\r\n")
-                .unwrap();
+            s.write_all(b"*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$1\r\n3\r\n").unwrap();
             let mut buf = [0u8; 16];
             let _ = s.read(&mut buf);
         })
@@ -176,12 +169,7 @@ async fn a_flushed_script_is_reloaded_without_a_fallback() {
     let sluice = start(&redis, &cfg);
     let client = client();
     assert_eq!(timed(&client, &sluice, "k").await.status, 200);
-    assert!(
-        redis
-            .command(&["SCRIPT", "FLUSH"])
-            .unwrap()
-            .starts_with("+OK")
-    );
+    assert!(redis.command(&["SCRIPT", "FLUSH"]).unwrap().starts_with("+OK"));
     let r = timed(&client, &sluice, "k").await;
     assert_eq!(r.status, 200, "{r:?}");
     assert!(!r.has("sluice-fallback"));
@@ -206,10 +194,7 @@ async fn deny_answers_503_and_allow_admits_while_redis_is_down() {
         assert!(r.int_header("retry-after") >= 1);
         let body = r.json();
         assert_eq!(body["status"], 503, "{body}");
-        assert!(
-            r.header("content-type")
-                .starts_with("application/problem+json")
-        );
+        assert!(r.header("content-type").starts_with("application/problem+json"));
     }
     // Far past any limit: allow admits them all.
     for _ in 0..40 {

@@ -44,12 +44,7 @@ async fn the_quickstart_config_shares_its_limits_through_redis() {
     for i in 0..20 {
         let s = if i % 2 == 0 { &a } else { &b };
         let r = send(client.get(s.url("/")).header("X-Api-Key", key)).await;
-        assert_eq!(
-            r.status,
-            200,
-            "request {i}: {}",
-            String::from_utf8_lossy(&r.body)
-        );
+        assert_eq!(r.status, 200, "request {i}: {}", String::from_utf8_lossy(&r.body));
         assert!(!r.has("sluice-fallback"), "decided by Redis");
     }
     // Both instances now refuse: the quota is one, not one per instance.
@@ -104,12 +99,8 @@ async fn two_instances_admit_exactly_one_global_limit() {
     let mut tasks = Vec::new();
     for c in 0..50 {
         let s = if c % 2 == 0 { a.clone() } else { b.clone() };
-        let (client, admitted, refused, fallback) = (
-            client.clone(),
-            admitted.clone(),
-            refused.clone(),
-            fallback.clone(),
-        );
+        let (client, admitted, refused, fallback) =
+            (client.clone(), admitted.clone(), refused.clone(), fallback.clone());
         let (first_reply, last_send) = (first_reply.clone(), last_send.clone());
         tasks.push(tokio::spawn(async move {
             while begin.elapsed() < run_for {
@@ -133,33 +124,18 @@ async fn two_instances_admit_exactly_one_global_limit() {
     }
     let end = Instant::now();
     let admitted = admitted.load(Ordering::Relaxed);
-    assert_eq!(
-        fallback.load(Ordering::Relaxed),
-        0,
-        "Redis decided every request"
-    );
-    assert!(
-        refused.load(Ordering::Relaxed) > 0,
-        "the load exceeded the limit"
-    );
+    assert_eq!(fallback.load(Ordering::Relaxed), 0, "Redis decided every request");
+    assert!(refused.load(Ordering::Relaxed) > 0, "the load exceeded the limit");
 
     // Every decision happened between the first send and the last reply
     // (outer), and the decisions spanned at least from the first reply to
     // the last send (inner).
     let outer = (end - begin).as_secs_f64();
-    let inner =
-        (last_send.lock().unwrap().unwrap() - first_reply.lock().unwrap().unwrap()).as_secs_f64();
+    let inner = (last_send.lock().unwrap().unwrap() - first_reply.lock().unwrap().unwrap())
+        .as_secs_f64();
     let most = 20 + (50.0 * outer).floor() as u64;
     let least = (20 + (50.0 * inner).floor() as u64).saturating_sub(1);
-    eprintln!(
-        "admitted {admitted}; allowed between {least} and {most} (inner {inner:.3}s, outer {outer:.3}s)"
-    );
-    assert!(
-        admitted <= most,
-        "admitted {admitted} > {most}: more than the global limit"
-    );
-    assert!(
-        admitted >= least,
-        "admitted {admitted} < {least}: quota within the limit was refused"
-    );
+    eprintln!("admitted {admitted}; allowed between {least} and {most} (inner {inner:.3}s, outer {outer:.3}s)");
+    assert!(admitted <= most, "admitted {admitted} > {most}: more than the global limit");
+    assert!(admitted >= least, "admitted {admitted} < {least}: quota within the limit was refused");
 }
