@@ -188,3 +188,60 @@ fn a_bad_config_exits_2_and_a_missing_log_exits_1() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/access.log"));
 }
+
+#[test]
+fn nginx_fields_named_on_the_command_line_and_the_log_on_stdin() {
+    use std::io::Write;
+    // Clients behind a trusted proxy, named by IP: the second extra field
+    // is X-Forwarded-For (the first, a key this config does not read).
+    let config = TempConfig::new(
+        "sim-xff",
+        concat!(
+            "[client]\ntrusted_proxies = [\"10.0.0.0/8\"]\n\n",
+            "[[limits]]\nname = \"per-ip\"\nkey = \"ip\"\nrate = \"1/min\"\nburst = 1\n"
+        ),
+    );
+    let line = |xff: &str| {
+        format!(
+            "10.0.0.1 - - [30/Nov/2026:09:00:00 +0000] \"GET / HTTP/1.1\" 200 5 \"-\" \"ua\" \"k\" \"{xff}\"\n"
+        )
+    };
+    let log = line("198.51.100.1") + &line("198.51.100.2") + &line("198.51.100.1");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("simulate")
+        .arg("--config")
+        .arg(config.path())
+        .args([
+            "--log",
+            "-",
+            "--nginx-fields",
+            "X-Api-Key,X-Forwarded-For",
+            "--json",
+            "--show-keys",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sluice simulate");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(log.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (r["allowed"].as_u64(), r["limited"].as_u64()),
+        (Some(2), Some(1)),
+        "{r:#}"
+    );
+    assert_eq!(r["by_key"][0]["key"], "198.51.100.1", "{r:#}");
+    assert_eq!(r["by_key"][0]["limited"], 1, "{r:#}");
+}
