@@ -2,6 +2,9 @@
 //!
 //! - `sluice serve --config FILE [--listen ADDR] [--control-listen ADDR]`
 //! - `sluice validate --config FILE`
+//! - `sluice simulate --config FILE --log ACCESS_LOG [--format nginx|jsonl] [--out report.html] [--json]`
+
+mod simulate;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -58,6 +61,9 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Replay an access log through a config on a virtual clock and report
+    /// who would have been limited.
+    Simulate(simulate::Args),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -69,6 +75,7 @@ enum LogFormat {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Simulate(args) => simulate::run(args),
         Command::Validate { config } => match Policy::load(&config) {
             Ok(policy) => {
                 if let Some(e) = &policy.envoy {

@@ -1,0 +1,418 @@
+//! The replay: each log line's request, decided by the policy's engine on a
+//! virtual clock set to the line's time, exactly as `sluice serve` decides
+//! it (method, path without the query, headers, socket peer; the client IP
+//! and keys then come from the policy's own rules).
+
+use std::io::BufRead;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use sluice_core::{ManualClock, Nanos};
+use sluice_policy::{
+    Config, ConfigError, DecideError, Engine, KeySource, Policy, RequestInfo, Source,
+};
+use sluice_store::{KeyHasher, MemoryStore, MemoryStoreConfig};
+
+use crate::log::{Entry, Format, HeaderKey, JsonlParser, LineError, NginxParser};
+use crate::report::{Aggregator, Client, Report};
+
+/// How to replay.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The log's format.
+    pub format: Format,
+    /// The headers held by the extra quoted fields of nginx lines, in order.
+    /// `None` takes them from the config: every `header:<Name>` key source
+    /// (the `[client]` key first, then the limits' keys in config order),
+    /// then `X-Forwarded-For` when the config trusts proxies.
+    pub nginx_fields: Option<Vec<String>>,
+    /// The secret of the keyed hash that names keys (and splits keys for
+    /// `enforce_percent`), as `SLUICE_KEY_SECRET` does for Redis.
+    pub key_secret: Vec<u8>,
+    /// Show client keys and IPs in the report instead of their hashes.
+    pub show_keys: bool,
+}
+
+impl Options {
+    /// Options for a format, with the defaults.
+    pub fn new(format: Format) -> Self {
+        Self {
+            format,
+            nginx_fields: None,
+            key_secret: b"sluice-simulate".to_vec(),
+            show_keys: false,
+        }
+    }
+}
+
+/// Why a replay could not run (bad lines are not errors: they are counted).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The config does not load.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A header name given for the nginx fields is not a header name.
+    #[error("`{0}` is not a header name")]
+    HeaderName(String),
+    /// The log cannot be read.
+    #[error("cannot read the log: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What the server would have done with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Admitted at once.
+    Allowed,
+    /// Admitted after a delay (leaky bucket queueing).
+    Delayed,
+    /// Refused by a limit: 429.
+    Limited,
+    /// A key the limits need is missing: 401.
+    MissingKey,
+    /// The client is on the deny list: 403.
+    Denied,
+    /// The request costs more than a limit can ever admit: 400.
+    Impossible,
+}
+
+impl Status {
+    /// The HTTP status `sluice serve` answers with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::Allowed | Self::Delayed => 200,
+            Self::Limited => 429,
+            Self::MissingKey => 401,
+            Self::Denied => 403,
+            Self::Impossible => 400,
+        }
+    }
+
+    /// Whether the request was admitted.
+    pub fn admitted(self) -> bool {
+        matches!(self, Self::Allowed | Self::Delayed)
+    }
+}
+
+/// The parser of the chosen format.
+#[derive(Debug)]
+enum Parser {
+    Nginx(NginxParser),
+    Jsonl(JsonlParser),
+}
+
+impl Parser {
+    fn parse<'a>(&mut self, line: &'a str) -> Result<Entry<'a>, LineError> {
+        match self {
+            Self::Nginx(p) => p.parse(line),
+            Self::Jsonl(p) => p.parse(line),
+        }
+    }
+}
+
+/// Replays access logs through a policy.
+#[derive(Debug)]
+pub struct Simulator {
+    engine: Engine<ManualClock>,
+    clock: ManualClock,
+    policy: Arc<Policy>,
+    client_key: Option<KeySource>,
+    parser: Parser,
+    fields: Vec<HeaderName>,
+    /// Header names seen in JSON lines, to build each once.
+    names: Vec<(Box<str>, HeaderName)>,
+    /// Reused for every line.
+    headers: HeaderMap,
+    latest: Nanos,
+    lines: u64,
+    agg: Aggregator,
+    hasher: KeyHasher,
+    show_keys: bool,
+}
+
+impl Simulator {
+    /// A simulator for the config file at `path`.
+    pub fn load(path: &Path, options: Options) -> Result<Self, SimError> {
+        let source = Source::read(path)?;
+        Self::from_source(&source, options)
+    }
+
+    /// A simulator for a config given as TOML text; `name` stands for the
+    /// file in error messages.
+    pub fn from_toml(name: &str, text: &str, options: Options) -> Result<Self, SimError> {
+        let source = Source {
+            file: name.into(),
+            text: text.to_owned(),
+        };
+        Self::from_source(&source, options)
+    }
+
+    fn from_source(source: &Source, options: Options) -> Result<Self, SimError> {
+        let config = source.parse()?;
+        let policy = Policy::compile(source, &config)?;
+        let fields = match &options.nginx_fields {
+            Some(names) => names
+                .iter()
+                .map(|n| {
+                    HeaderName::from_bytes(n.trim().as_bytes())
+                        .map_err(|_| SimError::HeaderName(n.clone()))
+                })
+                .collect::<Result<_, _>>()?,
+            None => default_fields(&config),
+        };
+        Ok(Self::build(
+            policy,
+            config.client.key.clone(),
+            fields,
+            options,
+        ))
+    }
+
+    /// A simulator for a compiled policy. Without the config, the client is
+    /// named by its IP address in the report, and nginx lines carry no
+    /// header fields unless `options.nginx_fields` names them.
+    pub fn new(policy: Policy, options: Options) -> Result<Self, SimError> {
+        let fields = options
+            .nginx_fields
+            .iter()
+            .flatten()
+            .map(|n| {
+                HeaderName::from_bytes(n.trim().as_bytes())
+                    .map_err(|_| SimError::HeaderName(n.clone()))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self::build(policy, None, fields, options))
+    }
+
+    fn build(
+        policy: Policy,
+        client_key: Option<KeySource>,
+        fields: Vec<HeaderName>,
+        options: Options,
+    ) -> Self {
+        let clock = ManualClock::new(0);
+        // The store the server builds for this policy, on the virtual clock.
+        let store = MemoryStore::with_clock(
+            MemoryStoreConfig {
+                max_keys: policy.store.max_keys,
+                shards: 0,
+            },
+            clock.clone(),
+        );
+        let hasher = KeyHasher::from_secret(&options.key_secret);
+        let engine = Engine::with_store(policy, Arc::new(store), hasher.clone());
+        let parser = match options.format {
+            Format::Nginx => Parser::Nginx(NginxParser::new(fields.len())),
+            Format::Jsonl => Parser::Jsonl(JsonlParser::new()),
+        };
+        Self {
+            policy: engine.policy(),
+            engine,
+            clock,
+            client_key,
+            parser,
+            fields,
+            names: Vec::new(),
+            headers: HeaderMap::new(),
+            latest: 0,
+            lines: 0,
+            agg: Aggregator::default(),
+            hasher,
+            show_keys: options.show_keys,
+        }
+    }
+
+    /// The headers the extra fields of nginx lines hold, in order.
+    pub fn nginx_fields(&self) -> &[HeaderName] {
+        &self.fields
+    }
+
+    /// Replays every line of a log.
+    pub fn replay(&mut self, reader: impl BufRead) -> Result<(), SimError> {
+        self.replay_with(reader, |_, _| Ok(()))
+    }
+
+    /// Replays every line of a log, calling `each(line_number, status)` for
+    /// each request decided (line numbers count from 1; bad and blank lines
+    /// are skipped).
+    pub fn replay_with(
+        &mut self,
+        mut reader: impl BufRead,
+        mut each: impl FnMut(u64, Status) -> std::io::Result<()>,
+    ) -> Result<(), SimError> {
+        let mut buf = Vec::with_capacity(4096);
+        loop {
+            buf.clear();
+            if reader.read_until(b'\n', &mut buf)? == 0 {
+                return Ok(());
+            }
+            self.lines += 1;
+            if let Some(status) = self.line(&buf) {
+                each(self.lines, status)?;
+            }
+        }
+    }
+
+    /// Decides one line (with or without its line break); `None` for a bad
+    /// or blank line.
+    pub fn line(&mut self, bytes: &[u8]) -> Option<Status> {
+        let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let number = self.lines;
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            self.agg.bad_line(number, &LineError::NotUtf8);
+            return None;
+        };
+        let entry = match self.parser.parse(text) {
+            Ok(e) => e,
+            Err(e) => {
+                self.agg.bad_line(number, &e);
+                return None;
+            }
+        };
+        match self.decide(&entry) {
+            Ok(status) => Some(status),
+            Err(e) => {
+                self.agg.bad_line(number, &e);
+                None
+            }
+        }
+    }
+
+    fn decide(&mut self, entry: &Entry<'_>) -> Result<Status, LineError> {
+        let method = Method::from_bytes(entry.method.as_bytes())
+            .map_err(|_| LineError::BadRequest(entry.method.to_string()))?;
+        self.headers.clear();
+        for (key, value) in &entry.headers {
+            let name = match key {
+                HeaderKey::Field(i) => match self.fields.get(*i) {
+                    Some(n) => n.clone(),
+                    None => continue,
+                },
+                HeaderKey::Name(n) => header_name(&mut self.names, n)?,
+            };
+            let value = HeaderValue::from_bytes(value.as_bytes())
+                .map_err(|_| LineError::Malformed("a header value has control characters"))?;
+            self.headers.append(name, value);
+        }
+        // Time never goes back: a line earlier than one already replayed is
+        // decided at the latest time seen.
+        let time = if entry.time < self.latest {
+            self.agg.out_of_order += 1;
+            self.latest
+        } else {
+            entry.time
+        };
+        self.latest = time;
+        self.clock.set(time);
+        let req = RequestInfo {
+            method: &method,
+            path: &entry.path,
+            headers: &self.headers,
+            peer: Some(entry.peer),
+            cost: entry.cost,
+        };
+        let decided = self.engine.decide_local(&req);
+        let status = match &decided {
+            Ok(v) if v.allowed && v.delay() > 0 => Status::Delayed,
+            Ok(v) if v.allowed => Status::Allowed,
+            Ok(_) => Status::Limited,
+            Err(DecideError::MissingKey(_)) => Status::MissingKey,
+            Err(DecideError::Denied) => Status::Denied,
+            Err(DecideError::Impossible { .. }) => Status::Impossible,
+        };
+        let client = client_of(
+            self.client_key.as_ref(),
+            &self.policy,
+            entry.peer,
+            &self.headers,
+        );
+        self.agg.record(time, client, status, decided.as_ref().ok());
+        Ok(status)
+    }
+
+    /// The report so far.
+    pub fn report(&self) -> Report {
+        let mut report = self.agg.report(self.show_keys, &self.hasher);
+        report.lines = self.lines;
+        report
+    }
+}
+
+/// Who a request is from, as the server names the client: its `[client]`
+/// key, or its IP address when the config names clients by IP or not at all.
+fn client_of<'h>(
+    source: Option<&KeySource>,
+    policy: &Policy,
+    peer: IpAddr,
+    headers: &'h HeaderMap,
+) -> Client<'h> {
+    match source {
+        Some(KeySource::Header(name)) => headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map_or(Client::None, Client::Key),
+        Some(KeySource::Global) => Client::Global,
+        Some(KeySource::Ip) | None => Client::Ip(policy.client_ip(peer, headers)),
+    }
+}
+
+/// A header name from a log line, built once per distinct spelling.
+fn header_name(
+    names: &mut Vec<(Box<str>, HeaderName)>,
+    name: &str,
+) -> Result<HeaderName, LineError> {
+    if let Some((_, n)) = names.iter().find(|(k, _)| &**k == name) {
+        return Ok(n.clone());
+    }
+    let n = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| LineError::Malformed("a header name is not a token"))?;
+    // Bounded: a log with endless distinct names only loses the cache.
+    if names.len() < 64 {
+        names.push((name.into(), n.clone()));
+    }
+    Ok(n)
+}
+
+/// The headers of the extra nginx fields that a config reads: its
+/// `header:` key sources, then `X-Forwarded-For` when it trusts proxies.
+fn default_fields(config: &Config) -> Vec<HeaderName> {
+    let mut out: Vec<HeaderName> = Vec::new();
+    let sources = config
+        .client
+        .key
+        .iter()
+        .chain(
+            config
+                .limits
+                .iter()
+                .filter_map(|l| l.get_ref().key.as_ref()),
+        )
+        .chain(
+            config
+                .plans
+                .values()
+                .flat_map(|p| p.limits.iter().filter_map(|l| l.get_ref().key.as_ref())),
+        );
+    for s in sources {
+        if let KeySource::Header(name) = s
+            && !out.contains(name)
+        {
+            out.push(name.clone());
+        }
+    }
+    if !config.client.trusted_proxies.is_empty() {
+        let xff = HeaderName::from_static("x-forwarded-for");
+        if !out.contains(&xff) {
+            out.push(xff);
+        }
+    }
+    out
+}
