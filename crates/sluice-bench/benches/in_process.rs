@@ -17,7 +17,9 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use sluice_bench::{uniform_keys, zipf_keys};
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
-use sluice_store::{Check, DirectLimiter, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
+use sluice_store::{
+    Check, DirectLimiter, KeyHasher, KeyId, KeyedLimiter, Limit, MemoryStore, MemoryStoreConfig,
+};
 
 const KEYS: u64 = 100_000;
 const SEQ: usize = 1 << 20;
@@ -26,15 +28,18 @@ fn quota() -> Quota {
     Quota::per_second(NonZeroU32::new(1000).unwrap()).allow_burst(NonZeroU32::new(1000).unwrap())
 }
 
-fn sluice(algorithm: AlgorithmKind) -> (Arc<MemoryStore>, Arc<Limit>) {
-    let store = Arc::new(MemoryStore::new(MemoryStoreConfig::default()));
-    let spec = LimitSpec {
+fn spec(algorithm: AlgorithmKind) -> LimitSpec {
+    LimitSpec {
         algorithm,
         rate: Rate::per_second(1000),
         burst: 1000,
         nodelay: true,
-    };
-    let limit = store.limit("bench", spec.build().unwrap());
+    }
+}
+
+fn sluice(algorithm: AlgorithmKind) -> (Arc<MemoryStore>, Arc<Limit>) {
+    let store = Arc::new(MemoryStore::new(MemoryStoreConfig::default()));
+    let limit = store.limit("bench", spec(algorithm).build().unwrap());
     (store, limit)
 }
 
@@ -99,26 +104,38 @@ fn keyed<K>(
         })
     });
     for alg in [AlgorithmKind::Gcra, AlgorithmKind::TokenBucket] {
-        let (store, limit) = sluice(alg);
-        let hasher = KeyHasher::random();
-        let check = |key| {
-            store.check_one(&Check {
-                limit: &limit,
-                key,
-                cost: 1,
-            })
-        };
+        let keyed = KeyedLimiter::<K>::new(&spec(alg), 1_000_000).unwrap();
+        assert!(keyed.is_lock_free());
         for n in names {
-            let _ = check(id(&hasher, n));
+            let _ = keyed.check(n, 1);
         }
         let mut i = 0;
-        g.bench_function(format!("sluice_{}", alg.name()), |b| {
+        g.bench_function(format!("sluice_keyed_{}", alg.name()), |b| {
             b.iter(|| {
                 i = (i + 1) & (SEQ - 1);
-                black_box(check(id(&hasher, pick(i))).map(|d| d.allowed))
+                black_box(keyed.check(pick(i), 1).map(|d| d.allowed))
             })
         });
     }
+    let (store, limit) = sluice(AlgorithmKind::Gcra);
+    let hasher = KeyHasher::random();
+    let check = |key| {
+        store.check_one(&Check {
+            limit: &limit,
+            key,
+            cost: 1,
+        })
+    };
+    for n in names {
+        let _ = check(id(&hasher, n));
+    }
+    let mut i = 0;
+    g.bench_function("sluice_store_gcra", |b| {
+        b.iter(|| {
+            i = (i + 1) & (SEQ - 1);
+            black_box(check(id(&hasher, pick(i))).map(|d| d.allowed))
+        })
+    });
     g.finish();
 }
 
@@ -213,6 +230,7 @@ fn keyed_threads(c: &mut Criterion) {
     let mut g = c.benchmark_group("keyed_uniform_100k_threads");
     g.throughput(Throughput::Elements(1));
     let gov = Arc::new(RateLimiter::keyed(quota()));
+    let keyed = Arc::new(KeyedLimiter::<u64>::new(&spec(AlgorithmKind::Gcra), 1_000_000).unwrap());
     let (store, limit) = sluice(AlgorithmKind::Gcra);
     let hasher = KeyHasher::random();
     for threads in [1, 2] {
@@ -221,6 +239,15 @@ fn keyed_threads(c: &mut Criterion) {
             Arc::new(move |i| gov.check_key(&keys2[(i as usize) & (SEQ - 1)]).is_ok());
         g.bench_function(format!("governor_keyed/{threads}"), |b| {
             b.iter_custom(|iters| parallel(threads, iters, gov_check.clone()))
+        });
+        let (keyed, keys2) = (keyed.clone(), keys.clone());
+        let keyed_check: Arc<dyn Fn(u64) -> bool + Send + Sync> = Arc::new(move |i| {
+            keyed
+                .check(&keys2[(i as usize) & (SEQ - 1)], 1)
+                .is_ok_and(|d| d.allowed)
+        });
+        g.bench_function(format!("sluice_keyed_gcra/{threads}"), |b| {
+            b.iter_custom(|iters| parallel(threads, iters, keyed_check.clone()))
         });
         let (store, limit, hasher, keys2) =
             (store.clone(), limit.clone(), hasher.clone(), keys.clone());
@@ -234,7 +261,7 @@ fn keyed_threads(c: &mut Criterion) {
                 })
                 .is_ok_and(|d| d.allowed)
         });
-        g.bench_function(format!("sluice_gcra/{threads}"), |b| {
+        g.bench_function(format!("sluice_store_gcra/{threads}"), |b| {
             b.iter_custom(|iters| parallel(threads, iters, sluice_check.clone()))
         });
     }
