@@ -17,7 +17,9 @@
 //!   (the theoretical arrival time), updated by compare-and-swap as in
 //!   `DirectLimiter`. A check of a known key takes its shard's lock *shared*
 //!   and never waits for another check; only inserting a new key or
-//!   evicting takes it exclusively. Other algorithms keep each key's state
+//!   evicting takes it exclusively. The lock is striped by thread, so that
+//!   two threads reading one shard do not pass its cache line back and
+//!   forth. Other algorithms keep each key's state
 //!   behind its own small mutex.
 //!
 //! Memory is bounded as in the memory store: at most `max_keys` keys; a full
@@ -42,10 +44,12 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
+use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 use hashbrown::HashTable;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use sluice_core::{
     AlgorithmKind, CheckError, Clock, Decision, Gcra, LimitError, LimitSpec, Limiter, Nanos, State,
     SystemClock,
@@ -102,6 +106,31 @@ struct Timed {
 /// own cache lines.
 #[repr(align(128))]
 struct Shard<K, V>(RwLock<HashTable<Entry<K, V>>>);
+
+/// A reader-writer lock whose readers each take one of several stripes
+/// (crossbeam's `ShardedLock`, chosen by thread): a read lock writes only to
+/// its own thread's stripe, so threads checking keys of the same shard do
+/// not pass the lock's cache line back and forth. A write lock (a new key,
+/// an eviction) takes every stripe.
+struct RwLock<T>(ShardedLock<T>);
+
+impl<T> RwLock<T> {
+    fn new(value: T) -> Self {
+        Self(ShardedLock::new(value))
+    }
+
+    /// Shares the lock. A panic while it was held (there is none in this
+    /// module's critical sections) leaves the data consistent: take it.
+    #[inline(always)]
+    fn read(&self) -> ShardedLockReadGuard<'_, T> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the lock exclusively.
+    fn write(&self) -> ShardedLockWriteGuard<'_, T> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 struct Entry<K, V> {
     key: K,
