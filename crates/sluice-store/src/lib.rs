@@ -27,6 +27,7 @@
 
 mod direct;
 mod key;
+mod keyed;
 mod limit;
 mod memory;
 mod sync;
@@ -34,6 +35,7 @@ mod table;
 
 pub use direct::DirectLimiter;
 pub use key::{KeyHasher, KeyId};
+pub use keyed::KeyedLimiter;
 pub use limit::Limit;
 pub use memory::{Check, Checked, MemoryStore, MemoryStoreConfig};
 pub use table::Table;

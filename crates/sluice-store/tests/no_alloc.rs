@@ -16,7 +16,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use sluice_core::{AlgorithmKind, LimitSpec, Limiter, ManualClock, Rate};
-use sluice_store::{Check, KeyHasher, MemoryStore, MemoryStoreConfig};
+use sluice_store::{Check, KeyHasher, KeyedLimiter, MemoryStore, MemoryStoreConfig};
 
 /// The system allocator, counting this thread's allocations while a
 /// measurement is on.
@@ -146,6 +146,32 @@ fn checking_a_known_key_never_allocates() {
         // Warm up: 30 s of the same traffic
         // (60 windows) lets the sliding log's queue reach the size it keeps,
         // at most `BURST` entries.
+        run(1_000, &clock, one);
+        let ((allowed, refused), n) = allocations(|| run(10_000, &clock, one));
+        assert!(
+            allowed > 1_000 && refused > 1_000,
+            "{kind:?}: {allowed} / {refused}"
+        );
+        assert_eq!(n, 0, "{kind:?}: {n} allocations in 10 000 checks");
+    }
+}
+
+#[test]
+fn checking_a_known_key_of_a_keyed_limiter_never_allocates() {
+    for kind in KINDS {
+        let clock = ManualClock::new(100_000 * SEC);
+        let spec = LimitSpec {
+            algorithm: kind,
+            rate: RATE,
+            burst: BURST,
+            nodelay: false,
+        };
+        let keyed: KeyedLimiter<String, _> =
+            KeyedLimiter::with_shards(&spec, 1_000, 4, clock.clone()).unwrap();
+        // Looked up by `&str`: a known key is never copied.
+        let one = || keyed.check("client-42", 1).unwrap().allowed;
+        let (_, n) = allocations(one);
+        assert!(n > 0, "{kind:?}: inserting a key did not allocate?");
         run(1_000, &clock, one);
         let ((allowed, refused), n) = allocations(|| run(10_000, &clock, one));
         assert!(

@@ -1,0 +1,108 @@
+//! Keyed checks on 1 and 2 threads, Sluice's `KeyedLimiter` beside
+//! governor's keyed limiter, with a compute-only loop as a control: the best
+//! of many short runs, for a machine shared with other work (where
+//! criterion's thread rows mostly measure the other work).
+//!
+//! `cargo run --release -p sluice-bench --bin thread_scaling [ROUNDS]`
+//!
+//! Read the scaling of each limiter against the control's: when the
+//! control is well under 2×, the two threads seldom ran at once.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_bench::uniform_keys;
+use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+use sluice_store::KeyedLimiter;
+
+const KEYS: u64 = 100_000;
+const SEQ: usize = 1 << 20;
+/// Checks per run, split over the threads: a few milliseconds.
+const CHECKS: usize = 400_000;
+
+type Check = Arc<dyn Fn(usize) -> bool + Send + Sync>;
+
+/// Runs `CHECKS` checks over `threads` threads (thread `t` starting at
+/// `t * 7919` in the key sequence, as the criterion bench does); returns
+/// the wall time per check in ns.
+fn run(threads: usize, check: &Check) -> f64 {
+    let per = CHECKS / threads;
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let check = check.clone();
+            std::thread::spawn(move || {
+                for i in 0..per {
+                    black_box(check(i + t * 7919));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        let _ = h.join();
+    }
+    start.elapsed().as_nanos() as f64 / CHECKS as f64
+}
+
+fn main() {
+    let rounds: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(150);
+    let keys = Arc::new(uniform_keys(KEYS, SEQ, 42));
+    let (Some(rate), Some(burst)) = (NonZeroU32::new(1000), NonZeroU32::new(1000)) else {
+        return;
+    };
+    let gov = Arc::new(governor::RateLimiter::keyed(
+        governor::Quota::per_second(rate).allow_burst(burst),
+    ));
+    let spec = LimitSpec {
+        algorithm: AlgorithmKind::Gcra,
+        rate: Rate::per_second(1000),
+        burst: 1000,
+        nodelay: true,
+    };
+    let Ok(keyed) = KeyedLimiter::<u64>::new(&spec, 1_000_000) else {
+        return;
+    };
+    let keyed = Arc::new(keyed);
+    for k in 0..KEYS {
+        let _ = gov.check_key(&k);
+        let _ = keyed.check(&k, 1);
+    }
+    let k = keys.clone();
+    let governor: Check = Arc::new(move |i| gov.check_key(&k[i & (SEQ - 1)]).is_ok());
+    let k = keys.clone();
+    let sluice: Check =
+        Arc::new(move |i| keyed.check(&k[i & (SEQ - 1)], 1).is_ok_and(|d| d.allowed));
+    let control: Check = Arc::new(|i| {
+        let mut x = i as u64;
+        for _ in 0..20 {
+            x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (x >> 29);
+        }
+        x & 1 == 0
+    });
+    let subjects = [
+        ("Sluice KeyedLimiter GCRA", sluice),
+        ("governor keyed", governor),
+        ("control (compute only)", control),
+    ];
+    let mut best = [[f64::MAX; 2]; 3];
+    for _ in 0..rounds {
+        for (s, (_, check)) in subjects.iter().enumerate() {
+            for threads in [1, 2] {
+                let ns = run(threads, check);
+                best[s][threads - 1] = best[s][threads - 1].min(ns);
+            }
+        }
+    }
+    println!("best of {rounds} runs of {CHECKS} checks");
+    println!("| subject | 1 thread (ns/check) | 2 threads (ns/check) | 2 threads / 1 thread |");
+    println!("|---|---:|---:|---:|");
+    for (s, (name, _)) in subjects.iter().enumerate() {
+        let [one, two] = best[s];
+        println!("| {name} | {one:.1} | {two:.1} | {:.2}× |", one / two);
+    }
+}
