@@ -78,7 +78,7 @@ const SPEND: &str = r"
 local need = tonumber(ARGV[2])
 local balance = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
 if balance == nil or balance < need then return -1 end
-local rest = redis.call('HINCRBY', KEYS[1], ARGV[1], -need)
+local rest = redis.call('HINCRBY', KEYS[1], ARGV[1], '-' .. ARGV[2])
 if rest <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
 redis.call('INCR', KEYS[2])
 return rest
