@@ -734,20 +734,24 @@ impl<C: Clock> Engine<C> {
                 return None;
             }
         }
-        let checks: SmallVec<[SharedCheck<'_>; 4]> = claim
-            .rest
-            .iter()
-            .map(|&i| plan.enforced[i].shared_check())
-            .collect();
-        let others = shared.check(&checks).await;
-        if !others.checked.allowed || matches!(others.by, DecidedBy::Fallback(_)) {
-            if let Err(e) = state.refund_credits(claim.key, claim.need).await {
-                tracing::warn!(error = %e, "burst credits spent on a refused request were not given back");
+        let mut others = Vec::new();
+        if !claim.rest.is_empty() {
+            let checks: SmallVec<[SharedCheck<'_>; 4]> = claim
+                .rest
+                .iter()
+                .map(|&i| plan.enforced[i].shared_check())
+                .collect();
+            let decided = shared.check(&checks).await;
+            if !decided.checked.allowed || matches!(decided.by, DecidedBy::Fallback(_)) {
+                if let Err(e) = state.refund_credits(claim.key, claim.need).await {
+                    tracing::warn!(error = %e, "burst credits spent on a refused request were not given back");
+                }
+                return None;
             }
-            return None;
+            others = decided.checked.decisions;
         }
         tracing::debug!(spent = claim.need, "burst credits spent");
-        Some(claim.paid(checked, others.checked.decisions))
+        Some(claim.paid(checked, others))
     }
 
     /// Sets a client key's burst credits in this engine only: extra cost
