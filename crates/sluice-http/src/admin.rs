@@ -8,6 +8,10 @@
 //! - `PUT /admin/keys/{key}/credits` with `{"credits": 100}`: set a key's
 //!   burst credits (extra cost its plan admits once its bucket is empty);
 //!   `GET` reads the balance;
+//!
+//!   with a Redis store, plan and credit changes are written to Redis first
+//!   (503 if it does not take them: nothing changed) and every instance
+//!   applies them within a poll;
 //! - `POST /admin/keys/save`: write the runtime assignments to
 //!   `[client] runtime_keys_file` (atomically: a temporary file renamed
 //!   over it); they are loaded from it at the next start.
@@ -25,7 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
-use sluice_policy::{Engine, PlanSource, SaveError};
+use sluice_policy::{Engine, PlanSource, RuntimeError, SaveError};
 
 use crate::problem::Problem;
 use crate::reload::{Reloaded, Reloader};
@@ -162,18 +166,36 @@ async fn put_plan(
             .into_response();
         }
     };
-    match admin.engine.assign_plan(&key, &body.plan) {
+    match admin.engine.set_plan(&key, &body.plan).await {
         Ok(()) => {
             tracing::info!(plan = %body.plan, "a key was assigned a plan at run time");
             Json(serde_json::json!({ "plan": body.plan, "source": "runtime" })).into_response()
         }
-        Err(e) => Problem::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()).into_response(),
+        Err(e @ RuntimeError::UnknownPlan(_)) => {
+            Problem::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()).into_response()
+        }
+        Err(e) => store_failed(&e),
     }
 }
 
 async fn delete_plan(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
-    admin.engine.unassign_plan(&key);
-    StatusCode::NO_CONTENT.into_response()
+    match admin.engine.clear_plan(&key).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => store_failed(&e),
+    }
+}
+
+/// A runtime change the shared store did not take: 503, nothing changed.
+fn store_failed(e: &RuntimeError) -> Response {
+    tracing::warn!(error = %e, "a runtime change was not made");
+    let mut r = Problem::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("Nothing was changed; try again. {e}"),
+    )
+    .into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+    r
 }
 
 async fn save_keys(State(admin): State<Admin>) -> Response {
@@ -212,7 +234,7 @@ struct CreditsBody {
 }
 
 async fn get_credits(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
-    Json(serde_json::json!({ "credits": admin.engine.credits(&key) })).into_response()
+    Json(serde_json::json!({ "credits": admin.engine.credits_now(&key).await })).into_response()
 }
 
 async fn put_credits(
@@ -230,7 +252,9 @@ async fn put_credits(
             .into_response();
         }
     };
-    admin.engine.set_credits(&key, body.credits);
+    if let Err(e) = admin.engine.grant_credits(&key, body.credits).await {
+        return store_failed(&e);
+    }
     tracing::info!(credits = body.credits, "a key's burst credits were set");
     Json(serde_json::json!({ "credits": body.credits })).into_response()
 }

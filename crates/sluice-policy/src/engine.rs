@@ -5,9 +5,13 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use sluice_core::{Clock, Decision, LimitSpec, Nanos, SystemClock};
-use sluice_redis::{DecidedBy, Fallback, SharedCheck, SharedStore};
+use sluice_redis::runtime_state::spawn_watch;
+use sluice_redis::{
+    DecidedBy, Fallback, RedisStoreError, RuntimeSink, RuntimeState, SharedCheck, SharedStore,
+};
 use sluice_store::{Check, Checked, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
 use smallvec::SmallVec;
 
@@ -15,6 +19,7 @@ use arc_swap::ArcSwap;
 
 use crate::config::{CarryOver, HeadersConfig};
 use crate::policy::{Access, LimitDef, LimitLabels, MissingKey, Policy, RequestInfo};
+use crate::runtime::RuntimePlans;
 
 /// One applied limit's decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +99,17 @@ pub enum SaveError {
 #[error("no plan named `{0}`")]
 pub struct UnknownPlan(pub String);
 
+/// Why a runtime change (a plan assignment, a credit balance) was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The policy has no such plan.
+    #[error(transparent)]
+    UnknownPlan(#[from] UnknownPlan),
+    /// The shared store did not take the change; nothing changed here.
+    #[error("the shared store did not take the change: {0}")]
+    Store(#[from] RedisStoreError),
+}
+
 /// Where a key's plan comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlanSource {
@@ -160,13 +176,17 @@ pub enum DecideError {
 #[derive(Debug)]
 pub struct Engine<C: Clock = SystemClock> {
     current: ArcSwap<Compiled>,
-    /// Plans assigned at run time, by client key; they beat the config's.
-    runtime_plans: ArcSwap<HashMap<String, String>>,
+    /// Plans assigned at run time, by client key id; they beat the
+    /// config's. With a shared store, a mirror of its assignments.
+    runtime_plans: ArcSwap<RuntimePlans>,
     store: Arc<MemoryStore<C>>,
     hasher: KeyHasher,
     /// The shared store, when the limits live in Redis.
     shared: Option<Arc<SharedStore>>,
-    /// Burst credits by client key id.
+    /// Runtime plans and credits in the shared store, when there is one.
+    runtime_state: Option<RuntimeState>,
+    /// Burst credits by client key id. With a shared store, a mirror of
+    /// its balances (it spares a round trip to keys without credits).
     credits: Mutex<HashMap<KeyId, u64>>,
 }
 
@@ -218,10 +238,10 @@ impl<C: Clock> Engine<C> {
     /// An engine over an existing store (shared with other engines, or on a
     /// manual clock).
     pub fn with_store(policy: Policy, store: Arc<MemoryStore<C>>, hasher: KeyHasher) -> Self {
-        let runtime: HashMap<String, String> = policy
+        let runtime = policy
             .runtime_keys
             .as_ref()
-            .map(|r| r.loaded.iter().cloned().collect())
+            .map(|r| RuntimePlans::from_keys(&r.loaded, &hasher))
             .unwrap_or_default();
         let compiled = Compiled::new(policy, &store, None);
         Self {
@@ -230,6 +250,7 @@ impl<C: Clock> Engine<C> {
             store,
             hasher,
             shared: None,
+            runtime_state: None,
             credits: Mutex::new(HashMap::new()),
         }
     }
@@ -237,10 +258,38 @@ impl<C: Clock> Engine<C> {
     /// Decides on a shared store (Redis) instead of the memory store. The
     /// hasher must be keyed by the secret every instance shares, so that
     /// they name a client's keys alike.
+    ///
+    /// Runtime plan assignments and burst credits then live in the shared
+    /// store too; [`watch_runtime_state`](Self::watch_runtime_state) keeps
+    /// this engine's copy current.
     pub fn with_shared(mut self, shared: Arc<SharedStore>, hasher: KeyHasher) -> Self {
+        let plans = self.runtime_plans.load().rehashed(&hasher);
+        self.runtime_plans = ArcSwap::from_pointee(plans);
+        self.credits
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        self.runtime_state = Some(RuntimeState::new(shared.clone()));
         self.shared = Some(shared);
         self.hasher = hasher;
         self
+    }
+
+    /// With a shared store, polls its runtime plans and credits every
+    /// `every` in the background, so that changes made through any
+    /// instance apply here (see [`sluice_redis::runtime_state`]); the task
+    /// ends when the engine is dropped. Returns whether it was started (not
+    /// without a shared store). Must be called within a tokio runtime.
+    pub fn watch_runtime_state(self: &Arc<Self>, every: Duration) -> bool
+    where
+        C: 'static,
+    {
+        let Some(state) = &self.runtime_state else {
+            return false;
+        };
+        let sink: std::sync::Weak<dyn RuntimeSink> = Arc::downgrade(self) as _;
+        spawn_watch(state.clone(), sink, every);
+        true
     }
 
     /// The policy in force now.
@@ -249,7 +298,9 @@ impl<C: Clock> Engine<C> {
     }
 
     /// Puts a client key on a plan at run time, over the config's
-    /// assignment. Fails when the current policy has no such plan.
+    /// assignment, in this engine only. Fails when the current policy has no
+    /// such plan. (With a shared store, [`Engine::set_plan`] writes it there
+    /// too; an assignment made only here is replaced at the next sync.)
     ///
     /// On the memory store, with `[client] carry_over = "proportional"`
     /// (the default), the key keeps the share of quota it has used: see
@@ -259,11 +310,8 @@ impl<C: Clock> Engine<C> {
             return Err(UnknownPlan(plan.to_owned()));
         }
         let before = self.plan_of(key).map(|(p, _)| p);
-        self.runtime_plans.rcu(|m| {
-            let mut m = HashMap::clone(m);
-            m.insert(key.to_owned(), plan.to_owned());
-            m
-        });
+        let id = self.hasher.key_id(key);
+        self.runtime_plans.rcu(|m| m.with(id, key, plan));
         if let Some(before) = before {
             self.carry_over(key, &before, plan);
         }
@@ -275,11 +323,12 @@ impl<C: Clock> Engine<C> {
     /// [`Engine::assign_plan`].
     pub fn unassign_plan(&self, key: &str) -> bool {
         let before = self.plan_of(key).map(|(p, _)| p);
+        let id = self.hasher.key_id(key);
         let mut had = false;
         self.runtime_plans.rcu(|m| {
-            let mut m = HashMap::clone(m);
-            had = m.remove(key).is_some();
-            m
+            let (next, removed) = m.without(id);
+            had = removed;
+            next
         });
         if let (Some(before), Some((after, _))) = (before, self.plan_of(key)) {
             self.carry_over(key, &before, &after);
@@ -287,13 +336,37 @@ impl<C: Clock> Engine<C> {
         had
     }
 
-    /// The runtime assignments now, sorted by key.
+    /// The runtime assignments now whose raw key this process knows (made
+    /// through it, or loaded from `runtime_keys_file`), sorted by key. With
+    /// a shared store, assignments made through other instances are known
+    /// here only by key id, and are not listed.
     pub fn runtime_assignments(&self) -> BTreeMap<String, String> {
-        self.runtime_plans
-            .load()
-            .iter()
-            .map(|(k, p)| (k.clone(), p.clone()))
-            .collect()
+        self.runtime_plans.load().named()
+    }
+
+    /// Puts a client key on a plan at run time (the admin API's `PUT`):
+    /// with a shared store, there first (every instance applies it within
+    /// a poll), then here, as [`Engine::assign_plan`] does. If the store
+    /// fails, nothing changes.
+    pub async fn set_plan(&self, key: &str, plan: &str) -> Result<(), RuntimeError> {
+        if !self.current.load().policy.has_plan(plan) {
+            return Err(UnknownPlan(plan.to_owned()).into());
+        }
+        if let Some(state) = &self.runtime_state {
+            state.set_plan(self.hasher.key_id(key), plan).await?;
+        }
+        Ok(self.assign_plan(key, plan)?)
+    }
+
+    /// Removes a key's runtime assignment (the admin API's `DELETE`): from
+    /// the shared store first, when there is one, then here. Returns
+    /// whether it had one.
+    pub async fn clear_plan(&self, key: &str) -> Result<bool, RuntimeError> {
+        let remote = match &self.runtime_state {
+            Some(state) => state.remove_plan(self.hasher.key_id(key)).await?,
+            None => false,
+        };
+        Ok(self.unassign_plan(key) || remote)
     }
 
     /// Writes the runtime assignments to `[client] runtime_keys_file`,
@@ -386,13 +459,13 @@ impl<C: Clock> Engine<C> {
     pub fn plan_of(&self, key: &str) -> Option<(String, PlanSource)> {
         let current = self.current.load();
         let policy = &current.policy;
-        if let Some(p) = self
-            .runtime_plans
-            .load()
-            .get(key)
-            .filter(|p| policy.has_plan(p))
+        let runtime = self.runtime_plans.load();
+        if !runtime.is_empty()
+            && let Some(p) = runtime
+                .plan(self.hasher.key_id(key))
+                .filter(|p| policy.has_plan(p))
         {
-            return Some((p.clone(), PlanSource::Runtime));
+            return Some((p.to_owned(), PlanSource::Runtime));
         }
         let p = policy.plan_of(key)?;
         let source = if policy.assigned_in_config(key) {
@@ -607,37 +680,16 @@ impl<C: Clock> Engine<C> {
         plan: &Plan<'_>,
         checked: &Checked,
     ) -> Result<Option<Checked>, DecideError> {
-        let Some(client) = current.policy.client_key() else {
+        let Some(claim) = Claim::of(&current.policy, plan, checked) else {
             return Ok(None);
         };
-        let violated: SmallVec<[usize; 4]> = (0..plan.enforced.len())
-            .filter(|&i| !checked.decisions[i].allowed)
-            .collect();
-        let Some(&first) = violated.first() else {
-            return Ok(None);
-        };
-        let plan_only = violated.iter().all(|&i| {
-            let l = plan.enforced[i].limit;
-            l.plan.is_some() && l.key == *client
-        });
-        if !plan_only {
-            return Ok(None);
-        }
-        let key = plan.enforced[first].key;
-        let need = violated
-            .iter()
-            .map(|&i| plan.enforced[i].cost)
-            .max()
-            .unwrap_or(0);
         let mut credits = self.credits.lock().unwrap_or_else(PoisonError::into_inner);
-        let balance = credits.get(&key).copied().unwrap_or(0);
-        if balance < need {
+        let balance = credits.get(&claim.key).copied().unwrap_or(0);
+        if balance < claim.need {
             return Ok(None);
         }
-        let rest: SmallVec<[usize; 4]> = (0..plan.enforced.len())
-            .filter(|i| !violated.contains(i))
-            .collect();
-        let checks: SmallVec<[Check<'_>; 4]> = rest
+        let checks: SmallVec<[Check<'_>; 4]> = claim
+            .rest
             .iter()
             .map(|&i| plan.enforced[i].memory_check(current))
             .collect();
@@ -645,47 +697,102 @@ impl<C: Clock> Engine<C> {
         if !others.allowed {
             return Ok(None);
         }
-        if balance == need {
-            credits.remove(&key);
-        } else {
-            credits.insert(key, balance - need);
-        }
+        set_balance(&mut credits, claim.key, balance - claim.need);
         drop(credits);
-        tracing::debug!(spent = need, "burst credits spent");
-        let mut decisions = checked.decisions.clone();
-        for &i in &violated {
-            decisions[i] = Decision {
-                allowed: true,
-                remaining: 0,
-                retry_after: None,
-                delay: 0,
-                ..decisions[i]
-            };
-        }
-        for (&i, d) in rest.iter().zip(others.decisions) {
-            decisions[i] = plan.enforced[i].translate(d, true);
-        }
-        Ok(Some(Checked {
-            allowed: true,
-            decisions,
-        }))
+        tracing::debug!(spent = claim.need, "burst credits spent");
+        let others = claim
+            .rest
+            .iter()
+            .zip(others.decisions)
+            .map(|(&i, d)| plan.enforced[i].translate(d, true));
+        Ok(Some(claim.paid(checked, others)))
     }
 
-    /// Sets a client key's burst credits: extra cost its plan's limits admit
-    /// once their buckets are empty (memory store; kept in this process).
+    /// [`spend_credits`](Self::spend_credits) on the shared store: the
+    /// credits are debited in Redis first, atomically across instances (one
+    /// round trip, only for a key that this instance's mirror says has
+    /// enough), then the other limits are checked; if they refuse, the
+    /// credits are given back.
+    async fn spend_credits_shared(
+        &self,
+        shared: &SharedStore,
+        policy: &Policy,
+        plan: &Plan<'_>,
+        checked: &Checked,
+    ) -> Option<Checked> {
+        let state = self.runtime_state.as_ref()?;
+        let claim = Claim::of(policy, plan, checked)?;
+        if self.credits_here(claim.key) < claim.need {
+            return None;
+        }
+        let timeout = shared.options().timeout;
+        match state.spend_credits(claim.key, claim.need, timeout).await {
+            Ok(Some(left)) => self.mirror_credits(claim.key, left),
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::debug!(error = %e, "burst credits could not be spent");
+                return None;
+            }
+        }
+        let mut others = Vec::new();
+        if !claim.rest.is_empty() {
+            let checks: SmallVec<[SharedCheck<'_>; 4]> = claim
+                .rest
+                .iter()
+                .map(|&i| plan.enforced[i].shared_check())
+                .collect();
+            let decided = shared.check(&checks).await;
+            if !decided.checked.allowed || matches!(decided.by, DecidedBy::Fallback(_)) {
+                if let Err(e) = state.refund_credits(claim.key, claim.need).await {
+                    tracing::warn!(error = %e, "burst credits spent on a refused request were not given back");
+                }
+                return None;
+            }
+            others = decided.checked.decisions;
+        }
+        tracing::debug!(spent = claim.need, "burst credits spent");
+        Some(claim.paid(checked, others))
+    }
+
+    /// Sets a client key's burst credits in this engine only: extra cost
+    /// its plan's limits admit once their buckets are empty. (With a shared
+    /// store, [`Engine::grant_credits`] sets them there.)
     pub fn set_credits(&self, key: &str, credits: u64) {
-        let id = self.hasher.key_id(key);
-        let mut all = self.credits.lock().unwrap_or_else(PoisonError::into_inner);
-        if credits == 0 {
-            all.remove(&id);
-        } else {
-            all.insert(id, credits);
-        }
+        self.mirror_credits(self.hasher.key_id(key), credits);
     }
 
-    /// A client key's burst credits now.
+    /// A client key's burst credits as this engine knows them.
     pub fn credits(&self, key: &str) -> u64 {
+        self.credits_here(self.hasher.key_id(key))
+    }
+
+    /// Sets a client key's burst credits (the admin API's `PUT`): with a
+    /// shared store, there first (every instance sees them), then here. If
+    /// the store fails, nothing changes.
+    pub async fn grant_credits(&self, key: &str, credits: u64) -> Result<(), RuntimeError> {
         let id = self.hasher.key_id(key);
+        if let Some(state) = &self.runtime_state {
+            state.set_credits(id, credits).await?;
+        }
+        self.mirror_credits(id, credits);
+        Ok(())
+    }
+
+    /// A client key's burst credits now (the admin API's `GET`): read from
+    /// the shared store when there is one (the balance every instance
+    /// spends from); this engine's copy when there is none or it fails.
+    pub async fn credits_now(&self, key: &str) -> u64 {
+        let id = self.hasher.key_id(key);
+        if let Some(state) = &self.runtime_state {
+            match state.credits(id).await {
+                Ok(n) => return n,
+                Err(e) => tracing::debug!(error = %e, "credits read from the local copy"),
+            }
+        }
+        self.credits_here(id)
+    }
+
+    fn credits_here(&self, id: KeyId) -> u64 {
         self.credits
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -694,24 +801,30 @@ impl<C: Clock> Engine<C> {
             .unwrap_or(0)
     }
 
+    fn mirror_credits(&self, id: KeyId, credits: u64) {
+        let mut all = self.credits.lock().unwrap_or_else(PoisonError::into_inner);
+        set_balance(&mut all, id, credits);
+    }
+
     /// Which limits apply to a request, under which keys, enforced or in
     /// shadow.
     fn plan<'p>(
         &self,
         current: &'p Compiled,
-        runtime: &'p HashMap<String, String>,
+        runtime: &'p RuntimePlans,
         req: &RequestInfo<'p>,
     ) -> Result<Plan<'p>, DecideError> {
         let access = current.policy.access(req);
         if access == Access::Denied {
             return Err(DecideError::Denied);
         }
+        // Runtime plans are kept by key id: hash the key only when some
+        // exist.
+        let runtime_plan = |key: &str| runtime.plan(self.hasher.key_id(key));
         let applied = if runtime.is_empty() {
             current.policy.resolve(req)?
         } else {
-            current
-                .policy
-                .resolve_with(req, |key| runtime.get(key).map(String::as_str))?
+            current.policy.resolve_with(req, runtime_plan)?
         };
         // Hash each distinct client key once.
         let mut ids: SmallVec<[(std::borrow::Cow<'p, str>, KeyId); 4]> = SmallVec::new();
@@ -751,9 +864,13 @@ impl<C: Clock> Engine<C> {
             .iter()
             .any(|p: &Planned<'_>| !p.limit.max_share.is_empty())
         {
-            current
-                .policy
-                .client_plan(req, &|key| runtime.get(key).map(String::as_str))
+            current.policy.client_plan(req, &|key: &str| {
+                if runtime.is_empty() {
+                    None
+                } else {
+                    runtime_plan(key)
+                }
+            })
         } else {
             None
         };
@@ -780,8 +897,17 @@ impl<C: Clock> Engine<C> {
             DecidedBy::Fallback(f) => Some(f),
             DecidedBy::Store | DecidedBy::Cache => None,
         };
+        let mut checked = decided.checked;
+        if !checked.allowed
+            && fallback.is_none()
+            && let Some(paid) = self
+                .spend_credits_shared(shared, &current.policy, &plan, &checked)
+                .await
+        {
+            checked = paid;
+        }
         let mut shadow = Vec::new();
-        if decided.checked.allowed {
+        if checked.allowed {
             for p in &plan.shadowed {
                 let one = shared.check(&[p.shared_check()]).await;
                 let decision = one
@@ -793,7 +919,7 @@ impl<C: Clock> Engine<C> {
                 shadow.push(p.result(decision));
             }
         }
-        Ok(plan.verdict(decided.checked, shadow, fallback))
+        Ok(plan.verdict(checked, shadow, fallback))
     }
 }
 
@@ -909,6 +1035,80 @@ impl Plan<'_> {
     }
 }
 
+/// A request refused only by limits of its plan counted by the client key:
+/// what burst credits would have to pay.
+struct Claim {
+    /// The client key.
+    key: KeyId,
+    /// The credits it would cost: the largest cost among the refusing
+    /// limits.
+    need: u64,
+    /// The refusing limits (indices into the plan's enforced limits).
+    violated: SmallVec<[usize; 4]>,
+    /// The other enforced limits, which must still admit the request.
+    rest: SmallVec<[usize; 4]>,
+}
+
+impl Claim {
+    /// The claim of a refused request; `None` when a limit outside the
+    /// client's plan refused it (or nothing did).
+    fn of(policy: &Policy, plan: &Plan<'_>, checked: &Checked) -> Option<Self> {
+        let client = policy.client_key()?;
+        let (violated, rest): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
+            (0..plan.enforced.len()).partition(|&i| !checked.decisions[i].allowed);
+        let &first = violated.first()?;
+        let plan_only = violated.iter().all(|&i| {
+            let l = plan.enforced[i].limit;
+            l.plan.is_some() && l.key == *client
+        });
+        if !plan_only {
+            return None;
+        }
+        let need = violated
+            .iter()
+            .map(|&i| plan.enforced[i].cost)
+            .max()
+            .unwrap_or(0);
+        Some(Self {
+            key: plan.enforced[first].key,
+            need,
+            violated,
+            rest,
+        })
+    }
+
+    /// The decisions of the request once paid: the refusing limits admit
+    /// it with nothing left, the others as they decided (in `rest` order).
+    fn paid(&self, checked: &Checked, others: impl IntoIterator<Item = Decision>) -> Checked {
+        let mut decisions = checked.decisions.clone();
+        for &i in &self.violated {
+            decisions[i] = Decision {
+                allowed: true,
+                remaining: 0,
+                retry_after: None,
+                delay: 0,
+                ..decisions[i]
+            };
+        }
+        for (&i, d) in self.rest.iter().zip(others) {
+            decisions[i] = d;
+        }
+        Checked {
+            allowed: true,
+            decisions,
+        }
+    }
+}
+
+/// Sets a balance in a credits map (0 removes the key).
+fn set_balance(all: &mut HashMap<KeyId, u64>, id: KeyId, credits: u64) {
+    if credits == 0 {
+        all.remove(&id);
+    } else {
+        all.insert(id, credits);
+    }
+}
+
 /// A cost no limit could ever admit, as a decision error.
 fn impossible(e: sluice_core::CheckError) -> DecideError {
     match e {
@@ -959,5 +1159,17 @@ impl Compiled {
             limits,
             gates,
         }
+    }
+}
+
+/// The watcher of the shared store's runtime state replaces this engine's
+/// copies with what it loads.
+impl<C: Clock> RuntimeSink for Engine<C> {
+    fn plans_loaded(&self, plans: HashMap<KeyId, String>) {
+        self.runtime_plans.rcu(|m| m.mirrored(plans.clone()));
+    }
+
+    fn credits_loaded(&self, credits: HashMap<KeyId, u64>) {
+        *self.credits.lock().unwrap_or_else(PoisonError::into_inner) = credits;
     }
 }

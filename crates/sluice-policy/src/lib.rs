@@ -12,10 +12,13 @@ pub mod key_source;
 pub mod keys_file;
 pub mod matcher;
 pub mod policy;
+mod runtime;
 pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
-pub use engine::{DecideError, Engine, LimitResult, PlanSource, SaveError, UnknownPlan, Verdict};
+pub use engine::{
+    DecideError, Engine, LimitResult, PlanSource, RuntimeError, SaveError, UnknownPlan, Verdict,
+};
 pub use key_source::KeySource;
 pub use policy::{
     Access, Applied, CostRule, DelayDef, EnvoySettings, LimitDef, LimitLabels, Matcher, MissingKey,

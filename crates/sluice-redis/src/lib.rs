@@ -9,10 +9,14 @@
 //!   in one atomic Lua step, on Redis's own clock.
 //! - [`shared`]: [`SharedStore`], Redis as the engine uses it: behind a
 //!   timeout, a [`breaker`], an [`over_limit`] cache and a fallback.
+//! - [`runtime_state`]: [`RuntimeState`], runtime plan assignments and
+//!   burst credits shared by every instance, and the watcher that keeps
+//!   each instance's copy current.
 
 pub mod breaker;
 pub mod error;
 pub mod over_limit;
+pub mod runtime_state;
 pub mod shared;
 pub mod store;
 pub mod topology;
@@ -23,6 +27,7 @@ mod script;
 
 pub use batch::BatchConfig;
 pub use error::RedisStoreError;
+pub use runtime_state::{RuntimeSink, RuntimeState};
 pub use shared::{DecidedBy, Fallback, SharedCheck, SharedChecked, SharedOptions, SharedStore};
 pub use store::{RedisCheck, RedisStore, key_name};
 pub use url::StoreUrl;

@@ -221,6 +221,16 @@ impl SharedStore {
         }
     }
 
+    /// A connection to the node that holds keys tagged `tag`; fails when
+    /// Redis is not connected yet.
+    pub(crate) fn conn(&self, tag: &str) -> Result<crate::store::Conn, RedisStoreError> {
+        self.store
+            .load()
+            .as_ref()
+            .map(|s| s.conn(tag))
+            .ok_or(RedisStoreError::NotConnected)
+    }
+
     /// The options.
     pub fn options(&self) -> &SharedOptions {
         &self.opts

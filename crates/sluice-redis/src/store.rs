@@ -221,6 +221,11 @@ impl RedisStore {
         }
     }
 
+    /// A connection to the node that holds keys tagged `tag`.
+    pub(crate) fn conn(&self, tag: &str) -> Conn {
+        self.inner.backend.conn(tag)
+    }
+
     /// Decides every check together: all are charged, or none.
     ///
     /// Decisions come back in the order of `checks`. A cost above a limit's

@@ -172,6 +172,9 @@ async fn serve(
         anyhow::bail!("--grpc-listen needs an [envoy] table in the config");
     }
     let engine = Arc::new(engine_for(policy).await);
+    // With Redis, runtime plans and credits changed through any instance
+    // apply here within a poll.
+    engine.watch_runtime_state(RUNTIME_POLL);
     // The Envoy Rate Limit Service shares the engine's store.
     let rls = match &envoy {
         None => None,
@@ -277,6 +280,10 @@ async fn engine_for(policy: Policy) -> Engine {
     };
     Engine::new(policy).with_shared(shared, hasher)
 }
+
+/// How often an instance on Redis checks for runtime plan and credit
+/// changes (one `MGET`; the state is reloaded only when it changed).
+const RUNTIME_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The hashing key of Redis key names when `SLUICE_KEY_SECRET` is not set.
 /// Instances must agree on it; it is public, so set your own.
