@@ -85,11 +85,19 @@ async fn run(
         .map(|i| hasher.key_id(&format!("client-{i}")))
         .collect();
     let ids = std::sync::Arc::new(ids);
+    // A fresh limit per run, so that no run inherits another's spent quota.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let limit_id: std::sync::Arc<str> = format!(
+        "redis_load-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+    .into();
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for t in 0..concurrency {
-        let (store, ids) = (store.clone(), ids.clone());
+        let (store, ids, limit_id) = (store.clone(), ids.clone(), limit_id.clone());
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::with_capacity(1 << 16);
             let (mut allowed, mut errors) = (0u64, 0u64);
@@ -97,7 +105,7 @@ async fn run(
             while Instant::now() < deadline {
                 i = (i + concurrency) % ids.len();
                 let check = RedisCheck {
-                    limit_id: "redis_load",
+                    limit_id: &limit_id,
                     limiter: &limiter,
                     key: ids[i],
                     cost: 1,
@@ -127,77 +135,6 @@ async fn run(
         out.latencies_us.extend(lat);
     }
     out.elapsed = start.elapsed();
-    Ok(out)
-}
-
-/// Open loop: `per_second` decisions scheduled evenly (in 1 ms ticks),
-/// each its own task, latency measured from the scheduled time so that a
-/// stall shows up in the percentiles (no coordinated omission).
-async fn run_paced(
-    load: &Load,
-    batching: Option<BatchConfig>,
-    per_second: f64,
-) -> Result<Run, Box<dyn std::error::Error>> {
-    let topology = Topology::connect(&load.url.parse::<StoreUrl>()?).await?;
-    let store = RedisStore::with_batching(topology, batching);
-    let limiter = LimitSpec {
-        algorithm: load.kind,
-        rate: load.rate,
-        burst: load.burst,
-        nodelay: true,
-    }
-    .build()?;
-    let hasher = KeyHasher::from_secret(b"redis_load");
-    let ids: std::sync::Arc<Vec<_>> = std::sync::Arc::new(
-        (0..load.keys)
-            .map(|i| hasher.key_id(&format!("client-{i}")))
-            .collect(),
-    );
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u32, bool, bool)>();
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs(load.secs);
-    let mut tick = tokio::time::interval(Duration::from_millis(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let (mut due, mut sent, mut next_key) = (0.0f64, 0u64, 0usize);
-    while Instant::now() < deadline {
-        let at = tick.tick().await;
-        due += per_second / 1000.0;
-        while (sent as f64) < due {
-            sent += 1;
-            next_key = (next_key + 1) % ids.len();
-            let (store, ids, tx, key) = (store.clone(), ids.clone(), tx.clone(), next_key);
-            tokio::spawn(async move {
-                let check = RedisCheck {
-                    limit_id: "redis_load",
-                    limiter: &limiter,
-                    key: ids[key],
-                    cost: 1,
-                };
-                let r = store.check(&[check]).await;
-                let took = at.elapsed().as_micros();
-                let _ = tx.send((
-                    u32::try_from(took).unwrap_or(u32::MAX),
-                    r.as_ref().is_ok_and(|c| c.allowed),
-                    r.is_err(),
-                ));
-            });
-        }
-    }
-    drop(tx);
-    let mut out = Run {
-        decisions: 0,
-        allowed: 0,
-        errors: 0,
-        latencies_us: Vec::new(),
-        elapsed: Duration::ZERO,
-    };
-    while let Some((lat, allowed, error)) = rx.recv().await {
-        out.decisions += 1;
-        out.allowed += u64::from(allowed);
-        out.errors += u64::from(error);
-        out.latencies_us.push(lat);
-    }
-    out.elapsed = Duration::from_secs(load.secs);
     Ok(out)
 }
 
@@ -294,10 +231,26 @@ async fn bench() -> Result<(), Box<dyn std::error::Error>> {
         let r = run(&load, Some(config)).await?;
         let max = report("batched", r);
         batched = Some(max);
-        // Latency at half the measured maximum, open loop.
-        let half = max / 2.0;
-        let r = run_paced(&load, Some(config), half).await?;
-        report(&format!("paced {:.0}/s (50%)", half), r);
+        // Latency at half the measured maximum: fewer tasks, doubling
+        // until the throughput reaches half of it.
+        let mut tasks = 8;
+        while tasks < load.concurrency {
+            let half = Load {
+                concurrency: tasks,
+                url: load.url.clone(),
+                ..load
+            };
+            let r = run(&half, Some(config)).await?;
+            let rate = r.decisions as f64 / r.elapsed.as_secs_f64();
+            if rate >= max / 2.0 {
+                report(
+                    &format!("{tasks} tasks, {:.0}% of max", 100.0 * rate / max),
+                    r,
+                );
+                break;
+            }
+            tasks *= 2;
+        }
     }
     if mode == "both" || mode == "baseline" {
         let r = run(&load, None).await?;
