@@ -245,3 +245,67 @@ async fn two_instances_admit_exactly_one_global_limit(url: &str) {
         "admitted {admitted} < {least}: quota within the limit was refused"
     );
 }
+
+/// Script calls Redis has run since its stats were reset.
+fn script_calls(redis: &RedisServer) -> u64 {
+    let stats = redis.command(&["INFO", "commandstats"]).unwrap();
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split("calls=").nth(1))
+        .filter_map(|v| v.split(',').next())
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum()
+}
+
+/// A flood of 200 requests from one key over its burst of 20: with the
+/// over-limit cache, the refusals are answered locally until their retry
+/// time; without it, every one is a Redis call. The same answers either way.
+#[tokio::test]
+async fn the_over_limit_cache_keeps_a_flood_off_redis() {
+    if !require_redis() {
+        return;
+    }
+    let mut calls = Vec::new();
+    for cache in [true, false] {
+        let redis = RedisServer::start();
+        let text = replace_once(
+            &example("quickstart.toml"),
+            "[store]\n",
+            &format!("[store]\ntimeout = \"2s\"\nover_limit_cache = {cache}\n"),
+        );
+        let config = TempConfig::new("redis-over-limit-cache", &text);
+        let sluice = start_on(&redis, config.path());
+        let client = client();
+        let r = send(client.get(sluice.url("/")).header("X-Api-Key", "warm")).await;
+        assert_eq!(r.status, 200);
+        assert!(
+            redis
+                .command(&["CONFIG", "RESETSTAT"])
+                .unwrap()
+                .starts_with("+OK")
+        );
+        let (mut admitted, mut refused) = (0, 0);
+        for _ in 0..200 {
+            let r = send(client.get(sluice.url("/")).header("X-Api-Key", "flood")).await;
+            assert!(!r.has("sluice-fallback"));
+            match r.status {
+                200 => admitted += 1,
+                429 => refused += 1,
+                s => panic!("status {s}"),
+            }
+        }
+        assert!(
+            admitted >= 20 && refused > 100,
+            "{admitted} admitted, {refused} refused"
+        );
+        calls.push(script_calls(&redis));
+    }
+    let (with, without) = (calls[0], calls[1]);
+    eprintln!("Redis script calls for 200 requests: {with} with the cache, {without} without");
+    assert!(without >= 200, "{without}");
+    assert!(
+        with * 4 < without,
+        "the cache saved too little: {with} against {without}"
+    );
+}
