@@ -36,6 +36,11 @@ pub const PASSWORD_ENV: &str = "SLUICE_REDIS_PASSWORD";
 /// The environment variable that supplies the Sentinels' own password.
 pub const SENTINEL_PASSWORD_ENV: &str = "SLUICE_REDIS_SENTINEL_PASSWORD";
 
+/// The environment variable naming a PEM file of the certificate
+/// authorities that `rediss://` nodes are checked against, instead of the
+/// public web roots (for a Redis with a private CA).
+pub const CA_FILE_ENV: &str = "SLUICE_REDIS_CA_FILE";
+
 /// The default Redis port.
 const REDIS_PORT: u16 = 6379;
 
@@ -75,6 +80,11 @@ impl NodeAddr {
     /// The connection parameters redis-rs needs for this node.
     pub(crate) fn connection_info(&self) -> redis::RedisResult<redis::ConnectionInfo> {
         use redis::IntoConnectionInfo as _;
+        if self.tls {
+            // redis-rs leaves the process's TLS crypto provider to the
+            // application. Idempotent: an error means one is installed.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         let addr = if self.tls {
             redis::ConnectionAddr::TcpTls {
                 host: self.host.clone(),
@@ -93,6 +103,33 @@ impl NodeAddr {
             settings = settings.set_password(pass);
         }
         Ok(addr.into_connection_info()?.set_redis_settings(settings))
+    }
+
+    /// A redis-rs client for this node. A TLS node is checked against the
+    /// CAs in the PEM file named by [`CA_FILE_ENV`] when it is set, else
+    /// against the public web roots.
+    pub(crate) fn client(&self) -> redis::RedisResult<redis::Client> {
+        let info = self.connection_info()?;
+        let ca_file = std::env::var_os(CA_FILE_ENV).filter(|v| !v.is_empty());
+        match ca_file {
+            Some(path) if self.tls => {
+                let pem = std::fs::read(&path).map_err(|e| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "cannot read SLUICE_REDIS_CA_FILE",
+                        format!("{}: {e}", std::path::Path::new(&path).display()),
+                    ))
+                })?;
+                redis::Client::build_with_tls(
+                    info,
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+            }
+            _ => redis::Client::open(info),
+        }
     }
 
     /// `host:port` (IPv6 hosts bracketed).

@@ -207,8 +207,7 @@ impl SentinelMaster {
         }
         let node = shared.auth.node(host.clone(), port);
         let conn = match node
-            .connection_info()
-            .and_then(redis::Client::open)
+            .client()
             .map_err(RedisStoreError::from)
             .and_then(|client| lazy_node(client, &shared.options))
         {
@@ -309,7 +308,7 @@ async fn ask_one(
         return Ok(None);
     };
     let node = auth.node(host.clone(), port);
-    let client = redis::Client::open(node.connection_info()?)?;
+    let client = node.client()?;
     let Ok(mut conn) = within(
         deadline,
         Box::pin(client.get_multiplexed_async_connection_with_config(&options.connection_config())),

@@ -19,7 +19,7 @@ pub(crate) async fn connect_node(
     node: &NodeAddr,
     options: &TopologyOptions,
 ) -> Result<ConnectionManager, RedisStoreError> {
-    let client = redis::Client::open(node.connection_info()?)?;
+    let client = node.client()?;
     let deadline = options.request_deadline();
     let probe = tokio::time::timeout(
         deadline,
