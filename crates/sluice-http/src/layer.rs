@@ -91,6 +91,12 @@ impl RateLimitLayer {
         self
     }
 
+    /// A builder for a layer configured in code (see
+    /// [`layer_builder`](crate::layer_builder)).
+    pub fn builder() -> crate::layer_builder::LayerBuilder {
+        crate::layer_builder::LayerBuilder::default()
+    }
+
     /// A layer with its own engine, from a Sluice config file.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         Ok(Self::new(Arc::new(Engine::new(Policy::load(

@@ -23,6 +23,7 @@ pub mod control;
 pub mod data_plane;
 pub mod headers;
 pub mod layer;
+pub mod layer_builder;
 pub mod metrics;
 pub mod nginx_auth;
 pub mod problem;

@@ -193,3 +193,40 @@ async fn on_limit_delay_holds_requests_and_bounds_the_queue() {
     // a sleep never ends early).
     assert!(start.elapsed() >= std::time::Duration::from_millis(900));
 }
+
+#[tokio::test]
+async fn a_layer_built_in_code_limits_like_one_from_toml() {
+    use sluice_http::layer_builder::LimitBuilder;
+    let layer = RateLimitLayer::builder()
+        .limit(LimitBuilder::per_ip("per-ip", "1/min").burst(2))
+        .limit(LimitBuilder::per_header("export", "X-Api-Key", "1/min").path_prefix("/export"))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(remaining))
+        .route("/export", get(|| async { "exported" }))
+        .layer(layer);
+    let url = serve(app).await;
+    let client = reqwest::Client::new();
+    for left in [1, 0] {
+        let r = client.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.text().await.unwrap(), left.to_string());
+    }
+    let r = client.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().contains_key("retry-after"));
+    // The export limit needs its key.
+    let r = client.get(format!("{url}export")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[test]
+fn a_bad_limit_in_code_is_a_config_error() {
+    use sluice_http::layer_builder::LimitBuilder;
+    let e = RateLimitLayer::builder()
+        .limit(LimitBuilder::per_ip("per-ip", "ten per second"))
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("limit `per-ip`: rate"), "{e}");
+}
