@@ -352,21 +352,32 @@ impl<C: Clock> Engine<C> {
         if !self.current.load().policy.has_plan(plan) {
             return Err(UnknownPlan(plan.to_owned()).into());
         }
+        let before = self.plan_of(key).map(|(p, _)| p);
         if let Some(state) = &self.runtime_state {
             state.set_plan(self.hasher.key_id(key), plan).await?;
         }
-        Ok(self.assign_plan(key, plan)?)
+        self.assign_plan(key, plan)?;
+        if let Some(before) = before {
+            self.carry_over_shared(key, &before, plan).await;
+        }
+        Ok(())
     }
 
     /// Removes a key's runtime assignment (the admin API's `DELETE`): from
     /// the shared store first, when there is one, then here. Returns
     /// whether it had one.
     pub async fn clear_plan(&self, key: &str) -> Result<bool, RuntimeError> {
+        let before = self.plan_of(key).map(|(p, _)| p);
         let remote = match &self.runtime_state {
             Some(state) => state.remove_plan(self.hasher.key_id(key)).await?,
             None => false,
         };
-        Ok(self.unassign_plan(key) || remote)
+        let had = self.unassign_plan(key) || remote;
+        let after = self.plan_of(key).map(|(p, _)| p);
+        if let (Some(before), Some(after)) = (before, after) {
+            self.carry_over_shared(key, &before, &after).await;
+        }
+        Ok(had)
     }
 
     /// Writes the runtime assignments to `[client] runtime_keys_file`,
@@ -385,9 +396,10 @@ impl<C: Clock> Engine<C> {
         Ok((file.path.clone(), all.len()))
     }
 
-    /// Carries a key's used quota from plan `from` to plan `to` (memory
-    /// store only; a no-op on a shared store, with `carry_over = "reset"`,
-    /// or when the plans are the same).
+    /// Carries a key's used quota from plan `from` to plan `to` on the
+    /// memory store (a no-op with a shared store, where
+    /// [`Engine::set_plan`] carries it in Redis; with `carry_over =
+    /// "reset"`; or when the plans are the same).
     ///
     /// Limits are paired by name, else by position: the n-th limit of `to`
     /// takes the used fraction of the n-th limit of `from`. Only limits
@@ -396,44 +408,72 @@ impl<C: Clock> Engine<C> {
     /// refunded: a key that already used more of the new plan keeps that).
     pub fn carry_over(&self, key: &str, from: &str, to: &str) {
         let current = self.current.load();
-        let policy = &current.policy;
-        if from == to || self.shared.is_some() || policy.carry_over == CarryOver::Reset {
+        if self.shared.is_some() {
             return;
         }
-        let Some(client) = policy.client_key() else {
-            return;
-        };
-        let eligible = |plan: &str| -> Vec<usize> {
-            policy
-                .plan_limits(plan)
-                .iter()
-                .copied()
-                .filter(|&i| policy.limits()[i].key == *client)
-                .collect()
-        };
-        let (old, new) = (eligible(from), eligible(to));
         let id = self.hasher.key_id(key);
-        for (n, &ni) in new.iter().enumerate() {
-            let new_def = &policy.limits()[ni];
-            let pair = old
-                .iter()
-                .copied()
-                .find(|&oi| policy.limits()[oi].name == new_def.name)
-                .or_else(|| old.get(n).copied());
-            let Some(oi) = pair else { continue };
-            let old_def = &policy.limits()[oi];
+        for (oi, ni) in carry_pairs(&current.policy, from, to) {
+            let policy = &current.policy;
+            let (old_def, new_def) = (&policy.limits()[oi], &policy.limits()[ni]);
             let used_old = self.used(&current, oi, old_def, id);
             let used_new = self.used(&current, ni, new_def, id);
-            let (b_old, b_new) = (old_def.spec.burst.max(1), new_def.spec.burst);
-            let target = (u128::from(used_old) * u128::from(b_new) + u128::from(b_old / 2))
-                / u128::from(b_old);
-            let target = u64::try_from(target).unwrap_or(b_new).min(b_new);
-            if target > used_new {
+            let charge = carry_charge(old_def, new_def, used_old, used_new);
+            if charge > 0 {
                 let _ = self.store.check_one(&Check {
                     limit: &current.limits[ni],
                     key: id,
-                    cost: target - used_new,
+                    cost: charge,
                 });
+            }
+        }
+    }
+
+    /// [`Engine::carry_over`] on the shared store: the used shares are read
+    /// from Redis and the new plan's limits charged there, once, by the
+    /// instance that made the change. If Redis cannot answer, nothing is
+    /// carried (the key starts the new plan fresh).
+    async fn carry_over_shared(&self, key: &str, from: &str, to: &str) {
+        let Some(shared) = &self.shared else { return };
+        let current = self.current.load_full();
+        let id = self.hasher.key_id(key);
+        let used = |def: &'_ LimitDef, decided: sluice_redis::SharedChecked| -> Option<u64> {
+            if decided.by != DecidedBy::Store {
+                return None;
+            }
+            let d = decided.checked.decisions.first()?;
+            let extra = def.delay.map_or(0, |d| d.extra);
+            Some(
+                def.spec
+                    .burst
+                    .saturating_sub(d.remaining.saturating_sub(extra)),
+            )
+        };
+        for (oi, ni) in carry_pairs(&current.policy, from, to) {
+            let policy = &current.policy;
+            let (old_def, new_def) = (&policy.limits()[oi], &policy.limits()[ni]);
+            fn peek(def: &LimitDef, key: KeyId) -> SharedCheck<'_> {
+                SharedCheck {
+                    limit_id: &def.id,
+                    spec: &def.spec,
+                    limiter: &def.limiter,
+                    key,
+                    cost: 0,
+                }
+            }
+            let Some(used_old) = used(old_def, shared.check(&[peek(old_def, id)]).await) else {
+                continue;
+            };
+            let Some(used_new) = used(new_def, shared.check(&[peek(new_def, id)]).await) else {
+                continue;
+            };
+            let charge = carry_charge(old_def, new_def, used_old, used_new);
+            if charge > 0 {
+                let _ = shared
+                    .check(&[SharedCheck {
+                        cost: charge,
+                        ..peek(new_def, id)
+                    }])
+                    .await;
             }
         }
     }
@@ -1120,6 +1160,48 @@ fn impossible(e: sluice_core::CheckError) -> DecideError {
             }
         }
     }
+}
+
+/// The limits a plan change carries used quota between: `(old, new)`
+/// pairs of limit indices, paired by name, else by position, among the
+/// limits counted by the client key. Empty with `carry_over = "reset"` or
+/// the same plan.
+fn carry_pairs(policy: &Policy, from: &str, to: &str) -> Vec<(usize, usize)> {
+    if from == to || policy.carry_over == CarryOver::Reset {
+        return Vec::new();
+    }
+    let Some(client) = policy.client_key() else {
+        return Vec::new();
+    };
+    let eligible = |plan: &str| -> Vec<usize> {
+        policy
+            .plan_limits(plan)
+            .iter()
+            .copied()
+            .filter(|&i| policy.limits()[i].key == *client)
+            .collect()
+    };
+    let (old, new) = (eligible(from), eligible(to));
+    new.iter()
+        .enumerate()
+        .filter_map(|(n, &ni)| {
+            old.iter()
+                .copied()
+                .find(|&oi| policy.limits()[oi].name == policy.limits()[ni].name)
+                .or_else(|| old.get(n).copied())
+                .map(|oi| (oi, ni))
+        })
+        .collect()
+}
+
+/// What the new limit must be charged so that its used share matches the
+/// old one's (rounded to nearest; never a refund).
+fn carry_charge(old_def: &LimitDef, new_def: &LimitDef, used_old: u64, used_new: u64) -> u64 {
+    let (b_old, b_new) = (old_def.spec.burst.max(1), new_def.spec.burst);
+    let target =
+        (u128::from(used_old) * u128::from(b_new) + u128::from(b_old / 2)) / u128::from(b_old);
+    let target = u64::try_from(target).unwrap_or(b_new).min(b_new);
+    target.saturating_sub(used_new)
 }
 
 /// Whether a limit is enforced for a key: not in shadow, and the key falls
