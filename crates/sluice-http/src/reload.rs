@@ -32,7 +32,10 @@ pub struct Reloader {
 
 /// A short, stable hash of a config's text: its version.
 pub fn config_version(text: &str) -> String {
-    format!("{:08x}", sluice_redis::shared::limit_tag(text) as u32)
+    format!(
+        "{:08x}",
+        sluice_redis::shared::fnv1a(text.as_bytes()) as u32
+    )
 }
 
 /// What a reload did.

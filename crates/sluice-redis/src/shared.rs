@@ -254,10 +254,14 @@ impl SharedStore {
     /// Decides every check together, all or nothing. Never fails: when
     /// Redis cannot decide, the fallback does.
     pub async fn check(&self, checks: &[SharedCheck<'_>]) -> SharedChecked {
-        let parts: SmallVec<[Part; 4]> = checks
-            .iter()
-            .map(|c| (limit_tag(c.limit_id), c.key, c.cost))
-            .collect();
+        // The cache's identity of this request; not computed without one.
+        let parts: SmallVec<[Part; 4]> = match &self.cache {
+            Some(_) => checks
+                .iter()
+                .map(|c| (limit_tag(c.limit_id), c.key, c.cost))
+                .collect(),
+            None => SmallVec::new(),
+        };
         if let Some(cache) = &self.cache
             && let Some(decisions) = cache.lookup(&parts)
         {
@@ -459,9 +463,15 @@ pub fn share_of(spec: &LimitSpec, n: u32) -> LimitSpec {
 
 /// A stable, non-secret 64-bit tag of a limit's identity.
 pub fn limit_tag(limit_id: &str) -> u64 {
-    // FNV-1a: stable across processes and versions.
+    fnv1a(limit_id.as_bytes())
+}
+
+/// FNV-1a, 64 bits: a hash that is the same in every process and version
+/// (limit tags in Redis key names, the shard ring, config versions). Not
+/// for anything an attacker chooses and a table must survive.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in limit_id.bytes() {
+    for &b in bytes {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }

@@ -8,7 +8,7 @@
 //! `CLUSTER MEET`. No replicas.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::redis_server::{RedisServer, free_port};
 use crate::resp::{self, Reply};
@@ -227,14 +227,7 @@ impl RedisCluster {
     }
 
     fn wait_until(&self, what: &str, done: impl Fn(&Self) -> bool) {
-        let deadline = Instant::now() + READY_TIMEOUT;
-        while Instant::now() < deadline {
-            if done(self) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("timed out waiting until {what}");
+        crate::redis_server::wait_until(what, READY_TIMEOUT, || done(self));
     }
 }
 

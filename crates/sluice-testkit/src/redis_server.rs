@@ -9,6 +9,19 @@ use std::time::{Duration, Instant};
 /// How long a server may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Polls `done` every 50 ms until it holds; panics after `timeout` saying
+/// what it waited for.
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out waiting until {what}");
+}
+
 /// A free TCP port on 127.0.0.1 (bound, then released).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -99,14 +112,8 @@ impl RedisServer {
     }
 
     fn wait_ready(&self) {
-        let deadline = Instant::now() + START_TIMEOUT;
-        while Instant::now() < deadline {
-            if self.ping() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server on port {} did not start", self.port);
+        let what = format!("redis-server on port {} answers PING", self.port);
+        wait_until(&what, START_TIMEOUT, || self.ping());
     }
 
     /// Whether the server answers `PING` now.
