@@ -13,6 +13,8 @@
 #![cfg(shuttle)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// The helpers the integration tests share, from their one binary.
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;

@@ -18,7 +18,7 @@
 //! tag to the same node.
 
 /// Points per node. 512 keeps every node's share within a few percent of
-/// 1/N for small N (measured in `tests/topology_ring.rs`).
+/// 1/N for small N (measured in `tests/it/topology_ring.rs`).
 pub const VNODES: u32 = 512;
 
 /// A consistent-hash ring over named nodes.

@@ -1,0 +1,79 @@
+//! `idle_at` is exactly when a key becomes forgettable: from then on its
+//! state decides every request as a fresh key would, and it is the moment a
+//! peek reports the limit full again (`now + reset_after`).
+
+use crate::common;
+
+use common::scenario::{self, Scenario, config, drive, scenario};
+use proptest::prelude::*;
+use sluice_core::Algorithm;
+
+fn forgettable_at_idle<A: Algorithm>(alg: &A, s: &Scenario) -> Result<(), TestCaseError> {
+    let p = s.params;
+    let fresh = A::State::default();
+    drive(alg, s, |event| {
+        let mut state = event.state.clone();
+        if alg
+            .check_and_apply(&mut state, event.now, event.cost)
+            .is_err()
+        {
+            return Ok(());
+        }
+        let idle = alg.idle_at(&state);
+        let peek = alg.check(&state, event.now, 0).expect("peek").decision;
+        if peek.reset_after > 0 {
+            prop_assert_eq!(idle, event.now + peek.reset_after, "idle_at vs reset_after");
+        } else {
+            prop_assert!(idle <= event.now, "idle_at {} after a full peek", idle);
+        }
+        let from = idle.max(event.now);
+        for at in [
+            from,
+            from + 1,
+            from + p.interval_ceil(),
+            from + 3 * p.window_ceil(),
+        ] {
+            for cost in [0, 1, p.burst] {
+                let kept = alg.check(&state, at, cost).expect("possible cost").decision;
+                let forgot = alg.check(&fresh, at, cost).expect("possible cost").decision;
+                prop_assert_eq!(kept, forgot, "at {} cost {}", at, cost);
+            }
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn token_bucket_is_forgettable_at_idle(s in scenario()) {
+        forgettable_at_idle(&scenario::token_bucket(s.params), &s)?;
+    }
+
+    #[test]
+    fn gcra_is_forgettable_at_idle(s in scenario()) {
+        forgettable_at_idle(&scenario::gcra(s.params), &s)?;
+    }
+
+    #[test]
+    fn leaky_bucket_is_forgettable_at_idle(s in scenario(), nodelay in any::<bool>()) {
+        forgettable_at_idle(&scenario::leaky_bucket(s.params, nodelay), &s)?;
+    }
+
+    #[test]
+    fn fixed_window_is_forgettable_at_idle(s in scenario()) {
+        forgettable_at_idle(&scenario::fixed_window(s.params), &s)?;
+    }
+
+    #[test]
+    fn sliding_log_is_forgettable_at_idle(s in scenario()) {
+        forgettable_at_idle(&scenario::sliding_log(s.params), &s)?;
+    }
+
+    #[test]
+    fn sliding_window_is_forgettable_at_idle(s in scenario()) {
+        forgettable_at_idle(&scenario::sliding_window(s.params), &s)?;
+    }
+}

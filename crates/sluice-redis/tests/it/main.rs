@@ -1,0 +1,16 @@
+//! One test binary for this crate's integration tests: each module was
+//! once a file of its own, and one binary links once instead of many times.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod conformance;
+mod runtime_state;
+mod store;
+mod store_topology;
+mod topology_cluster;
+mod topology_ring;
+mod topology_sentinel;
+mod topology_shards;
+mod topology_single;
+mod url;

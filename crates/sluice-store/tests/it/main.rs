@@ -1,0 +1,10 @@
+//! One test binary for this crate's integration tests: each module was
+//! once a file of its own, and one binary links once instead of many times.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod concurrency;
+mod direct;
+mod keyed;
+mod memory_store;

@@ -1,0 +1,97 @@
+//! `deploy/grafana/sluice.json` is a valid dashboard whose queries use only
+//! metrics that Sluice exports: every `sluice_*` name in its expressions is
+//! in a real `/metrics` scrape of a server on Redis after some traffic.
+
+use crate::common;
+
+use std::collections::BTreeSet;
+
+use common::prom::parse;
+use common::{Sluice, client, example_path, send};
+use sluice_testkit::{RedisServer, require_redis};
+
+fn dashboard() -> serde_json::Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/grafana/sluice.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("valid JSON")
+}
+
+/// Every `sluice_…` identifier in the dashboard's queries.
+fn used_metrics(d: &serde_json::Value) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for panel in d["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            let mut rest = expr;
+            while let Some(i) = rest.find("sluice_") {
+                let tail = &rest[i..];
+                let end = tail
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(tail.len());
+                names.insert(tail[..end].to_owned());
+                rest = &tail[end..];
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn the_dashboard_is_well_formed() {
+    let d = dashboard();
+    assert_eq!(d["title"], "Sluice");
+    let panels = d["panels"].as_array().unwrap();
+    assert!(panels.len() >= 8);
+    let mut ids = BTreeSet::new();
+    for p in panels {
+        assert!(ids.insert(p["id"].as_u64().unwrap()), "duplicate panel id");
+        assert!(p["title"].as_str().is_some_and(|t| !t.is_empty()));
+        assert!(!p["targets"].as_array().unwrap().is_empty());
+    }
+    let used = used_metrics(&d);
+    for needed in [
+        "sluice_decisions_total",
+        "sluice_limited_within_plan_total",
+        "sluice_limited_retry_after_seconds_bucket",
+        "sluice_store_errors_total",
+        "sluice_store_latency_seconds_bucket",
+        "sluice_store_breaker_state",
+        "sluice_top_limited_key_requests",
+    ] {
+        assert!(used.contains(needed), "the dashboard lacks {needed}");
+    }
+}
+
+#[tokio::test]
+async fn the_dashboard_uses_only_exported_metrics() {
+    if !require_redis() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let sluice = Sluice::start_env(
+        &example_path("quickstart.toml"),
+        &["--store-url", &redis.url()],
+        &[("SLUICE_KEY_SECRET", "dashboard-test")],
+    );
+    let client = client();
+    for _ in 0..25 {
+        send(client.get(sluice.url("/")).header("X-Api-Key", "k")).await;
+    }
+    let r = send(client.get(sluice.control_url("/metrics"))).await;
+    let text = String::from_utf8(r.body).unwrap();
+    let Some(samples) = parse(&text) else { return };
+    let exported: BTreeSet<String> = samples
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    let missing: Vec<_> = used_metrics(&dashboard())
+        .into_iter()
+        .filter(|m| !exported.contains(m))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard uses metrics Sluice does not export: {missing:?}\n{text}"
+    );
+}

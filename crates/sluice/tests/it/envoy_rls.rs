@@ -1,0 +1,181 @@
+//! The Envoy Rate Limit Service of `sluice serve --config examples/envoy.toml`
+//! (which loads examples/envoy/ratelimit.yaml as it is), driven by a real
+//! gRPC client (tonic, with envoy-types' generated client).
+
+use crate::common;
+
+use common::{Sluice, example_path};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use tonic::transport::Channel;
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge_proxy".into(),
+        descriptors,
+        hits_addend: hits,
+    }
+}
+
+async fn start() -> (Sluice, RateLimitServiceClient<Channel>) {
+    let sluice = Sluice::start_args(
+        &example_path("envoy.toml"),
+        &["--grpc-listen", "127.0.0.1:0"],
+    );
+    let grpc = sluice.grpc.expect("a grpc address");
+    let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    (sluice, client)
+}
+
+async fn ask(c: &mut RateLimitServiceClient<Channel>, r: RateLimitRequest) -> RateLimitResponse {
+    c.should_rate_limit(r).await.unwrap().into_inner()
+}
+
+fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    r.response_headers_to_add
+        .iter()
+        .find(|h| h.key.eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+#[tokio::test]
+async fn over_limit_after_n_hits_with_full_statuses() {
+    let (_sluice, mut c) = start().await;
+    let export = || {
+        request(
+            vec![descriptor(&[("api_key", "k1"), ("path", "/export")])],
+            0,
+        )
+    };
+    for left in (0..5).rev() {
+        let r = ask(&mut c, export()).await;
+        assert_eq!(r.overall_code, OK);
+        let s = &r.statuses[0];
+        assert_eq!((s.code, s.limit_remaining), (OK, left));
+        let limit = s.current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+            ("export", 5, 3)
+        );
+        assert!(header(&r, "RateLimit").unwrap().contains("\"export\";r="));
+    }
+    let r = ask(&mut c, export()).await;
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(r.statuses[0].code, OVER);
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    let reset = r.statuses[0].duration_until_reset.unwrap();
+    assert!(reset.seconds > 0 && reset.seconds <= 3600, "{reset:?}");
+    assert!(header(&r, "Retry-After").unwrap().parse::<u64>().unwrap() >= 1);
+    assert_eq!(
+        header(&r, "RateLimit-Policy"),
+        Some("\"export\";q=5;w=3600")
+    );
+}
+
+#[tokio::test]
+async fn hits_addend_per_request_and_per_descriptor() {
+    let (_sluice, mut c) = start().await;
+    let d = || descriptor(&[("api_key", "k2"), ("path", "/export")]);
+    let r = ask(&mut c, request(vec![d()], 3)).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 2));
+    // A descriptor's own hits_addend overrides the request's.
+    let mut three = d();
+    three.hits_addend = Some(UInt64Value { value: 3 });
+    let r = ask(&mut c, request(vec![three], 1)).await;
+    assert_eq!(r.overall_code, OVER, "3 hits do not fit in 2");
+    // The refusal consumed nothing: 2 still fit.
+    let r = ask(&mut c, request(vec![d()], 2)).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 0));
+}
+
+#[tokio::test]
+async fn one_descriptor_over_limit_refuses_all_and_consumes_none() {
+    let (_sluice, mut c) = start().await;
+    let export = descriptor(&[("api_key", "k3"), ("path", "/export")]);
+    let per_key = descriptor(&[("api_key", "k3")]);
+    // Use up the export limit (5 per hour) alone.
+    let r = ask(&mut c, request(vec![export.clone()], 5)).await;
+    assert_eq!(r.overall_code, OK);
+    for _ in 0..3 {
+        let r = ask(&mut c, request(vec![per_key.clone(), export.clone()], 0)).await;
+        assert_eq!(r.overall_code, OVER);
+        assert_eq!(r.statuses.len(), 2);
+        assert_eq!((r.statuses[0].code, r.statuses[1].code), (OK, OVER));
+    }
+    // The per-key limit (60 per minute) was not charged by the refusals.
+    let r = ask(&mut c, request(vec![per_key], 0)).await;
+    assert_eq!(r.statuses[0].limit_remaining, 59);
+}
+
+#[tokio::test]
+async fn matching_unlimited_unknown_prefix_and_shadow() {
+    let (_sluice, mut c) = start().await;
+    let name = |r: &RateLimitResponse| r.statuses[0].current_limit.as_ref().map(|l| l.name.clone());
+    let r = ask(
+        &mut c,
+        request(vec![descriptor(&[("api_key", "premium-acme")])], 0),
+    )
+    .await;
+    assert_eq!(name(&r).as_deref(), Some("premium"));
+    let r = ask(
+        &mut c,
+        request(vec![descriptor(&[("api_key", "internal-monitoring")])], 0),
+    )
+    .await;
+    assert_eq!((r.overall_code, name(&r)), (OK, None), "unlimited");
+    let r = ask(&mut c, request(vec![descriptor(&[("nothing", "here")])], 0)).await;
+    assert_eq!((r.overall_code, name(&r)), (OK, None), "unmatched");
+    let r = ask(&mut c, request(vec![descriptor(&[("api_key", "k4")])], 0)).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 59));
+    // Shadow mode: counted, never refused (1 per second).
+    let ua = || request(vec![descriptor(&[("user_agent", "curl")])], 5);
+    let r = ask(&mut c, ua()).await;
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(r.statuses[0].code, OK);
+    let r = ask(&mut c, request(vec![descriptor(&[("domain", "other")])], 0)).await;
+    assert_eq!(r.overall_code, OK);
+}
+
+#[tokio::test]
+async fn the_health_service_reports_serving() {
+    let (sluice, _c) = start().await;
+    let channel = Channel::from_shared(format!("http://{}", sluice.grpc.unwrap()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let r = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "envoy.service.ratelimit.v3.RateLimitService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        r.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+}

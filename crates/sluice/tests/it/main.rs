@@ -1,0 +1,32 @@
+//! One test binary for this crate's integration tests: each module was
+//! once a file of its own, and one binary links once instead of many times.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod access_lists;
+mod account_events;
+mod admin_plans;
+mod control_api;
+mod dashboard;
+mod envoy_rls;
+mod graceful_shutdown;
+mod hot_reload;
+mod legacy_headers;
+mod metrics;
+mod nginx_auth_request;
+mod nginx_perimeter;
+mod policy_features;
+mod proxy_forwarding;
+mod proxy_upstream_down;
+mod quickstart_one_key;
+mod quickstart_plans;
+mod redis_degradation;
+mod redis_shared;
+mod redis_tls;
+mod rollout;
+mod shared_runtime_state;
+mod simulate_agrees;
+mod simulate_cli;
+mod status_page;
+mod validate;

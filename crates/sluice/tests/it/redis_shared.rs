@@ -1,0 +1,357 @@
+//! Limits shared in Redis: the quick-start config runs unchanged with
+//! `--store-url redis://…`, two `sluice serve` processes enforce one limit
+//! together, and the key names in Redis never contain a raw key.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Sluice, TempConfig, client, example, example_path, replace_once, send};
+use sluice_testkit::redis_cluster::RedisCluster;
+use sluice_testkit::redis_sentinel::SentinelSetup;
+use sluice_testkit::{RedisServer, require_redis};
+
+const SECRET: (&str, &str) = ("SLUICE_KEY_SECRET", "test-secret-shared-by-both");
+
+fn start_on(redis: &RedisServer, config: &std::path::Path) -> Sluice {
+    start_url(&redis.url(), config)
+}
+
+fn start_url(url: &str, config: &std::path::Path) -> Sluice {
+    Sluice::start_env(config, &["--store-url", url], &[SECRET])
+}
+
+/// Every key name in Redis (`KEYS *`, fine for a test-sized database).
+fn redis_keys(redis: &RedisServer) -> Vec<String> {
+    let raw = redis.command(&["KEYS", "*"]).unwrap();
+    raw.lines()
+        .filter(|l| !l.starts_with('*') && !l.starts_with('$'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_quickstart_config_runs_unchanged_on_redis() {
+    if !require_redis() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let sluice = start_on(&redis, &example_path("quickstart.toml"));
+    let client = client();
+    // Redis decides (allow the very first calls, which load the script, to
+    // miss the quick start's 10 ms timeout on a busy machine).
+    let started = std::time::Instant::now();
+    loop {
+        let r = send(client.get(sluice.url("/")).header("X-Api-Key", "warm-up")).await;
+        assert_eq!(r.status, 200);
+        if !r.has("sluice-fallback") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "Redis never decided"
+        );
+    }
+    let r = send(client.get(sluice.url("/")).header("X-Api-Key", "alice")).await;
+    let fields = r.ratelimit();
+    assert_eq!(common::sf_item(&fields, "free").param("r"), 19);
+}
+
+/// The quick start's limits, shared by two instances (with a generous
+/// store timeout, so that a busy test machine never hands a request to the
+/// fallback).
+#[tokio::test]
+async fn the_quickstart_config_shares_its_limits_through_redis() {
+    if !require_redis() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let text = replace_once(
+        &example("quickstart.toml"),
+        "[store]\n",
+        "[store]\ntimeout = \"2s\"\n",
+    );
+    let config = TempConfig::new("redis-quickstart-shared", &text);
+    let a = start_on(&redis, config.path());
+    let b = start_on(&redis, config.path());
+    let client = client();
+    let key = "alice-raw-api-key";
+
+    // The free plan's burst of 20, spent half on each instance.
+    for i in 0..20 {
+        let s = if i % 2 == 0 { &a } else { &b };
+        let r = send(client.get(s.url("/")).header("X-Api-Key", key)).await;
+        assert_eq!(
+            r.status,
+            200,
+            "request {i}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert!(!r.has("sluice-fallback"), "decided by Redis");
+    }
+    // Both instances now refuse: the quota is one, not one per instance.
+    for s in [&a, &b] {
+        let r = send(client.get(s.url("/")).header("X-Api-Key", key)).await;
+        assert_eq!(r.status, 429);
+        let fields = r.ratelimit();
+        let free = common::sf_item(&fields, "free");
+        assert_eq!(free.param("r"), 0);
+        assert!(r.int_header("retry-after") >= 1);
+    }
+
+    let keys = redis_keys(&redis);
+    assert!(!keys.is_empty());
+    for k in &keys {
+        assert!(k.starts_with("sluice:{"), "{k}");
+        assert!(!k.contains("alice"), "a raw key reached Redis: {k}");
+        let ttl = redis.command(&["PTTL", k]).unwrap();
+        let ttl: i64 = ttl.trim_start_matches(':').trim().parse().unwrap();
+        assert!(ttl > 0, "{k} has no TTL ({ttl})");
+    }
+}
+
+/// One Redis node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_admit_exactly_one_global_limit_on_one_node() {
+    if !require_redis() {
+        return;
+    }
+    let redis = RedisServer::start();
+    two_instances_admit_exactly_one_global_limit(&redis.url()).await;
+}
+
+/// Redis Cluster (three primaries): the per-IP and per-key limits live in
+/// different slots, so a refused request is refunded across nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_admit_exactly_one_global_limit_on_a_cluster() {
+    if !require_redis() {
+        return;
+    }
+    let cluster = RedisCluster::start(3);
+    two_instances_admit_exactly_one_global_limit(&cluster.url()).await;
+}
+
+/// Three independent shards, keys spread by consistent hashing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_admit_exactly_one_global_limit_on_shards() {
+    if !require_redis() {
+        return;
+    }
+    let shards: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let hosts: Vec<String> = shards
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    two_instances_admit_exactly_one_global_limit(&format!("redis+shards://{}", hosts.join(",")))
+        .await;
+}
+
+/// A master and a replica behind three Sentinels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_admit_exactly_one_global_limit_behind_sentinel() {
+    if !require_redis() {
+        return;
+    }
+    let sentinel = SentinelSetup::start("sluice-exact");
+    two_instances_admit_exactly_one_global_limit(&sentinel.url()).await;
+}
+
+/// Fifty clients, split over two instances, hammer one key of a token
+/// bucket (50/s, burst 20) for about three seconds. Admitted requests must
+/// fit what the bucket allows over the run, and fall short of it by at most
+/// one refill interval.
+async fn two_instances_admit_exactly_one_global_limit(url: &str) {
+    let text = replace_once(
+        &example("quickstart.toml"),
+        r#"limits = [{ algorithm = "token_bucket", rate = "10/s", burst = 20 }]"#,
+        r#"limits = [{ algorithm = "token_bucket", rate = "50/s", burst = 20 }]"#,
+    );
+    let text = replace_once(&text, "[store]\n", "[store]\ntimeout = \"2s\"\n");
+    let config = TempConfig::new("redis-two-instances", &text);
+    let a = Arc::new(start_url(url, config.path()));
+    let b = Arc::new(start_url(url, config.path()));
+    let client = client();
+
+    let admitted = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let fallback = Arc::new(AtomicU64::new(0));
+    let first_reply = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let last_send = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let begin = Instant::now();
+    let run_for = Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for c in 0..50 {
+        let s = if c % 2 == 0 { a.clone() } else { b.clone() };
+        let (client, admitted, refused, fallback) = (
+            client.clone(),
+            admitted.clone(),
+            refused.clone(),
+            fallback.clone(),
+        );
+        let (first_reply, last_send) = (first_reply.clone(), last_send.clone());
+        tasks.push(tokio::spawn(async move {
+            while begin.elapsed() < run_for {
+                let sent = Instant::now();
+                *last_send.lock().unwrap() = Some(sent);
+                let r = send(client.get(s.url("/")).header("X-Api-Key", "shared")).await;
+                first_reply.lock().unwrap().get_or_insert_with(Instant::now);
+                if r.has("sluice-fallback") {
+                    fallback.fetch_add(1, Ordering::Relaxed);
+                }
+                match r.status {
+                    200 => admitted.fetch_add(1, Ordering::Relaxed),
+                    429 => refused.fetch_add(1, Ordering::Relaxed),
+                    s => panic!("unexpected status {s}"),
+                };
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let end = Instant::now();
+    let admitted = admitted.load(Ordering::Relaxed);
+    assert_eq!(
+        fallback.load(Ordering::Relaxed),
+        0,
+        "Redis decided every request"
+    );
+    assert!(
+        refused.load(Ordering::Relaxed) > 0,
+        "the load exceeded the limit"
+    );
+
+    // Every decision happened between the first send and the last reply
+    // (outer), and the decisions spanned at least from the first reply to
+    // the last send (inner).
+    let outer = (end - begin).as_secs_f64();
+    let inner =
+        (last_send.lock().unwrap().unwrap() - first_reply.lock().unwrap().unwrap()).as_secs_f64();
+    let most = 20 + (50.0 * outer).floor() as u64;
+    let least = (20 + (50.0 * inner).floor() as u64).saturating_sub(1);
+    eprintln!(
+        "admitted {admitted}; allowed between {least} and {most} (inner {inner:.3}s, outer {outer:.3}s)"
+    );
+    assert!(
+        admitted <= most,
+        "admitted {admitted} > {most}: more than the global limit"
+    );
+    assert!(
+        admitted >= least,
+        "admitted {admitted} < {least}: quota within the limit was refused"
+    );
+}
+
+/// Script calls Redis has run since its stats were reset.
+fn script_calls(redis: &RedisServer) -> u64 {
+    let stats = redis.command(&["INFO", "commandstats"]).unwrap();
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split("calls=").nth(1))
+        .filter_map(|v| v.split(',').next())
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum()
+}
+
+/// A flood of 200 requests from one key over its burst of 20: with the
+/// over-limit cache, the refusals are answered locally until their retry
+/// time; without it, every one is a Redis call. The same answers either way.
+#[tokio::test]
+async fn the_over_limit_cache_keeps_a_flood_off_redis() {
+    if !require_redis() {
+        return;
+    }
+    let mut calls = Vec::new();
+    for cache in [true, false] {
+        let redis = RedisServer::start();
+        let text = replace_once(
+            &example("quickstart.toml"),
+            "[store]\n",
+            &format!("[store]\ntimeout = \"2s\"\nover_limit_cache = {cache}\n"),
+        );
+        let config = TempConfig::new("redis-over-limit-cache", &text);
+        let sluice = start_on(&redis, config.path());
+        let client = client();
+        let r = send(client.get(sluice.url("/")).header("X-Api-Key", "warm")).await;
+        assert_eq!(r.status, 200);
+        assert!(
+            redis
+                .command(&["CONFIG", "RESETSTAT"])
+                .unwrap()
+                .starts_with("+OK")
+        );
+        let (mut admitted, mut refused) = (0, 0);
+        for _ in 0..200 {
+            let r = send(client.get(sluice.url("/")).header("X-Api-Key", "flood")).await;
+            assert!(!r.has("sluice-fallback"));
+            match r.status {
+                200 => admitted += 1,
+                429 => refused += 1,
+                s => panic!("status {s}"),
+            }
+        }
+        assert!(
+            admitted >= 20 && refused > 100,
+            "{admitted} admitted, {refused} refused"
+        );
+        calls.push(script_calls(&redis));
+    }
+    let (with, without) = (calls[0], calls[1]);
+    eprintln!("Redis script calls for 200 requests: {with} with the cache, {without} without");
+    assert!(without >= 200, "{without}");
+    assert!(
+        with * 4 < without,
+        "the cache saved too little: {with} against {without}"
+    );
+}
+
+/// Changing a key's plan on a Redis store carries its used quota over, as
+/// on the memory store: a free key (burst 20) that used 15 moves to pro
+/// (burst 300) having used about three quarters of it.
+#[tokio::test]
+async fn a_plan_change_carries_used_quota_over_in_redis() {
+    if !require_redis() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let text = replace_once(
+        &example("quickstart.toml"),
+        "[store]\n",
+        "[store]\ntimeout = \"2s\"\n",
+    );
+    let config = TempConfig::new("redis-carry-over", &text);
+    let sluice = Sluice::start_env(
+        config.path(),
+        &["--store-url", &redis.url()],
+        &[
+            ("SLUICE_KEY_SECRET", "carry"),
+            ("SLUICE_ADMIN_TOKEN", "t0ken"),
+        ],
+    );
+    let client = client();
+    for _ in 0..15 {
+        let r = send(client.get(sluice.url("/")).header("X-Api-Key", "carol")).await;
+        assert_eq!(r.status, 200);
+        assert!(!r.has("sluice-fallback"));
+    }
+    let r = send(
+        client
+            .put(sluice.control_url("/admin/keys/carol/plan"))
+            .bearer_auth("t0ken")
+            .header("content-type", "application/json")
+            .body(r#"{"plan":"pro"}"#),
+    )
+    .await;
+    assert!(r.status == 200 || r.status == 204, "{r:?}");
+
+    let r = send(client.get(sluice.url("/")).header("X-Api-Key", "carol")).await;
+    assert_eq!(r.status, 200);
+    let fields = r.ratelimit();
+    let left = common::sf_item(&fields, "pro").param("r");
+    // 15 of 20 used is 225 of 300; minus this request, plus at most a few
+    // refilled meanwhile. A fresh pro bucket would say 299.
+    assert!((60..=100).contains(&left), "pro remaining {left}");
+}
