@@ -3,10 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
 mod admission_bounds;
 mod bucket_equivalences;
 mod clock_backwards;
+mod common;
 mod edge_cases;
 mod idle_at;
 mod nginx_limit_req;

@@ -3,10 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
 mod access_lists;
 mod account_events;
 mod admin_plans;
+mod common;
 mod control_api;
 mod dashboard;
 mod envoy_rls;
