@@ -22,9 +22,10 @@
 //! from now, not epoch timestamps.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use sfv::{KeyRef, ListSerializer, StringRef};
+use sfv::{ItemSerializer, StringRef};
 use sluice_core::{LimitSpec, Nanos};
 use sluice_policy::{LimitResult, Verdict};
+use smallvec::SmallVec;
 
 const NS_PER_SEC: u128 = 1_000_000_000;
 
@@ -52,7 +53,7 @@ const X_RATELIMIT_FIELDS: [HeaderName; 3] = [
 
 /// Whole seconds, rounded up.
 pub fn ceil_secs(ns: Nanos) -> u64 {
-    u64::try_from(u128::from(ns).div_ceil(NS_PER_SEC)).unwrap_or(u64::MAX)
+    ns.div_ceil(1_000_000_000)
 }
 
 /// The `Retry-After` value for a refusal: whole seconds, rounded up, at
@@ -84,36 +85,98 @@ pub fn seconds_until_quota(result: &LimitResult) -> u64 {
     }
 }
 
-fn integer(n: u64) -> sfv::Integer {
-    sfv::Integer::try_from(n).unwrap_or(sfv::Integer::MAX)
+/// The largest RFC 9651 Integer; larger values are sent as this.
+const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
+/// Whether a limit name is an sf-string as it is: printable ASCII without
+/// `"` or `\\`. Limit names are validated at load to such characters.
+fn plain_name(name: &str) -> bool {
+    name.bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
 }
 
-fn name_of(result: &LimitResult) -> &StringRef {
-    // Limit names are validated at load to printable ASCII.
-    StringRef::from_str(&result.name).unwrap_or(StringRef::constant("limit"))
+/// Appends a limit's name as an sf-string: one copy between quotes for a
+/// plain name; any other is serialized by `sfv` (with escapes), or replaced
+/// by `"limit"` where it cannot be an sf-string at all.
+fn push_name(out: &mut String, name: &str) {
+    if plain_name(name) {
+        out.push('"');
+        out.push_str(name);
+        out.push('"');
+        return;
+    }
+    let item = StringRef::from_str(name).unwrap_or(StringRef::constant("limit"));
+    out.push_str(&ItemSerializer::new().bare_item(item).finish());
+}
+
+/// The number of decimal digits of `n`.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
+/// A Structured Field List with one item per limit, named by the limit,
+/// with two integer parameters: `"name";k1=v1;k2=v2, ...`.
+///
+/// This is on every response's path, so it is written directly, into a
+/// string of exactly its length (which `Bytes` then takes over without a
+/// second allocation), rather than through a generic serializer. The tests
+/// check its output against `sfv`'s.
+fn list_field(
+    results: &[LimitResult],
+    keys: [&str; 2],
+    values: impl Fn(&LimitResult) -> [u64; 2],
+) -> Option<String> {
+    if results.is_empty() {
+        return None;
+    }
+    let items: SmallVec<[[u64; 2]; 4]> = results
+        .iter()
+        .map(|r| values(r).map(|n| n.min(SF_INTEGER_MAX)))
+        .collect();
+    let len: usize = results
+        .iter()
+        .zip(&items)
+        .map(|(r, v)| {
+            r.name.len()
+                + 2
+                + keys
+                    .iter()
+                    .zip(v)
+                    .map(|(k, &n)| k.len() + 2 + digits(n))
+                    .sum::<usize>()
+        })
+        .sum::<usize>()
+        + 2 * (results.len() - 1);
+    let mut out = String::with_capacity(len);
+    let mut number = itoa::Buffer::new();
+    for (i, (r, v)) in results.iter().zip(&items).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        push_name(&mut out, &r.name);
+        for (key, &n) in keys.iter().zip(v) {
+            out.push(';');
+            out.push_str(key);
+            out.push('=');
+            out.push_str(number.format(n));
+        }
+    }
+    Some(out)
 }
 
 /// The `RateLimit-Policy` field value, or `None` with no limits.
 pub fn policy_field(results: &[LimitResult]) -> Option<String> {
-    let mut ser = ListSerializer::new();
-    for r in results {
+    list_field(results, ["q", "w"], |r| {
         let (q, w) = quota_window(&r.spec);
-        ser.bare_item(name_of(r))
-            .parameter(KeyRef::constant("q"), integer(q))
-            .parameter(KeyRef::constant("w"), integer(w));
-    }
-    ser.finish()
+        [q, w]
+    })
 }
 
 /// The `RateLimit` field value, or `None` with no limits.
 pub fn ratelimit_field(results: &[LimitResult]) -> Option<String> {
-    let mut ser = ListSerializer::new();
-    for r in results {
-        ser.bare_item(name_of(r))
-            .parameter(KeyRef::constant("r"), integer(r.decision.remaining))
-            .parameter(KeyRef::constant("t"), integer(seconds_until_quota(r)));
-    }
-    ser.finish()
+    list_field(results, ["r", "t"], |r| {
+        [r.decision.remaining, seconds_until_quota(r)]
+    })
 }
 
 /// Inserts a serialized Structured Field without copying it again.
@@ -235,6 +298,80 @@ mod tests {
         assert_eq!(h["ratelimit-limit"], "2");
         assert_eq!(h["x-ratelimit-remaining"], "0");
         assert_eq!(h["x-ratelimit-reset"], "30");
+    }
+
+    /// What `sfv`'s own serializer makes of the same list.
+    fn sfv_list(items: &[(&str, [(&str, u64); 2])]) -> Option<String> {
+        let mut ser = sfv::ListSerializer::new();
+        for (name, params) in items {
+            let mut item = ser.bare_item(StringRef::from_str(name).unwrap());
+            for (k, v) in params {
+                let n = sfv::Integer::try_from((*v).min(SF_INTEGER_MAX)).unwrap();
+                item = item.parameter(sfv::KeyRef::from_str(k).unwrap(), n);
+            }
+        }
+        ser.finish()
+    }
+
+    #[test]
+    fn fields_are_what_sfv_serializes() {
+        let names = [
+            "free",
+            "a.b:c/d-e_f",
+            "with space",
+            r#"q"uote"#,
+            r"back\slash",
+            "~",
+        ];
+        let numbers = [
+            0,
+            1,
+            9,
+            10,
+            12_345,
+            SF_INTEGER_MAX,
+            SF_INTEGER_MAX + 1,
+            u64::MAX,
+        ];
+        for (i, name) in names.iter().enumerate() {
+            for (j, &n) in numbers.iter().enumerate() {
+                let m = numbers[(i + j + 1) % numbers.len()];
+                let decision = Decision {
+                    remaining: n,
+                    reset_after: m.saturating_mul(1_000_000_000),
+                    ..Decision::full(n)
+                };
+                let results = vec![
+                    result(name, "10/s", 20, decision),
+                    result("second", "1/min", 3, decision),
+                ];
+                let t = ceil_secs(m.saturating_mul(1_000_000_000));
+                let want = sfv_list(&[
+                    (name, [("r", n), ("t", t)]),
+                    ("second", [("r", n), ("t", t)]),
+                ]);
+                let field = ratelimit_field(&results);
+                assert_eq!(field, want, "{name} {n} {m}");
+                // Sized exactly, so that `Bytes` takes it without copying.
+                let field = field.unwrap();
+                if plain_name(name) {
+                    assert_eq!(field.len(), field.capacity(), "{field}");
+                }
+                let want = sfv_list(&[
+                    (name, [("q", 20), ("w", 2)]),
+                    ("second", [("q", 3), ("w", 180)]),
+                ]);
+                assert_eq!(policy_field(&results), want, "{name}");
+            }
+        }
+        assert_eq!(ratelimit_field(&[]), None);
+        assert_eq!(policy_field(&[]), None);
+    }
+
+    #[test]
+    fn a_name_that_cannot_be_an_sf_string_is_replaced() {
+        let results = vec![result("tab\there", "10/s", 20, Decision::full(20))];
+        assert_eq!(ratelimit_field(&results).unwrap(), r#""limit";r=20;t=0"#);
     }
 
     #[test]

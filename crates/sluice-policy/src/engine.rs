@@ -867,7 +867,7 @@ impl<C: Clock> Engine<C> {
             current.policy.resolve_with(req, runtime_plan)?
         };
         // Hash each distinct client key once.
-        let mut ids: SmallVec<[(std::borrow::Cow<'p, str>, KeyId); 4]> = SmallVec::new();
+        let mut ids: SmallVec<[(crate::KeyText<'p>, KeyId); 4]> = SmallVec::new();
         let mut enforced = SmallVec::new();
         let mut shadowed = SmallVec::new();
         for a in applied {

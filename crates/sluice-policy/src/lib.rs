@@ -9,6 +9,7 @@ pub mod config;
 pub mod engine;
 pub mod events;
 pub mod key_source;
+pub mod key_text;
 pub mod keys_file;
 pub mod matcher;
 pub mod policy;
@@ -20,7 +21,8 @@ pub use engine::{
     DecideError, Engine, LimitResult, PlanSource, RuntimeError, SaveError, UnknownPlan, Verdict,
 };
 pub use key_source::KeySource;
+pub use key_text::KeyText;
 pub use policy::{
-    Access, Applied, CostRule, DelayDef, EnvoySettings, LimitDef, LimitLabels, Matcher, MissingKey,
-    Policy, RequestInfo, RuntimeKeysFile,
+    Access, Applied, AppliedLimits, CostRule, DelayDef, EnvoySettings, LimitDef, LimitLabels,
+    Matcher, MissingKey, Policy, RequestInfo, RuntimeKeysFile,
 };

@@ -1,7 +1,6 @@
 //! The policy: a compiled config that turns a request into the limits that
 //! apply to it, each with its key and cost.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -16,6 +15,7 @@ use crate::config::{
     PlanConfig, Source,
 };
 use crate::key_source::KeySource;
+use crate::key_text::KeyText;
 use crate::keys_file::KeysFile;
 pub use crate::matcher::Matcher;
 
@@ -154,10 +154,14 @@ pub struct Applied<'p> {
     /// Its index in [`Policy::limits`].
     pub index: usize,
     /// The key it counts this request under (raw; stores hash it).
-    pub key: Cow<'p, str>,
+    pub key: KeyText<'p>,
     /// The cost of this request under it.
     pub cost: u64,
 }
+
+/// The limits that apply to one request, inline for the usual few (no
+/// allocation on the request path).
+pub type AppliedLimits<'p> = smallvec::SmallVec<[Applied<'p>; 4]>;
 
 /// A request lacks what a limit counts by.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -516,7 +520,7 @@ impl Policy {
     }
 
     /// The limits that apply to a request, with their keys and costs.
-    pub fn resolve<'p>(&'p self, req: &RequestInfo<'p>) -> Result<Vec<Applied<'p>>, MissingKey> {
+    pub fn resolve<'p>(&'p self, req: &RequestInfo<'p>) -> Result<AppliedLimits<'p>, MissingKey> {
         self.resolve_with(req, |_| None)
     }
 
@@ -550,7 +554,7 @@ impl Policy {
         &'p self,
         req: &RequestInfo<'p>,
         runtime: impl Fn(&str) -> Option<&'p str>,
-    ) -> Result<Vec<Applied<'p>>, MissingKey> {
+    ) -> Result<AppliedLimits<'p>, MissingKey> {
         let client_key = self
             .client_key
             .as_ref()
@@ -570,7 +574,7 @@ impl Policy {
             })
             .map(|r| r.cost);
 
-        let mut applied = Vec::new();
+        let mut applied = AppliedLimits::new();
         let candidates = self.global.iter().chain(plan.into_iter().flatten());
         for &i in candidates {
             let limit = &self.limits[i];
@@ -612,19 +616,19 @@ fn key_of<'a>(
     source: &KeySource,
     req: &RequestInfo<'a>,
     trusted: &TrustedProxies,
-) -> Option<Cow<'a, str>> {
+) -> Option<KeyText<'a>> {
     match source {
-        KeySource::Global => Some(Cow::Borrowed("")),
+        KeySource::Global => Some(KeyText::Borrowed("")),
         KeySource::Ip => req
             .peer
-            .map(|peer| Cow::Owned(trusted.client_ip(peer, req.headers).to_string())),
+            .map(|peer| KeyText::ip(trusted.client_ip(peer, req.headers))),
         KeySource::Header(name) => req
             .headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
             .filter(|v| !v.is_empty())
-            .map(Cow::Borrowed),
+            .map(KeyText::Borrowed),
     }
 }
 

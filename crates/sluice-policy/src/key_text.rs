@@ -1,0 +1,176 @@
+//! A client key as text, without allocating: borrowed from the request, or a
+//! client IP written into an inline buffer.
+//!
+//! The key of an `ip` limit is the address's usual text form (`192.0.2.1`,
+//! `2001:db8::1`), exactly as `IpAddr`'s `Display` writes it, so keys files,
+//! allow lists and stored key hashes mean the same as they always did. It is
+//! written on every request under such a limit, so IPv4 (the common case) is
+//! written digit by digit rather than through `core::fmt`.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::ops::Deref;
+
+/// The longest text form of an IP address: a full IPv6 address with an
+/// embedded IPv4 (`ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255`).
+const IP_TEXT_MAX: usize = 45;
+
+/// A client key's text: what a limit counts a request under (raw; stores
+/// hash it before it goes anywhere).
+#[derive(Clone)]
+pub enum KeyText<'a> {
+    /// Borrowed from the request (a header's value) or a constant.
+    Borrowed(&'a str),
+    /// A client IP, written inline.
+    Ip(IpText),
+}
+
+impl<'a> KeyText<'a> {
+    /// The key of a client IP.
+    pub fn ip(ip: IpAddr) -> Self {
+        Self::Ip(IpText::new(ip))
+    }
+}
+
+impl Deref for KeyText<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            Self::Borrowed(s) => s,
+            Self::Ip(ip) => ip.as_str(),
+        }
+    }
+}
+
+impl PartialEq for KeyText<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for KeyText<'_> {}
+
+impl PartialEq<str> for KeyText<'_> {
+    fn eq(&self, other: &str) -> bool {
+        &**self == other
+    }
+}
+
+impl fmt::Debug for KeyText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl fmt::Display for KeyText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self)
+    }
+}
+
+/// An IP address's text form in a fixed buffer.
+#[derive(Clone, Copy)]
+pub struct IpText {
+    buf: [u8; IP_TEXT_MAX],
+    len: u8,
+}
+
+impl IpText {
+    /// Writes `ip` as `IpAddr`'s `Display` does.
+    pub fn new(ip: IpAddr) -> Self {
+        let mut text = Self {
+            buf: [0; IP_TEXT_MAX],
+            len: 0,
+        };
+        match ip {
+            IpAddr::V4(v4) => {
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        text.push(b'.');
+                    }
+                    if octet >= 100 {
+                        text.push(b'0' + octet / 100);
+                    }
+                    if octet >= 10 {
+                        text.push(b'0' + octet / 10 % 10);
+                    }
+                    text.push(b'0' + octet % 10);
+                }
+            }
+            // Rare enough on the hot path to go through `core::fmt`, which
+            // knows IPv6's compression rules; it cannot overflow the buffer.
+            IpAddr::V6(v6) => {
+                let _ = fmt::write(&mut text, format_args!("{v6}"));
+            }
+        }
+        text
+    }
+
+    fn push(&mut self, b: u8) {
+        if let Some(slot) = self.buf.get_mut(usize::from(self.len)) {
+            *slot = b;
+            self.len += 1;
+        }
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII is ever written.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl fmt::Write for IpText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let start = usize::from(self.len);
+        let end = start + s.len();
+        let slot = self.buf.get_mut(start..end).ok_or(fmt::Error)?;
+        slot.copy_from_slice(s.as_bytes());
+        self.len = u8::try_from(end).map_err(|_| fmt::Error)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn the_longest_forms_fit() {
+        for ip in [
+            IpAddr::V4(Ipv4Addr::new(255, 255, 255, 255)),
+            IpAddr::V4(Ipv4Addr::new(0, 0, 0, 0)),
+            IpAddr::V6(Ipv6Addr::new(
+                0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff, 0xffff,
+            )),
+            IpAddr::V6("::ffff:255.255.255.255".parse().unwrap()),
+            IpAddr::V6(
+                "1111:2222:3333:4444:5555:6666:255.255.255.255"
+                    .parse()
+                    .unwrap(),
+            ),
+        ] {
+            assert_eq!(&*KeyText::ip(ip), ip.to_string());
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn ipv4_text_is_display(bits: u32) {
+            let ip = IpAddr::V4(Ipv4Addr::from(bits));
+            prop_assert_eq!(&*KeyText::ip(ip), ip.to_string());
+        }
+
+        #[test]
+        fn ipv6_text_is_display(
+            // Half the groups zero, for the runs IPv6's compression elides.
+            groups in proptest::array::uniform8(prop_oneof![Just(0u16), any::<u16>()])
+        ) {
+            let ip = IpAddr::V6(Ipv6Addr::from(groups));
+            prop_assert_eq!(&*KeyText::ip(ip), ip.to_string());
+        }
+    }
+}
