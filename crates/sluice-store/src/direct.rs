@@ -9,12 +9,13 @@
 //! decisions, so they take the same path. Every other case keeps its state
 //! behind a mutex.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use sluice_core::{
-    AlgorithmKind, CheckError, Clock, Decision, Gcra, LimitError, LimitSpec, Limiter, State,
-    SystemClock,
+    CheckError, Clock, Decision, LimitError, LimitSpec, Limiter, State, SystemClock,
 };
+
+use crate::atomic_gcra::AtomicGcra;
 
 use crate::sync::Mutex;
 
@@ -42,7 +43,7 @@ pub struct DirectLimiter<C: Clock = SystemClock> {
 #[derive(Debug)]
 enum Direct {
     /// GCRA with its TAT in nanoseconds, in one word.
-    Atomic { gcra: Gcra, tat: AtomicU64 },
+    Atomic { gcra: AtomicGcra, tat: AtomicU64 },
     /// Anything else.
     Locked {
         limiter: Limiter,
@@ -61,19 +62,12 @@ impl<C: Clock> DirectLimiter<C> {
     /// A limiter on the given clock.
     pub fn with_clock(spec: &LimitSpec, clock: C) -> Result<Self, LimitError> {
         let limiter = spec.build()?;
-        let gcra_equivalent = match spec.algorithm {
-            AlgorithmKind::Gcra | AlgorithmKind::TokenBucket => true,
-            AlgorithmKind::LeakyBucket => spec.nodelay,
-            _ => false,
-        };
-        let state = match gcra_equivalent.then(|| Gcra::new(spec.rate, spec.burst)) {
-            // A TAT is at most `now + tolerance`; keep it a word until the
-            // year 2500 at least.
-            Some(Ok(gcra)) if gcra.scale() == 1 && gcra.tolerance() < 1 << 62 => Direct::Atomic {
+        let state = match AtomicGcra::for_spec(spec) {
+            Some(gcra) => Direct::Atomic {
                 gcra,
                 tat: AtomicU64::new(0),
             },
-            _ => Direct::Locked {
+            None => Direct::Locked {
                 limiter,
                 state: Mutex::new(State::Fresh),
             },
@@ -91,24 +85,7 @@ impl<C: Clock> DirectLimiter<C> {
     pub fn check(&self, cost: u64) -> Result<Decision, CheckError> {
         let now = self.clock.now();
         match &self.state {
-            Direct::Atomic { gcra, tat } => {
-                let mut current = tat.load(Ordering::Acquire);
-                loop {
-                    let (decision, next) = gcra.check_nanos(current, now, cost)?;
-                    let Some(next) = next else {
-                        return Ok(decision);
-                    };
-                    match tat.compare_exchange_weak(
-                        current,
-                        next,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    ) {
-                        Ok(_) => return Ok(decision),
-                        Err(actual) => current = actual,
-                    }
-                }
-            }
+            Direct::Atomic { gcra, tat } => gcra.check(tat, now, cost),
             Direct::Locked { limiter, state } => {
                 limiter.check_and_apply(&mut state.lock(), now, cost)
             }

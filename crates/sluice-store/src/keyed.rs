@@ -51,9 +51,10 @@ use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteG
 use hashbrown::HashTable;
 use parking_lot::Mutex;
 use sluice_core::{
-    AlgorithmKind, CheckError, Clock, Decision, Gcra, LimitError, LimitSpec, Limiter, Nanos, State,
-    SystemClock,
+    CheckError, Clock, Decision, LimitError, LimitSpec, Limiter, Nanos, State, SystemClock,
 };
+
+use crate::atomic_gcra::AtomicGcra;
 
 /// Many keys, one limit, in process. See the module docs.
 ///
@@ -188,18 +189,12 @@ impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, C> {
         let limiter = spec.build()?;
         // At most 2^16 shards: the index takes hash bits 32..48.
         let n = shards.clamp(1, 1 << 16).next_power_of_two();
-        let gcra_equivalent = match spec.algorithm {
-            AlgorithmKind::Gcra | AlgorithmKind::TokenBucket => true,
-            AlgorithmKind::LeakyBucket => spec.nodelay,
-            _ => false,
-        };
-        let inner = match gcra_equivalent.then(|| Gcra::new(spec.rate, spec.burst)) {
-            // As DirectLimiter: the TAT stays a word until the year 2500.
-            Some(Ok(gcra)) if gcra.scale() == 1 && gcra.tolerance() < 1 << 62 => Inner::Atomic {
-                gcra: AtomicGcra::new(&gcra),
+        let inner = match AtomicGcra::for_spec(spec) {
+            Some(gcra) => Inner::Atomic {
+                gcra,
                 shards: new_shards(n),
             },
-            _ => Inner::Locked {
+            None => Inner::Locked {
                 limiter,
                 shards: new_shards(n),
             },
@@ -319,7 +314,7 @@ impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, C> {
         if let Some(e) = table.find(hash, |e| e.key.borrow() == key) {
             return gcra.check(&e.state, now, cost);
         }
-        let (decision, tat) = gcra.gcra.check_nanos(0, now, cost)?;
+        let (decision, tat) = gcra.check_fresh(now, cost)?;
         if let Some(tat) = tat {
             if table.len() >= self.per_shard_cap {
                 make_room(&mut table, self.per_shard_cap, |e| {
@@ -414,129 +409,6 @@ fn new_shards<K, V>(n: usize) -> Box<[Shard<K, V>]> {
     (0..n)
         .map(|_| Shard(RwLock::new(HashTable::new())))
         .collect()
-}
-
-/// GCRA on one atomic TAT in nanoseconds (a scale of 1): the same
-/// decisions as [`Gcra::check_nanos`], with the admission decided in the
-/// compare-and-swap loop and the rest of the [`Decision`] computed once, after
-/// it (so that a caller that reads only `allowed` never pays for it).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AtomicGcra {
-    gcra: Gcra,
-    burst: u64,
-    /// The emission interval in nanoseconds.
-    interval: u64,
-    /// `burst * interval`: how far ahead of now the TAT may run.
-    cap: u64,
-}
-
-impl AtomicGcra {
-    /// For a GCRA with a scale of 1 and a tolerance below 2^62.
-    pub(crate) fn new(gcra: &Gcra) -> Self {
-        let cap = u64::try_from(gcra.tolerance()).unwrap_or(u64::MAX);
-        let burst = sluice_core::Algorithm::capacity(gcra);
-        Self {
-            gcra: *gcra,
-            burst,
-            interval: cap / burst.max(1),
-            cap,
-        }
-    }
-
-    /// Decides a request of `cost` at `now` and commits it to `tat` if
-    /// admitted; when another check moves `tat` first, decides again from
-    /// its value.
-    #[inline(always)]
-    pub(crate) fn check(
-        &self,
-        tat: &AtomicU64,
-        now: Nanos,
-        cost: u64,
-    ) -> Result<Decision, CheckError> {
-        self.commit(tat, now, cost).map(|r| self.decision(r))
-    }
-
-    /// The admission and commit alone: what must happen while the entry is
-    /// held. [`decision`](Self::decision) computes the rest afterwards.
-    #[inline(always)]
-    pub(crate) fn commit(&self, tat: &AtomicU64, now: Nanos, cost: u64) -> Result<Raw, CheckError> {
-        if cost > self.burst {
-            return Err(CheckError::CostExceedsCapacity {
-                cost,
-                capacity: self.burst,
-            });
-        }
-        // cost <= burst, so cost * interval <= cap: no overflow.
-        let increment = cost * self.interval;
-        let mut current = tat.load(Ordering::Acquire);
-        loop {
-            let base = current.max(now);
-            let ahead = base.saturating_add(increment) - now;
-            if ahead > self.cap {
-                return Ok(Raw {
-                    allowed: false,
-                    used: base - now,
-                    ahead,
-                });
-            }
-            if cost == 0 {
-                return Ok(Raw {
-                    allowed: true,
-                    used: 0,
-                    ahead,
-                });
-            }
-            match tat.compare_exchange_weak(
-                current,
-                now + ahead,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    return Ok(Raw {
-                        allowed: true,
-                        used: 0,
-                        ahead,
-                    });
-                }
-                Err(actual) => current = actual,
-            }
-        }
-    }
-
-    /// The full decision for a [`commit`](Self::commit)'s result.
-    #[inline(always)]
-    pub(crate) fn decision(&self, r: Raw) -> Decision {
-        if r.allowed {
-            Decision {
-                allowed: true,
-                limit: self.burst,
-                remaining: (self.cap - r.ahead) / self.interval,
-                reset_after: r.ahead,
-                retry_after: None,
-                delay: 0,
-            }
-        } else {
-            Decision {
-                allowed: false,
-                limit: self.burst,
-                remaining: self.cap.saturating_sub(r.used) / self.interval,
-                reset_after: r.used,
-                retry_after: Some(r.ahead - self.cap),
-                delay: 0,
-            }
-        }
-    }
-}
-
-/// What [`AtomicGcra::commit`] found: enough to build the [`Decision`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Raw {
-    allowed: bool,
-    /// For a refusal: how far the TAT is ahead of now.
-    used: Nanos,
-    /// How far the TAT would be (or is, once admitted) ahead of now.
-    ahead: Nanos,
 }
 
 /// Any algorithm on a key's own mutex; time never runs backwards for a key.

@@ -25,6 +25,7 @@
 //! assert_eq!(d.remaining, 19);
 //! ```
 
+mod atomic_gcra;
 mod direct;
 mod key;
 mod keyed;

@@ -1,0 +1,157 @@
+//! GCRA on one atomic word: the lock-free path of [`DirectLimiter`] and of
+//! [`KeyedLimiter`]'s GCRA-equivalent limits.
+//!
+//! [`DirectLimiter`]: crate::DirectLimiter
+//! [`KeyedLimiter`]: crate::KeyedLimiter
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sluice_core::{AlgorithmKind, CheckError, Decision, Gcra, LimitSpec, Nanos};
+
+/// GCRA on one atomic TAT in nanoseconds (a scale of 1): the same
+/// decisions as [`Gcra::check_nanos`], with the admission decided in the
+/// compare-and-swap loop and the rest of the [`Decision`] computed once, after
+/// it (so that a caller that reads only `allowed` never pays for it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AtomicGcra {
+    gcra: Gcra,
+    burst: u64,
+    /// The emission interval in nanoseconds.
+    interval: u64,
+    /// `burst * interval`: how far ahead of now the TAT may run.
+    cap: u64,
+}
+
+impl AtomicGcra {
+    /// The atomic form of a limit, where it has one: GCRA, or an algorithm
+    /// that makes exactly GCRA's decisions (the token bucket, the leaky
+    /// bucket with `nodelay`), whose emission interval is a whole number of
+    /// nanoseconds (a scale of 1) and whose TAT stays a word until the year
+    /// 2500 at least (a tolerance below 2^62).
+    pub(crate) fn for_spec(spec: &LimitSpec) -> Option<Self> {
+        let gcra_equivalent = match spec.algorithm {
+            AlgorithmKind::Gcra | AlgorithmKind::TokenBucket => true,
+            AlgorithmKind::LeakyBucket => spec.nodelay,
+            _ => false,
+        };
+        let gcra = Gcra::new(spec.rate, spec.burst).ok()?;
+        (gcra_equivalent && gcra.scale() == 1 && gcra.tolerance() < 1 << 62)
+            .then(|| Self::new(&gcra))
+    }
+
+    /// A check of a key not seen before: its decision, and the TAT to store
+    /// if admitted.
+    pub(crate) fn check_fresh(
+        &self,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<(Decision, Option<Nanos>), CheckError> {
+        self.gcra.check_nanos(0, now, cost)
+    }
+
+    fn new(gcra: &Gcra) -> Self {
+        let cap = u64::try_from(gcra.tolerance()).unwrap_or(u64::MAX);
+        let burst = sluice_core::Algorithm::capacity(gcra);
+        Self {
+            gcra: *gcra,
+            burst,
+            interval: cap / burst.max(1),
+            cap,
+        }
+    }
+
+    /// Decides a request of `cost` at `now` and commits it to `tat` if
+    /// admitted; when another check moves `tat` first, decides again from
+    /// its value.
+    #[inline(always)]
+    pub(crate) fn check(
+        &self,
+        tat: &AtomicU64,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        self.commit(tat, now, cost).map(|r| self.decision(r))
+    }
+
+    /// The admission and commit alone: what must happen while the entry is
+    /// held. [`decision`](Self::decision) computes the rest afterwards.
+    #[inline(always)]
+    pub(crate) fn commit(&self, tat: &AtomicU64, now: Nanos, cost: u64) -> Result<Raw, CheckError> {
+        if cost > self.burst {
+            return Err(CheckError::CostExceedsCapacity {
+                cost,
+                capacity: self.burst,
+            });
+        }
+        // cost <= burst, so cost * interval <= cap: no overflow.
+        let increment = cost * self.interval;
+        let mut current = tat.load(Ordering::Acquire);
+        loop {
+            let base = current.max(now);
+            let ahead = base.saturating_add(increment) - now;
+            if ahead > self.cap {
+                return Ok(Raw {
+                    allowed: false,
+                    used: base - now,
+                    ahead,
+                });
+            }
+            if cost == 0 {
+                return Ok(Raw {
+                    allowed: true,
+                    used: 0,
+                    ahead,
+                });
+            }
+            match tat.compare_exchange_weak(
+                current,
+                now + ahead,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    return Ok(Raw {
+                        allowed: true,
+                        used: 0,
+                        ahead,
+                    });
+                }
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// The full decision for a [`commit`](Self::commit)'s result.
+    #[inline(always)]
+    pub(crate) fn decision(&self, r: Raw) -> Decision {
+        if r.allowed {
+            Decision {
+                allowed: true,
+                limit: self.burst,
+                remaining: (self.cap - r.ahead) / self.interval,
+                reset_after: r.ahead,
+                retry_after: None,
+                delay: 0,
+            }
+        } else {
+            Decision {
+                allowed: false,
+                limit: self.burst,
+                remaining: self.cap.saturating_sub(r.used) / self.interval,
+                reset_after: r.used,
+                retry_after: Some(r.ahead - self.cap),
+                delay: 0,
+            }
+        }
+    }
+}
+
+/// What [`AtomicGcra::commit`] found: enough to build the [`Decision`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Raw {
+    allowed: bool,
+    /// For a refusal: how far the TAT is ahead of now.
+    used: Nanos,
+    /// How far the TAT would be (or is, once admitted) ahead of now.
+    ahead: Nanos,
+}
