@@ -39,6 +39,7 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use bytes::Bytes;
 use http::{Extensions, HeaderMap, Request, Response};
+use pin_project_lite::pin_project;
 use sluice_policy::{ConfigError, DecideError, Engine, Policy, RequestInfo, Verdict};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -159,6 +160,87 @@ impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A boxed response future: the paths that wait (for the shared store, or
+/// for a delay) before calling the inner service.
+type BoxResponse<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+
+pin_project! {
+    /// The response future of a [`RateLimit`] service.
+    ///
+    /// On the memory store, a request that need not wait is decided within
+    /// `call` and the inner service is called at once, so the future is the
+    /// inner one plus the rate-limit fields: no allocation and no clone of
+    /// the inner service. Requests that wait (for Redis, or a delay) take a
+    /// boxed future.
+    pub struct ResponseFuture<F, E> {
+        #[pin]
+        kind: Kind<F, E>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F, E> {
+        /// The inner service's future; its response gets the verdict's fields.
+        Forward {
+            #[pin]
+            inner: F,
+            verdict: Option<Arc<Verdict>>,
+        },
+        /// A refusal, answered without the inner service.
+        Refused { response: Option<Response<Body>> },
+        /// A request that waits before the inner service is called.
+        Waiting { future: BoxResponse<E> },
+    }
+}
+
+impl<F, E> ResponseFuture<F, E> {
+    fn refused(response: Response<Body>) -> Self {
+        Self {
+            kind: Kind::Refused {
+                response: Some(response),
+            },
+        }
+    }
+
+    fn waiting(future: BoxResponse<E>) -> Self {
+        Self {
+            kind: Kind::Waiting { future },
+        }
+    }
+}
+
+impl<F, E, ResBody> Future for ResponseFuture<F, E>
+where
+    F: Future<Output = Result<Response<ResBody>, E>>,
+    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Output = Result<Response<Body>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Forward { inner, verdict } => {
+                let mut response = std::task::ready!(inner.poll(cx))?.map(Body::new);
+                if let Some(verdict) = verdict.take() {
+                    add_headers(&verdict, response.headers_mut());
+                }
+                Poll::Ready(Ok(response))
+            }
+            // Polled again after it completed: a caller's bug, answered
+            // with a bare 500 rather than a panic.
+            KindProj::Refused { response } => {
+                Poll::Ready(Ok(response.take().unwrap_or_else(|| {
+                    let mut r = Response::new(Body::empty());
+                    *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+                    r
+                })))
+            }
+            KindProj::Waiting { future } => future.as_mut().poll(cx),
+        }
+    }
+}
+
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -170,7 +252,7 @@ where
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+    type Future = ResponseFuture<S::Future, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -188,11 +270,8 @@ where
         {
             req.headers_mut().insert(http::header::HOST, host);
         }
-        // The service that was polled ready is the one to call.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
         if self.engine.shared().is_none() {
-            // The memory store decides without waiting: no extra future.
+            // The memory store decides without waiting.
             let decided = self.engine.decide_local(&request_info(&req, peer));
             if let Some(m) = &self.metrics {
                 m.record_result(&decided);
@@ -201,14 +280,25 @@ where
                 Ok(v) if v.allowed => {
                     let verdict = Arc::new(v);
                     req.extensions_mut().insert(verdict.clone());
-                    Box::pin(forward(inner, req, verdict))
+                    if verdict.delay() == 0 {
+                        // The service that was polled ready is called now.
+                        ResponseFuture {
+                            kind: Kind::Forward {
+                                inner: self.inner.call(req),
+                                verdict: Some(verdict),
+                            },
+                        }
+                    } else {
+                        ResponseFuture::waiting(Box::pin(forward(self.take_inner(), req, verdict)))
+                    }
                 }
-                other => Box::pin(std::future::ready(Ok(refused(other)))),
+                other => ResponseFuture::refused(refused(other)),
             };
         }
+        let inner = self.take_inner();
         let engine = self.engine.clone();
         let metrics = self.metrics.clone();
-        Box::pin(async move {
+        ResponseFuture::waiting(Box::pin(async move {
             let decided = engine.decide(&request_info(&req, peer)).await;
             if let Some(m) = &metrics {
                 m.record_result(&decided);
@@ -221,7 +311,16 @@ where
                 }
                 other => Ok(refused(other)),
             }
-        })
+        }))
+    }
+}
+
+impl<S: Clone> RateLimit<S> {
+    /// The service that was polled ready, for a call made later; a clone
+    /// takes its place.
+    fn take_inner(&mut self) -> S {
+        let clone = self.inner.clone();
+        std::mem::replace(&mut self.inner, clone)
     }
 }
 
