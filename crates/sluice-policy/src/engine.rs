@@ -458,6 +458,7 @@ impl<C: Clock> Engine<C> {
                     limiter: &def.limiter,
                     key,
                     cost: 0,
+                    reserve: 0,
                 }
             }
             let Some(used_old) = used(old_def, shared.check(&[peek(old_def, id)]).await) else {
@@ -987,6 +988,7 @@ impl<'p> Planned<'p> {
             limiter: &self.limit.limiter,
             key: self.key,
             cost: self.cost,
+            reserve: 0,
         }
     }
 
