@@ -267,3 +267,62 @@ async fn priority_classes_on_redis_keep_room_for_pro_under_a_mixed_load() {
     assert!(free <= 10, "free used at most 50 % of 20: {free}");
     assert_eq!(pro, 10, "every pro request got through");
 }
+
+/// While Redis cannot be reached (nothing listens on port 1), the local
+/// fallback decides with the memory store's semantics: the delay limit
+/// holds what fits within max_delay and refuses the rest, and the free
+/// class is cut at its share while pro gets the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_local_fallback_delays_and_caps_classes_too() {
+    let store = "\n[store]\ntimeout = \"20ms\"\nfallback = \"local\"\n";
+    let dead = ["--store-url", "redis://127.0.0.1:1"];
+    let c = client();
+
+    let config = TempConfig::new("fallback-delay", &(delay_config("3s", 100) + store));
+    let s = Sluice::start_env(config.path(), &dead, &[SECRET]);
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let request = c.get(s.url("/")).header("X-Api-Key", "k");
+            tokio::spawn(async move {
+                let sent = Instant::now();
+                (send(request).await, sent.elapsed())
+            })
+        })
+        .collect();
+    let (mut admitted, mut delayed) = (0, 0);
+    for t in tasks {
+        let (r, took) = t.await.unwrap();
+        assert_eq!(r.header("sluice-fallback"), "local");
+        if r.status == 200 {
+            admitted += 1;
+            let wait = delay_ms(&r);
+            if wait > 0 {
+                delayed += 1;
+                assert!(took >= Duration::from_millis(wait), "{took:?} < {wait} ms");
+            }
+        } else {
+            assert_eq!(r.status, 429);
+        }
+    }
+    assert!((5..=6).contains(&admitted), "{admitted}");
+    assert!(delayed >= 3, "{delayed} were held");
+
+    let config = TempConfig::new("fallback-classes", &(CLASSES.to_owned() + store));
+    let s = Sluice::start_env(config.path(), &dead, &[SECRET]);
+    let mut free = 0;
+    for i in 0..30 {
+        let r = send(
+            c.get(s.url("/"))
+                .header("X-Api-Key", format!("free-{}", i % 5)),
+        )
+        .await;
+        assert_eq!(r.header("sluice-fallback"), "local");
+        free += u32::from(r.status == 200);
+    }
+    assert_eq!(free, 10, "free used exactly 50 % of 20");
+    for i in 0..10 {
+        let key = format!("pro-{}", i % 2 + 1);
+        let r = send(c.get(s.url("/")).header("X-Api-Key", key)).await;
+        assert_eq!(r.status, 200, "pro request {i}");
+    }
+}
