@@ -107,6 +107,7 @@ impl EgressLimiter {
                         limiter: &limit.limiter,
                         key,
                         cost: 1,
+                        reserve: 0,
                     }])
                     .await;
                 decided.checked.decisions.first().copied()

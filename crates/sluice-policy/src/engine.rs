@@ -1,8 +1,10 @@
 //! The decision engine: a policy and a store, answering "may this request
 //! pass?" over every limit that applies to it, all-or-nothing.
 
+mod on_shared;
+
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -18,6 +20,7 @@ use smallvec::SmallVec;
 use arc_swap::ArcSwap;
 
 use crate::config::{CarryOver, HeadersConfig};
+use crate::delay_queue::{DelayQueue, Releases};
 use crate::policy::{Access, LimitDef, LimitLabels, MissingKey, Policy, RequestInfo};
 use crate::runtime::RuntimePlans;
 
@@ -197,30 +200,10 @@ struct Compiled {
     /// The store's state of each of the policy's limits, by index.
     limits: Vec<Arc<Limit>>,
     /// The gate of each gated limit (`on_limit = "delay"` or `max_share`),
-    /// by index: its delay queue, locked by every decision on the limit.
+    /// by index: its delay queue, locked by every decision on the limit on
+    /// the memory store (on a shared store, only the queue bound is kept
+    /// here; Redis applies the rest).
     gates: Vec<Option<Arc<DelayQueue>>>,
-}
-
-/// The requests an `on_limit = "delay"` limit holds now on this instance:
-/// the times they are released. Every decision on the limit locks it, so
-/// the bound is exact.
-#[derive(Debug, Default)]
-struct DelayQueue {
-    releases: Mutex<Releases>,
-}
-
-/// Release times, earliest first.
-type Releases = BinaryHeap<Reverse<Nanos>>;
-
-impl DelayQueue {
-    /// Locks the queue and forgets the requests released by `now`.
-    fn lock(&self, now: Nanos) -> MutexGuard<'_, Releases> {
-        let mut q = self.releases.lock().unwrap_or_else(PoisonError::into_inner);
-        while q.peek().is_some_and(|Reverse(t)| *t <= now) {
-            q.pop();
-        }
-        q
-    }
 }
 
 impl Engine<SystemClock> {
@@ -452,12 +435,14 @@ impl<C: Clock> Engine<C> {
             let policy = &current.policy;
             let (old_def, new_def) = (&policy.limits()[oi], &policy.limits()[ni]);
             fn peek(def: &LimitDef, key: KeyId) -> SharedCheck<'_> {
+                let (spec, limiter) = def.counter();
                 SharedCheck {
                     limit_id: &def.id,
-                    spec: &def.spec,
-                    limiter: &def.limiter,
+                    spec,
+                    limiter,
                     key,
                     cost: 0,
+                    reserve: 0,
                 }
             }
             let Some(used_old) = used(old_def, shared.check(&[peek(old_def, id)]).await) else {
@@ -630,7 +615,7 @@ impl<C: Clock> Engine<C> {
             let need = p.cost.saturating_add(reserve);
             if remaining < need {
                 tracing::debug!(limit = %p.limit.name, "class share used up: refused");
-                let retry = p.refill_time(need - remaining);
+                let retry = refill_time(p.limit.spec.rate, need - remaining);
                 return Ok(self.refuse_one(current, plan, *i, retry));
             }
         }
@@ -638,14 +623,15 @@ impl<C: Clock> Engine<C> {
         for (i, q) in &locked {
             let p = &plan.enforced[*i];
             let Some(d) = p.limit.delay else { continue };
-            if q.len() < d.max_queue {
+            let pending = current.gates[p.index].as_ref().map_or(0, |g| g.pending());
+            if q.len() + pending < d.max_queue {
                 continue;
             }
             let remaining = self.peek(current, p).remaining;
             if remaining >= p.cost {
                 continue;
             }
-            let refill = p.refill_time(p.cost - remaining);
+            let refill = refill_time(p.limit.spec.rate, p.cost - remaining);
             let slot = q.peek().map_or(0, |Reverse(t)| t.saturating_sub(now));
             tracing::debug!(limit = %p.limit.name, "delay queue full: refused");
             return Ok(self.refuse_one(current, plan, *i, refill.min(slot)));
@@ -746,52 +732,6 @@ impl<C: Clock> Engine<C> {
             .zip(others.decisions)
             .map(|(&i, d)| plan.enforced[i].translate(d, true));
         Ok(Some(claim.paid(checked, others)))
-    }
-
-    /// [`spend_credits`](Self::spend_credits) on the shared store: the
-    /// credits are debited in Redis first, atomically across instances (one
-    /// round trip, only for a key that this instance's mirror says has
-    /// enough), then the other limits are checked; if they refuse, the
-    /// credits are given back.
-    async fn spend_credits_shared(
-        &self,
-        shared: &SharedStore,
-        policy: &Policy,
-        plan: &Plan<'_>,
-        checked: &Checked,
-    ) -> Option<Checked> {
-        let state = self.runtime_state.as_ref()?;
-        let claim = Claim::of(policy, plan, checked)?;
-        if self.credits_here(claim.key) < claim.need {
-            return None;
-        }
-        let timeout = shared.options().timeout;
-        match state.spend_credits(claim.key, claim.need, timeout).await {
-            Ok(Some(left)) => self.mirror_credits(claim.key, left),
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::debug!(error = %e, "burst credits could not be spent");
-                return None;
-            }
-        }
-        let mut others = Vec::new();
-        if !claim.rest.is_empty() {
-            let checks: SmallVec<[SharedCheck<'_>; 4]> = claim
-                .rest
-                .iter()
-                .map(|&i| plan.enforced[i].shared_check())
-                .collect();
-            let decided = shared.check(&checks).await;
-            if !decided.checked.allowed || matches!(decided.by, DecidedBy::Fallback(_)) {
-                if let Err(e) = state.refund_credits(claim.key, claim.need).await {
-                    tracing::warn!(error = %e, "burst credits spent on a refused request were not given back");
-                }
-                return None;
-            }
-            others = decided.checked.decisions;
-        }
-        tracing::debug!(spent = claim.need, "burst credits spent");
-        Some(claim.paid(checked, others))
     }
 
     /// Sets a client key's burst credits in this engine only: extra cost
@@ -921,46 +861,6 @@ impl<C: Clock> Engine<C> {
             style: current.policy.headers,
         })
     }
-
-    async fn decide_shared(
-        &self,
-        shared: &SharedStore,
-        req: &RequestInfo<'_>,
-    ) -> Result<Verdict, DecideError> {
-        let current = self.current.load_full();
-        let runtime = self.runtime_plans.load_full();
-        let plan = self.plan(&current, &runtime, req)?;
-        let checks: SmallVec<[SharedCheck<'_>; 4]> =
-            plan.enforced.iter().map(Planned::shared_check).collect();
-        let decided = shared.check(&checks).await;
-        let fallback = match decided.by {
-            DecidedBy::Fallback(f) => Some(f),
-            DecidedBy::Store | DecidedBy::Cache => None,
-        };
-        let mut checked = decided.checked;
-        if !checked.allowed
-            && fallback.is_none()
-            && let Some(paid) = self
-                .spend_credits_shared(shared, &current.policy, &plan, &checked)
-                .await
-        {
-            checked = paid;
-        }
-        let mut shadow = Vec::new();
-        if checked.allowed {
-            for p in &plan.shadowed {
-                let one = shared.check(&[p.shared_check()]).await;
-                let decision = one
-                    .checked
-                    .decisions
-                    .first()
-                    .copied()
-                    .unwrap_or_else(|| p.impossible());
-                shadow.push(p.result(decision));
-            }
-        }
-        Ok(plan.verdict(checked, shadow, fallback))
-    }
 }
 
 /// One applied limit, planned.
@@ -975,16 +875,6 @@ impl<'p> Planned<'p> {
     fn memory_check<'c>(&self, current: &'c Compiled) -> Check<'c> {
         Check {
             limit: &current.limits[self.index],
-            key: self.key,
-            cost: self.cost,
-        }
-    }
-
-    fn shared_check(&self) -> SharedCheck<'p> {
-        SharedCheck {
-            limit_id: &self.limit.id,
-            spec: &self.limit.spec,
-            limiter: &self.limit.limiter,
             key: self.key,
             cost: self.cost,
         }
@@ -1017,18 +907,10 @@ impl<'p> Planned<'p> {
         if d.allowed && hold {
             let used = d.limit.saturating_sub(d.remaining);
             if used > burst {
-                out.delay = self.refill_time(used - burst).min(delay.max_delay);
+                out.delay = refill_time(self.limit.spec.rate, used - burst).min(delay.max_delay);
             }
         }
         out
-    }
-
-    /// The time the limit's rate takes to refill `cost`, rounded up.
-    fn refill_time(&self, cost: u64) -> Nanos {
-        let rate = self.limit.spec.rate;
-        let t = (u128::from(cost) * u128::from(rate.period()))
-            .div_ceil(u128::from(rate.amount().max(1)));
-        u64::try_from(t).unwrap_or(u64::MAX)
     }
 
     fn impossible(&self) -> Decision {
@@ -1138,6 +1020,13 @@ impl Claim {
             decisions,
         }
     }
+}
+
+/// The time `rate` takes to refill `cost`, rounded up.
+fn refill_time(rate: sluice_core::Rate, cost: u64) -> Nanos {
+    let t =
+        (u128::from(cost) * u128::from(rate.period())).div_ceil(u128::from(rate.amount().max(1)));
+    u64::try_from(t).unwrap_or(u64::MAX)
 }
 
 /// Sets a balance in a credits map (0 removes the key).

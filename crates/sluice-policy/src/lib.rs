@@ -6,6 +6,7 @@
 
 pub mod client_ip;
 pub mod config;
+mod delay_queue;
 pub mod engine;
 pub mod events;
 pub mod key_source;

@@ -62,6 +62,15 @@ impl LimitDef {
         let usable = u128::from(self.spec.burst) * u128::from(*share) / 100;
         self.spec.burst - u64::try_from(usable).unwrap_or(self.spec.burst)
     }
+
+    /// The bucket the limit counts on: the extended one of a delay limit
+    /// ([`DelayDef`]), else its own.
+    pub fn counter(&self) -> (&LimitSpec, &Limiter) {
+        match &self.delay {
+            Some(d) => (&d.spec, &d.limiter),
+            None => (&self.spec, &self.limiter),
+        }
+    }
 }
 
 /// `on_limit = "delay"`: a request over the limit that could pass within
@@ -76,12 +85,16 @@ impl LimitDef {
 pub struct DelayDef {
     /// The longest a request is held, in nanoseconds.
     pub max_delay: sluice_core::Nanos,
-    /// The most requests held at once by this limit on this instance.
+    /// The most requests held at once by this limit on this instance (with
+    /// a shared store too: the bound is per instance).
     pub max_queue: usize,
     /// The extension: the cost the rate refills in `max_delay`.
     pub extra: u64,
-    /// The extended bucket (`burst + extra`) that the memory store counts on.
+    /// The extended bucket (`burst + extra`) that the limit counts on, in
+    /// memory and in Redis.
     pub limiter: Limiter,
+    /// The extended bucket's definition.
+    pub spec: LimitSpec,
 }
 
 /// A `bucket = "shared"` plan rule: matching requests cost `cost` on the
@@ -872,6 +885,7 @@ fn compile_delay(
         max_queue,
         extra,
         limiter,
+        spec: extended,
     }))
 }
 

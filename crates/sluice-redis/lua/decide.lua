@@ -5,9 +5,16 @@
 --          peek) or 'd' (dry run: decide, commit nothing, report as a
 --          refused request would)
 -- ARGV[2]  now in microseconds, or '' for Redis's own TIME (tests only)
--- ARGV[3]  number of limits, then 10 fields per limit, precomputed in Rust
+-- ARGV[3]  number of limits, then 11 fields per limit, precomputed in Rust
 --          (see script.rs, `LimitParams`):
---          alg B P M g a L L2 M2 queue
+--          alg B P M g a L L2 M2 queue R
+--          R is the reserve: the cost that must still be left after a
+--          charge (0 to B). A check is admitted only if cost + R fits, as if
+--          the burst were B - R; `remaining` and `retry_after` are those of
+--          that smaller burst. The state is the same whatever R, so one key
+--          can be decided with different reserves (priority classes), or
+--          with a larger limiter and a reserve equal to the difference (a
+--          delay limit's extended bucket, used as the plain one).
 -- then     the checks, packed: per check '<BHd' (1 if it opens a group, its
 --          limit's index, its cost)
 -- KEYS     one per check, in the order of the checks
@@ -25,7 +32,7 @@
 -- the integers they hold and cheaper than text to read and write.
 --
 -- Reply: per group its flag (1 allowed), then per check:
---   remaining * 2 + allowed,
+--   remaining * 2 + allowed   (remaining above the reserve),
 --   reset_after,
 --   retry_after   (refused checks only),
 --   delay         (leaky buckets without nodelay only).
@@ -162,7 +169,8 @@ end
 
 local function meter(lim, k, key, cost)
   local last, _, used, exp = meter_state(lim, key)
-  local cap, P = lim.L, lim.P
+  local P = lim.P
+  local cap = lim.L - lim.R * P
   local need = cost * P
   if used + need <= cap then
     local new = used + need
@@ -199,7 +207,7 @@ local function fixed(lim, k, key, cost)
       count = sc
     end
   end
-  local B, L = lim.B, lim.L
+  local B, L = lim.B - lim.R, lim.L
   local u_us, u_ns = dur(lim, L - e, 0)
   if count + cost <= B then
     local used = count + cost
@@ -212,7 +220,9 @@ local function fixed(lim, k, key, cost)
     end
     return 1, B - used, 0, 0, 0, 0, 0, 0
   end
-  return 0, B - count, u_us, u_ns, u_us, u_ns, 0, 0
+  local free = B - count
+  if free < 0 then free = 0 end
+  return 0, free, u_us, u_ns, u_us, u_ns, 0, 0
 end
 
 -- Sliding window counter (3): state (window, previous, current).
@@ -234,7 +244,7 @@ local function sliding(lim, k, key, cost)
       end
     end
   end
-  local B, L = lim.B, lim.L
+  local B, L = lim.B - lim.R, lim.L
   local capacity = B * L
   local used = cur + cost
   local weighted = prev * (L - e) + used * L
@@ -273,6 +283,11 @@ local function sliding(lim, k, key, cost)
       t_us, t_ns = dur(lim, y - 1, lim.g - f)
     end
   end
+  if cost > B then
+    -- Above the burst less the reserve: it never fits; answer the time
+    -- until both windows have passed.
+    t_us, t_ns = dur(lim, 2 * L - e, 0)
+  end
   if t_us == 0 and t_ns == 0 then t_ns = 1 end
   local free = capacity - prev * (L - e) - cur * L
   if free < 0 then free = 0 end
@@ -299,7 +314,7 @@ local function log(lim, k, key, cost)
   local ats, cs, n = read_log(key)
   local t = now
   if n > 0 and ats[n] > t then t = ats[n] end
-  local B, L, M = lim.B, lim.L, lim.M
+  local B, L, M = lim.B - lim.R, lim.L, lim.M
   local first = n + 1
   for j = 1, n do
     if (t - ats[j]) * M < L then
@@ -336,9 +351,13 @@ local function log(lim, k, key, cost)
     to_free = to_free - cs[j]
     if to_free <= 0 then break end
   end
+  -- Above the burst less the reserve: it never fits; answer a window.
+  if to_free > 0 then pass = L end
   local r_us, r_ns = dur(lim, newest, 0)
   local t_us, t_ns = dur(lim, pass, 0)
-  return 0, B - used, r_us, r_ns, t_us, t_ns, 0, 0
+  local free = B - used
+  if free < 0 then free = 0 end
+  return 0, free, r_us, r_ns, t_us, t_ns, 0, 0
 end
 
 local deciders = { fixed, log, sliding, meter, meter, meter }
@@ -421,11 +440,14 @@ for j = 1, nl do
     alg = tonumber(ARGV[ai]), B = tonumber(ARGV[ai + 1]), P = tonumber(ARGV[ai + 2]),
     M = tonumber(ARGV[ai + 3]), g = tonumber(ARGV[ai + 4]), a = tonumber(ARGV[ai + 5]),
     L = tonumber(ARGV[ai + 6]), L2 = tonumber(ARGV[ai + 7]), M2 = tonumber(ARGV[ai + 8]),
-    queue = tonumber(ARGV[ai + 9]),
+    queue = tonumber(ARGV[ai + 9]), R = tonumber(ARGV[ai + 10]),
   }
+  if not l.R or l.R < 0 or l.R > l.B then
+    return redis.error_reply('ERR sluice: malformed arguments')
+  end
   l.g2 = l.M / l.M2
   lims[j] = l
-  ai = ai + 10
+  ai = ai + 11
 end
 
 -- The checks: one packed record per check, '<BHd': 1 if it opens a group,

@@ -8,13 +8,15 @@
 //! - [`store`]: [`RedisStore`], all-or-nothing decisions over several limits
 //!   in one atomic Lua step, on Redis's own clock.
 //! - [`shared`]: [`SharedStore`], Redis as the engine uses it: behind a
-//!   timeout, a [`breaker`], an [`over_limit`] cache and a fallback.
+//!   timeout, a [`breaker`], an [`over_limit`] cache and a fallback (the
+//!   [`local`] one enforces each instance's share in memory).
 //! - [`runtime_state`]: [`RuntimeState`], runtime plan assignments and
 //!   burst credits shared by every instance, and the watcher that keeps
 //!   each instance's copy current.
 
 pub mod breaker;
 pub mod error;
+pub mod local;
 pub mod over_limit;
 pub mod runtime_state;
 pub mod shared;

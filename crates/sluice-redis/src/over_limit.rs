@@ -27,8 +27,10 @@ use smallvec::SmallVec;
 const SHARDS: usize = 16;
 
 /// One limit of a request, as the cache identifies it: the limit's tag, the
-/// client key id and the cost.
-pub type Part = (u64, KeyId, u64);
+/// client key id, the cost and the reserve (the cost that must be left
+/// after the charge: a request refused for its reserve, say a capped
+/// priority class, says nothing about one with a smaller reserve).
+pub type Part = (u64, KeyId, u64, u64);
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -65,10 +67,11 @@ impl OverLimitCache {
 
     fn locate(&self, parts: &[Part]) -> (usize, u64) {
         let mut h = self.hasher.build_hasher();
-        for (tag, key, cost) in parts {
+        for (tag, key, cost, reserve) in parts {
             h.write_u64(*tag);
             h.write_u128(key.0);
             h.write_u64(*cost);
+            h.write_u64(*reserve);
         }
         let h = h.finish();
         ((h >> 60) as usize % SHARDS, h)
@@ -161,7 +164,7 @@ mod tests {
     #[test]
     fn answers_the_same_request_until_retry() {
         let c = OverLimitCache::new(100);
-        let parts = [(1, KeyId(7), 2), (2, KeyId(9), 1)];
+        let parts = [(1, KeyId(7), 2, 0), (2, KeyId(9), 1, 0)];
         let ok = Decision::full(5);
         c.remember(&parts, &[refusal(10_000), ok]);
         let d = c.lookup(&parts).expect("cached");
@@ -171,15 +174,26 @@ mod tests {
                 .is_some_and(|r| r <= 10_000_000_000 && r > 0)
         );
         assert_eq!(d[1].remaining, 5);
-        assert!(c.lookup(&[(1, KeyId(7), 1), (2, KeyId(9), 1)]).is_none());
+        assert!(
+            c.lookup(&[(1, KeyId(7), 1, 0), (2, KeyId(9), 1, 0)])
+                .is_none()
+        );
         assert!(c.lookup(&parts[..1]).is_none(), "another set of limits");
-        assert!(c.lookup(&[(1, KeyId(8), 2), (2, KeyId(9), 1)]).is_none());
+        assert!(
+            c.lookup(&[(1, KeyId(8), 2, 0), (2, KeyId(9), 1, 0)])
+                .is_none()
+        );
+        assert!(
+            c.lookup(&[(1, KeyId(7), 2, 0), (2, KeyId(9), 1, 5)])
+                .is_none(),
+            "another reserve"
+        );
     }
 
     #[test]
     fn keeps_no_allowed_request_and_expires_at_retry_time() {
         let c = OverLimitCache::new(100);
-        let parts = [(1, KeyId(1), 1)];
+        let parts = [(1, KeyId(1), 1, 0)];
         c.remember(&parts, &[Decision::full(1)]);
         assert!(c.is_empty(), "an allowed request is not cached");
         c.remember(&parts, &[refusal(1)]);
@@ -192,7 +206,7 @@ mod tests {
     fn is_bounded() {
         let c = OverLimitCache::new(32);
         for i in 0..10_000u128 {
-            c.remember(&[(1, KeyId(i << 64 | i), 1)], &[refusal(60_000)]);
+            c.remember(&[(1, KeyId(i << 64 | i), 1, 0)], &[refusal(60_000)]);
         }
         assert!(c.len() <= 32, "{} entries", c.len());
     }

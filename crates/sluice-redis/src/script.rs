@@ -4,6 +4,24 @@
 //! One call decides G independent groups; each group is N checks decided
 //! all-or-nothing. The time is Redis's own `TIME` (microseconds).
 //!
+//! # Reserves
+//!
+//! Each limit passed to the script carries a *reserve*
+//! ([`LimitParams::with_reserve`]): the cost that must still be left in the
+//! limit after the charge. A check is admitted only if its cost plus the
+//! reserve fits, as if the burst were `burst - reserve`, and its
+//! `remaining` and `retry_after` are those of that smaller burst. The state
+//! in Redis does not depend on the reserve (nor on the burst: only on the
+//! rate), so the same key can be decided with different reserves, atomically
+//! with the charge:
+//!
+//! - priority classes (`max_share`): a class may not take the limit below
+//!   the part reserved for the others, exactly, across every instance;
+//! - delay limits (`on_limit = "delay"`) count on an extended bucket
+//!   (`burst + extra`); with a reserve of `extra`, the same key is decided
+//!   as the plain bucket (what fits the burst now), when the instance's
+//!   delay queue is full.
+//!
 //! # Exact arithmetic in Lua
 //!
 //! Lua numbers are doubles, exact for integers below 2^53. The script keeps
@@ -82,6 +100,8 @@ pub(crate) struct LimitParams {
     l2: u64,
     m2: u64,
     queue: bool,
+    /// The cost that must be left after a charge (see the module docs).
+    reserve: u64,
 }
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {
@@ -158,12 +178,27 @@ impl LimitParams {
             l2: u64::try_from(l / g2).ok()?,
             m2: u64::try_from(m / g2).ok()?,
             queue,
+            reserve: 0,
         })
+    }
+
+    /// These parameters with a reserve: the cost that must still be left
+    /// after a charge (capped at the burst). See the module docs.
+    pub(crate) fn with_reserve(self, reserve: u64) -> Self {
+        Self {
+            reserve: reserve.min(self.burst),
+            ..self
+        }
     }
 
     /// The limit's capacity (burst).
     pub(crate) fn burst(&self) -> u64 {
         self.burst
+    }
+
+    /// The reserve (see [`with_reserve`](Self::with_reserve)).
+    pub(crate) fn reserve(&self) -> u64 {
+        self.reserve
     }
 
     /// Whether the script decides this limit exactly as sluice-core does
@@ -181,7 +216,7 @@ impl LimitParams {
         ok
     }
 
-    fn fields(&self) -> [u64; 10] {
+    fn fields(&self) -> [u64; 11] {
         [
             u64::from(self.alg),
             self.burst,
@@ -193,6 +228,7 @@ impl LimitParams {
             self.l2,
             self.m2,
             u64::from(self.queue),
+            self.reserve,
         ]
     }
 }

@@ -10,23 +10,28 @@
 //!    probe), Redis decides, within `timeout`.
 //! 3. If Redis fails, times out, is not connected yet, or the breaker is
 //!    open, the [`Fallback`] decides: a local in-memory limit of
-//!    `1/expected_instances` of the global one, allow, or deny. The decision
-//!    says so ([`DecidedBy::Fallback`]).
+//!    `1/expected_instances` of the global one (reserves included: see
+//!    [`local`](crate::local)), allow, or deny. The decision says so
+//!    ([`DecidedBy::Fallback`]).
+//!
+//! A check may carry a [reserve](SharedCheck::reserve), the cost the limit
+//! must keep after its charge (priority classes, a delay limit decided as
+//! its plain bucket). Redis applies it atomically with the charge; the
+//! over-limit cache tells requests with different reserves apart.
 //!
 //! Only store *errors* trigger the fallback, never over-limit answers. The
 //! breaker opening and closing is logged once each, not per request.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use sluice_core::{Decision, LimitSpec, Limiter, Rate};
-use sluice_store::{Check, Checked, KeyId, Limit, MemoryStore, MemoryStoreConfig};
+use sluice_store::{Checked, KeyId};
 use smallvec::SmallVec;
 
 use crate::breaker::{Admit, Breaker, BreakerState, Transition};
+use crate::local::LocalFallback;
 use crate::over_limit::{OverLimitCache, Part};
 use crate::store::{RedisCheck, RedisStore};
 use crate::topology::Topology;
@@ -108,7 +113,8 @@ impl Default for SharedOptions {
 pub struct SharedCheck<'a> {
     /// The limit's identity (scope, name, definition).
     pub limit_id: &'a str,
-    /// Its definition, for the local fallback.
+    /// Its definition, for the local fallback (the same bucket as
+    /// `limiter`).
     pub spec: &'a LimitSpec,
     /// Its algorithm.
     pub limiter: &'a Limiter,
@@ -116,6 +122,10 @@ pub struct SharedCheck<'a> {
     pub key: KeyId,
     /// The request's cost.
     pub cost: u64,
+    /// The cost that must still be left in the limit after the charge (0
+    /// for none): see [`RedisCheck::reserve`]. The local fallback keeps the
+    /// same share of it (see [`local`](crate::local)).
+    pub reserve: u64,
 }
 
 /// A decision over every check of a request, and who made it.
@@ -149,8 +159,7 @@ pub struct SharedStore {
     store: arc_swap::ArcSwapOption<RedisStore>,
     breaker: Breaker,
     cache: Option<OverLimitCache>,
-    local: MemoryStore,
-    local_limits: Mutex<HashMap<String, Arc<Limit>>>,
+    local: LocalFallback,
     opts: SharedOptions,
     counters: SharedCounters,
     observer: std::sync::OnceLock<CallObserver>,
@@ -180,11 +189,7 @@ impl SharedStore {
             store: arc_swap::ArcSwapOption::empty(),
             breaker: Breaker::new_open(opts.breaker_failures, opts.breaker_open),
             cache: opts.over_limit_cache.then(|| OverLimitCache::new(100_000)),
-            local: MemoryStore::new(MemoryStoreConfig {
-                max_keys: opts.local_max_keys,
-                shards: 0,
-            }),
-            local_limits: Mutex::new(HashMap::new()),
+            local: LocalFallback::new(opts.expected_instances, opts.local_max_keys),
             opts,
             counters: SharedCounters::default(),
             observer: std::sync::OnceLock::new(),
@@ -258,7 +263,7 @@ impl SharedStore {
         let parts: SmallVec<[Part; 4]> = match &self.cache {
             Some(_) => checks
                 .iter()
-                .map(|c| (limit_tag(c.limit_id), c.key, c.cost))
+                .map(|c| (limit_tag(c.limit_id), c.key, c.cost, c.reserve))
                 .collect(),
             None => SmallVec::new(),
         };
@@ -363,6 +368,7 @@ impl SharedStore {
                 limiter: c.limiter,
                 key: c.key,
                 cost: c.cost,
+                reserve: c.reserve,
             })
             .collect();
         tokio::time::timeout(self.opts.timeout, store.check(&redis_checks))
@@ -395,52 +401,13 @@ impl SharedStore {
                     })
                     .collect(),
             },
-            Fallback::Local => {
-                let limits: SmallVec<[Arc<Limit>; 4]> =
-                    checks.iter().map(|c| self.local_limit(c)).collect();
-                let local: SmallVec<[Check<'_>; 4]> = checks
-                    .iter()
-                    .zip(&limits)
-                    .map(|(c, limit)| Check {
-                        limit,
-                        key: c.key,
-                        cost: c.cost,
-                    })
-                    .collect();
-                self.local.check(&local).unwrap_or_else(|_| Checked {
-                    // A cost the local share can never admit.
-                    allowed: false,
-                    decisions: checks
-                        .iter()
-                        .map(|c| Decision {
-                            allowed: false,
-                            limit: c.spec.burst,
-                            remaining: 0,
-                            reset_after: 0,
-                            retry_after: Some(retry),
-                            delay: 0,
-                        })
-                        .collect(),
-                })
-            }
+            Fallback::Local => self.local.check(checks, retry),
         }
-    }
-
-    fn local_limit(&self, check: &SharedCheck<'_>) -> Arc<Limit> {
-        let mut limits = self.local_limits.lock();
-        if let Some(l) = limits.get(check.limit_id) {
-            return l.clone();
-        }
-        let spec = share_of(check.spec, self.opts.expected_instances);
-        let limiter = Limiter::new(&spec).unwrap_or(*check.limiter);
-        let limit = self.local.limit(check.limit_id, limiter);
-        limits.insert(check.limit_id.to_owned(), limit.clone());
-        limit
     }
 
     /// Forgets local fallback limits that no longer exist (after a reload).
     pub fn retain_local(&self, keep: impl Fn(&str) -> bool) {
-        self.local_limits.lock().retain(|id, _| keep(id));
+        self.local.retain(keep);
     }
 }
 

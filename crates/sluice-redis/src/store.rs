@@ -64,6 +64,11 @@ pub struct RedisCheck<'a> {
     pub key: KeyId,
     /// The request's cost.
     pub cost: u64,
+    /// The cost that must still be left in the limit after the charge: the
+    /// check is admitted only if `cost + reserve` fits, and its `remaining`
+    /// and `retry_after` are counted above the reserve. 0 for a plain check.
+    /// Checked atomically with the charge (see [`RedisStore::check`]).
+    pub reserve: u64,
 }
 
 /// The Redis key holding the state of `limit_id` for `key`:
@@ -230,6 +235,14 @@ impl RedisStore {
     ///
     /// Decisions come back in the order of `checks`. A cost above a limit's
     /// capacity is an error ([`RedisStoreError::Check`]) and changes nothing.
+    ///
+    /// A check with a [`reserve`](RedisCheck::reserve) is admitted only if
+    /// the limit keeps at least that much after its charge; that is decided
+    /// in the same atomic script step as the charge, so concurrent requests
+    /// from any number of instances never take a limit below a reserve. The
+    /// state does not depend on the limiter's burst, only on its algorithm
+    /// and rate: the same key may be decided with a larger burst and a
+    /// reserve (a delay limit's extended bucket).
     pub async fn check(&self, checks: &[RedisCheck<'_>]) -> Result<Checked, RedisStoreError> {
         self.decide(checks, None).await
     }
@@ -480,7 +493,12 @@ fn merge<'a>(checks: &[RedisCheck<'a>]) -> Result<(Vec<Item<'a>>, Vec<usize>), R
             .position(|u| u.key == c.key && u.limit_id == c.limit_id)
         {
             Some(i) => {
-                items[i].check.cost = items[i].check.cost.saturating_add(c.cost);
+                let check = &mut items[i].check;
+                check.cost = check.cost.saturating_add(c.cost);
+                // The strictest reserve of the merged checks.
+                if c.reserve > check.params.reserve() {
+                    check.params = check.params.with_reserve(c.reserve);
+                }
                 index.push(i);
             }
             None => {
@@ -505,12 +523,14 @@ fn merge<'a>(checks: &[RedisCheck<'a>]) -> Result<(Vec<Item<'a>>, Vec<usize>), R
 }
 
 fn params_of(c: &RedisCheck<'_>) -> Result<LimitParams, RedisStoreError> {
-    LimitParams::of(c.limiter).ok_or_else(|| {
-        RedisStoreError::BadReply(format!(
-            "cannot read the parameters of limit `{}`",
-            c.limit_id
-        ))
-    })
+    LimitParams::of(c.limiter)
+        .map(|p| p.with_reserve(c.reserve))
+        .ok_or_else(|| {
+            RedisStoreError::BadReply(format!(
+                "cannot read the parameters of limit `{}`",
+                c.limit_id
+            ))
+        })
 }
 
 /// A cost the limit can never admit is an error, before anything is sent.

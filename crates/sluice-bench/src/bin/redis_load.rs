@@ -109,6 +109,7 @@ async fn run(
                     limiter: &limiter,
                     key: ids[i],
                     cost: 1,
+                    reserve: 0,
                 };
                 let begin = Instant::now();
                 match store.check(&[check]).await {

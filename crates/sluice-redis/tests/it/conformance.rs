@@ -120,6 +120,7 @@ fn every_decision_equals_sluice_core() {
                                 limiter: &limiter,
                                 key,
                                 cost,
+                                reserve: 0,
                             }],
                             now,
                         ))
@@ -211,6 +212,7 @@ fn groups_are_all_or_nothing_like_the_memory_store() {
                             limiter: &limiters[i],
                             key: keys[i],
                             cost: costs[i],
+                            reserve: 0,
                         })
                         .collect();
                     let got = env.rt.block_on(store.check_at(&checks, now)).unwrap();

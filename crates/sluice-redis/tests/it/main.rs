@@ -5,6 +5,7 @@
 
 mod common;
 mod conformance;
+mod reserve;
 mod runtime_state;
 mod store;
 mod store_topology;

@@ -20,6 +20,7 @@ fn check<'a>(id: &'a str, limiter: &'a Limiter, key: KeyId, cost: u64) -> RedisC
         limiter,
         key,
         cost,
+        reserve: 0,
     }
 }
 

@@ -60,12 +60,14 @@ async fn refused_requests_charge_nothing_across_nodes(store: &RedisStore, topolo
                 limiter: &roomy,
                 key: first,
                 cost: 3,
+                reserve: 0,
             },
             RedisCheck {
                 limit_id: &b,
                 limiter: &tight,
                 key: second,
                 cost: 1,
+                reserve: 0,
             },
         ];
         let ok = store.check(&both).await.unwrap();
@@ -95,6 +97,7 @@ async fn concurrent_requests_admit_exactly_the_bursts(store: &RedisStore) {
                 limiter: &l,
                 key: KeyId(1000 + i % 20),
                 cost: 1,
+                reserve: 0,
             };
             store.check(&[check]).await.unwrap().allowed
         }));
@@ -160,12 +163,14 @@ async fn cluster() {
             limiter: &a,
             key: KeyId(77),
             cost: 1,
+            reserve: 0,
         },
         RedisCheck {
             limit_id: "log",
             limiter: &b,
             key: KeyId(77),
             cost: 1,
+            reserve: 0,
         },
     ];
     assert!(store.check(&checks).await.unwrap().allowed);

@@ -22,6 +22,7 @@ mod proxy_upstream_down;
 mod quickstart_one_key;
 mod quickstart_plans;
 mod redis_degradation;
+mod redis_policy_parity;
 mod redis_shared;
 mod redis_tls;
 mod rollout;
