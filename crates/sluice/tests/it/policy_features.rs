@@ -362,31 +362,8 @@ async fn the_delay_queue_bound_holds() {
 
 #[tokio::test]
 async fn priority_classes_keep_room_for_higher_plans_under_a_mixed_load() {
-    let s = Sluice::start_with(
-        "classes",
-        r#"
-[client]
-key = "header:X-Api-Key"
-default_plan = "free"
-
-[plans.free]
-limits = [{ rate = "1000/h", burst = 1000 }]
-
-[plans.pro]
-limits = [{ rate = "1000/h", burst = 1000 }]
-
-[keys]
-pro-1 = "pro"
-pro-2 = "pro"
-
-[[limits]]
-name = "backend"
-key = "global"
-rate = "20/h"
-burst = 20
-max_share = { free = 50 }
-"#,
-    );
+    // The same config as the Redis store's test (`redis_policy_parity`).
+    let s = Sluice::start_with("classes", crate::redis_policy_parity::CLASSES);
     // 30 free requests and 10 pro ones, interleaved, all at once.
     let c = client();
     let tasks: Vec<_> = (0..40)

@@ -165,7 +165,9 @@ async fn a_full_delay_queue_on_redis_refuses_what_does_not_fit_the_burst() {
     }
 }
 
-const CLASSES: &str = r#"
+/// Priority classes: free may take at most half of a global bucket of 20.
+/// The memory store's test (`policy_features`) uses it too.
+pub const CLASSES: &str = r#"
 [client]
 key = "header:X-Api-Key"
 default_plan = "free"
