@@ -16,7 +16,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+use sluice_core::{AlgorithmKind, LimitSpec, Limiter, Rate};
 use sluice_store::{Limit, MemoryStore};
 
 use crate::yaml_config::{YamlConfig, YamlDescriptor};
@@ -125,7 +125,9 @@ pub struct Rule {
 pub struct Limited {
     /// Algorithm, rate and burst.
     pub spec: LimitSpec,
-    /// Its state in the store.
+    /// The algorithm with its parameters (for the shared store).
+    pub limiter: Limiter,
+    /// Its state in the memory store; its id names it in the shared store.
     pub limit: Arc<Limit>,
 }
 
@@ -296,6 +298,7 @@ impl Compile<'_> {
                     );
                     Some(Limited {
                         spec,
+                        limiter,
                         limit: self.store.limit(&id, limiter),
                     })
                 };

@@ -11,6 +11,11 @@
 //!   `duration_until_reset` (for a refused descriptor: until it could pass);
 //!   `response_headers_to_add` carries the `RateLimit-Policy`/`RateLimit`
 //!   fields, and `Retry-After` when over the limit.
+//! - With a shared store ([`EnvoyRls::with_shared`]), the counters live in
+//!   Redis. When Redis cannot decide, the store's fallback does and the
+//!   answer carries `Sluice-Fallback: local|allow|deny`; the `deny`
+//!   fallback answers `OVER_LIMIT` for every enforced descriptor (Envoy
+//!   then refuses with 429), whatever the filter's `failure_mode_deny`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,16 +32,18 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use sluice_core::{Decision, Nanos};
 use sluice_policy::{LimitLabels, LimitResult};
-use sluice_store::{Check, KeyHasher, MemoryStore};
+use sluice_redis::SharedStore;
+use sluice_store::{KeyHasher, MemoryStore};
 use tonic::{Request, Response, Status};
 
+use crate::counters::{Count, Counters};
 use crate::rules::{Rule, Rules};
 
 /// The Rate Limit Service.
 #[derive(Debug)]
 pub struct EnvoyRls {
     rules: Arc<Rules>,
-    store: Arc<MemoryStore>,
+    counters: Counters,
     hasher: KeyHasher,
 }
 
@@ -52,13 +59,23 @@ impl EnvoyRls {
     pub fn new(rules: Arc<Rules>, store: Arc<MemoryStore>) -> Self {
         Self {
             rules,
-            store,
+            counters: Counters::Memory(store),
             hasher: KeyHasher::random(),
         }
     }
 
+    /// Counts on a shared store (Redis) instead of the memory store, with
+    /// its fallback when Redis cannot decide. The hasher must be keyed by
+    /// the secret every instance shares, so that they name a descriptor's
+    /// counters alike.
+    pub fn with_shared(mut self, shared: Arc<SharedStore>, hasher: KeyHasher) -> Self {
+        self.counters = Counters::Shared(shared);
+        self.hasher = hasher;
+        self
+    }
+
     /// Decides one `ShouldRateLimit` request.
-    pub fn decide(&self, req: &RateLimitRequest) -> RateLimitResponse {
+    pub async fn decide(&self, req: &RateLimitRequest) -> RateLimitResponse {
         let request_hits = if req.hits_addend == 0 {
             1
         } else {
@@ -93,7 +110,7 @@ impl EnvoyRls {
                 .and_then(|r| r.limited.as_ref())
                 .is_some_and(|l| m.cost > l.spec.burst)
         });
-        let checks: Vec<Check<'_>> = matched
+        let counts: Vec<Count<'_>> = matched
             .iter()
             .filter(|m| enforced(m))
             .filter_map(|m| {
@@ -103,20 +120,16 @@ impl EnvoyRls {
                 } else {
                     m.cost.min(limited.spec.burst)
                 };
-                Some(Check {
-                    limit: &limited.limit,
+                Some(Count {
+                    limited,
                     key: self.hasher.key_id(&m.key),
                     cost,
                 })
             })
             .collect();
-        let mut decisions = match self.store.check(&checks) {
-            Ok(c) => c.decisions.into_iter(),
-            Err(e) => {
-                tracing::error!(error = %e, "ShouldRateLimit: cannot decide");
-                Vec::new().into_iter()
-            }
-        };
+        let counted = self.counters.check(&counts).await;
+        let mut fallback = counted.fallback;
+        let mut decisions = counted.decisions.into_iter();
 
         let mut statuses = Vec::with_capacity(matched.len());
         let mut results = Vec::new();
@@ -142,14 +155,17 @@ impl EnvoyRls {
                 d
             } else {
                 // Shadow mode: count, never refuse.
-                let key = self.hasher.key_id(&m.key);
-                let cost = m.cost.min(limited.spec.burst);
-                self.store
-                    .check_one(&Check {
-                        limit: &limited.limit,
-                        key,
-                        cost,
-                    })
+                let count = Count {
+                    limited,
+                    key: self.hasher.key_id(&m.key),
+                    cost: m.cost.min(limited.spec.burst),
+                };
+                let counted = self.counters.check(&[count]).await;
+                fallback = fallback.or(counted.fallback);
+                counted
+                    .decisions
+                    .first()
+                    .copied()
                     .unwrap_or(Decision::full(limited.spec.burst))
             };
             let refused = !decision.allowed && !rule.shadow;
@@ -192,6 +208,9 @@ impl EnvoyRls {
                 ..Default::default()
             });
         };
+        if let Some(f) = fallback {
+            add("Sluice-Fallback", f.name().to_owned());
+        }
         if let Some(v) = sluice_http::headers::policy_field(&results) {
             add("RateLimit-Policy", v);
         }
@@ -261,7 +280,7 @@ impl RateLimitService for EnvoyRls {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        Ok(Response::new(self.decide(request.get_ref())))
+        Ok(Response::new(self.decide(request.get_ref()).await))
     }
 }
 

@@ -171,11 +171,13 @@ async fn serve(
     if grpc_listen.is_some() && envoy.is_none() {
         anyhow::bail!("--grpc-listen needs an [envoy] table in the config");
     }
-    let engine = Arc::new(engine_for(policy).await);
+    let (engine, shared_hasher) = engine_for(policy).await;
+    let engine = Arc::new(engine);
     // With Redis, runtime plans and credits changed through any instance
     // apply here within a poll.
     engine.watch_runtime_state(RUNTIME_POLL);
-    // The Envoy Rate Limit Service shares the engine's store.
+    // The Envoy Rate Limit Service shares the engine's store: memory, or
+    // Redis (with its fallback) named by the same keyed hashes.
     let rls = match &envoy {
         None => None,
         Some(e) => {
@@ -184,7 +186,10 @@ async fn serve(
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot bind {addr}"))?;
-            let service = sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.store().clone());
+            let mut service = sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.store().clone());
+            if let (Some(shared), Some(hasher)) = (engine.shared(), shared_hasher) {
+                service = service.with_shared(shared.clone(), hasher);
+            }
             Some((listener, service))
         }
     };
@@ -254,10 +259,11 @@ async fn serve(
 
 /// The engine over the configured store. With Redis, it first tries to
 /// connect for a moment; if Redis is not there yet, Sluice starts anyway on
-/// the fallback and connects in the background.
-async fn engine_for(policy: Policy) -> Engine {
+/// the fallback and connects in the background. With Redis, also the keyed
+/// hasher that names keys there (for the Envoy Rate Limit Service).
+async fn engine_for(policy: Policy) -> (Engine, Option<KeyHasher>) {
     let Some(url) = policy.store.url.clone() else {
-        return Engine::new(policy);
+        return (Engine::new(policy), None);
     };
     let shared = SharedStore::start(url.clone(), policy.store.shared.clone());
     match shared.connect(std::time::Duration::from_secs(2)).await {
@@ -278,7 +284,10 @@ async fn engine_for(policy: Policy) -> Engine {
             KeyHasher::from_secret(DEFAULT_KEY_SECRET)
         }
     };
-    Engine::new(policy).with_shared(shared, hasher)
+    (
+        Engine::new(policy).with_shared(shared, hasher.clone()),
+        Some(hasher),
+    )
 }
 
 /// How often an instance on Redis checks for runtime plan and credit

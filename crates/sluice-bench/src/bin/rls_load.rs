@@ -26,6 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut client = client;
             let mut latencies = Vec::new();
             let mut over = 0u64;
+            let mut error = None;
             let mut i = t;
             while Instant::now() < deadline {
                 i = (i + concurrency) % keys;
@@ -44,24 +45,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 match client.should_rate_limit(request).await {
                     Ok(r) if r.get_ref().overall_code == 2 => over += 1,
                     Ok(_) => {}
-                    Err(_) => break,
+                    Err(e) => {
+                        // A failing server stops this caller; say so.
+                        error = Some(e.to_string());
+                        break;
+                    }
                 }
                 latencies.push(start.elapsed());
             }
-            (latencies, over)
+            (latencies, over, error)
         }));
     }
     let mut all = Vec::new();
     let mut over = 0;
+    let mut errors = 0;
     for t in tasks {
-        let (l, o) = t.await?;
+        let (l, o, e) = t.await?;
         all.extend(l);
         over += o;
+        if let Some(e) = e {
+            if errors == 0 {
+                eprintln!("rls_load: a call failed: {e}");
+            }
+            errors += 1;
+        }
     }
     all.sort();
     let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)));
     println!(
-        "calls: {}  over_limit: {over}  throughput: {:.0}/s  p50: {:?}  p99: {:?}",
+        "calls: {}  over_limit: {over}  failed_callers: {errors}  throughput: {:.0}/s  p50: {:?}  p99: {:?}",
         all.len(),
         all.len() as f64 / secs as f64,
         pct(0.50).copied().unwrap_or_default(),

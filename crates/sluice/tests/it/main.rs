@@ -10,6 +10,7 @@ mod common;
 mod control_api;
 mod dashboard;
 mod envoy_rls;
+mod envoy_rls_redis;
 mod graceful_shutdown;
 mod hot_reload;
 mod legacy_headers;
