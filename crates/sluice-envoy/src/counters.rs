@@ -94,6 +94,7 @@ impl Counters {
                         limiter: &c.limited.limiter,
                         key: c.key,
                         cost: c.cost,
+                        reserve: 0,
                     })
                     .collect();
                 let decided = shared.check(&checks).await;
