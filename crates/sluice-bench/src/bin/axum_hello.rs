@@ -5,8 +5,18 @@
 
 use std::net::SocketAddr;
 
+use axum::http::HeaderValue;
 use axum::{Router, routing::get};
 use sluice_http::RateLimitLayer;
+
+/// The example app's limit (`examples/axum-app`), per client IP, at a rate
+/// that never refuses under the benchmark.
+const ONE_LIMIT: &str = r#"
+    [[limits]]
+    name = "per-ip"
+    key = "ip"
+    rate = "100000000/s"
+"#;
 
 /// Two limits that never refuse under the benchmark, so every request pays
 /// for two checks and the response fields: per client IP and per API key.
@@ -24,13 +34,24 @@ const LIMITS: &str = r#"
     rate = "100000000/s"
 "#;
 
+/// The fields Sluice sends under `LIMITS`, as fixed values.
+static FIXED_POLICY: HeaderValue =
+    HeaderValue::from_static(r#""ip-guard";q=100000000;w=1, "per-key";q=100000000;w=1"#);
+static FIXED_FIELD: HeaderValue =
+    HeaderValue::from_static(r#""ip-guard";r=99999999;t=1, "per-key";r=99999999;t=1"#);
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let addr: SocketAddr = args
         .next()
         .unwrap_or_else(|| "127.0.0.1:3000".into())
         .parse()?;
-    let with_sluice = args.any(|a| a == "--with-sluice");
+    let flags: Vec<String> = args.collect();
+    let with_sluice = flags.iter().any(|a| a == "--with-sluice");
+    let with_one = flags.iter().any(|a| a == "--with-sluice-one-limit");
+    // A control: the same two fields, fixed, and no limiter: what the
+    // larger response alone costs.
+    let fields_only = flags.iter().any(|a| a == "--fields-only");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -38,6 +59,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut app = Router::new().route("/", get(|| async { "hello\n" }));
         if with_sluice {
             app = app.layer(RateLimitLayer::from_toml(LIMITS)?);
+        } else if with_one {
+            app = app.layer(RateLimitLayer::from_toml(ONE_LIMIT)?);
+        } else if fields_only {
+            app = app.layer(axum::middleware::map_response(
+                |mut response: axum::response::Response| async move {
+                    let h = response.headers_mut();
+                    h.insert("ratelimit-policy", FIXED_POLICY.clone());
+                    h.insert("ratelimit", FIXED_FIELD.clone());
+                    response
+                },
+            ));
         }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         eprintln!("axum_hello: listening on {addr} (sluice: {with_sluice})");
