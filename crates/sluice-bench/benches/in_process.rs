@@ -66,6 +66,11 @@ fn single_key(c: &mut Criterion) {
     g.bench_function("sluice_direct_gcra", |b| {
         b.iter(|| black_box(direct.check(1).map(|d| d.allowed)))
     });
+    // A control: the clock read alone, which both limiters make per check.
+    let clock = sluice_core::SystemClock::new();
+    g.bench_function("clock_read_only", |b| {
+        b.iter(|| black_box(sluice_core::Clock::now(&clock)))
+    });
     {
         let (store, limit) = sluice(AlgorithmKind::Gcra);
         let key = KeyHasher::random().key_id("global");
