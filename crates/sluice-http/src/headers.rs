@@ -21,6 +21,9 @@
 //! and `X-RateLimit-Limit/-Remaining/-Reset`. Both `Reset`s are delta-seconds
 //! from now, not epoch timestamps.
 
+use std::cell::RefCell;
+use std::sync::Arc;
+
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sfv::{ItemSerializer, StringRef};
 use sluice_core::{LimitSpec, Nanos};
@@ -179,6 +182,45 @@ pub fn ratelimit_field(results: &[LimitResult]) -> Option<String> {
     })
 }
 
+/// What a `RateLimit-Policy` value was made from: each limit's name (an
+/// `Arc` held here, so its address cannot be reused while cached) and spec.
+type PolicyKey = SmallVec<[(Arc<str>, LimitSpec); 4]>;
+
+thread_local! {
+    /// The `RateLimit-Policy` value this thread sent last, and what it was
+    /// made from. The value depends only on the limits applied (their names
+    /// and specs), which most requests share, so most responses reuse it
+    /// (a reference count) instead of writing it again.
+    static LAST_POLICY: RefCell<Option<(PolicyKey, HeaderValue)>> = const { RefCell::new(None) };
+}
+
+/// The `RateLimit-Policy` value for these results, from the last one made
+/// on this thread when it describes the same limits.
+fn policy_value(results: &[LimitResult]) -> Option<HeaderValue> {
+    let same = |key: &PolicyKey| {
+        key.len() == results.len()
+            && key
+                .iter()
+                .zip(results)
+                .all(|((name, spec), r)| Arc::ptr_eq(name, &r.name) && *spec == r.spec)
+    };
+    LAST_POLICY.with(|last| {
+        if let Ok(last) = last.try_borrow()
+            && let Some((key, value)) = last.as_ref()
+            && same(key)
+        {
+            return Some(value.clone());
+        }
+        let value =
+            HeaderValue::from_maybe_shared(bytes::Bytes::from(policy_field(results)?)).ok()?;
+        if let Ok(mut last) = last.try_borrow_mut() {
+            let key = results.iter().map(|r| (r.name.clone(), r.spec)).collect();
+            *last = Some((key, value.clone()));
+        }
+        Some(value)
+    })
+}
+
 /// Inserts a serialized Structured Field without copying it again.
 fn put_field(headers: &mut HeaderMap, name: HeaderName, value: String) {
     if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(value)) {
@@ -198,8 +240,8 @@ pub fn add_headers(verdict: &Verdict, headers: &mut HeaderMap) {
     if let Some(f) = verdict.fallback {
         headers.insert(SLUICE_FALLBACK, HeaderValue::from_static(f.name()));
     }
-    if let Some(v) = policy_field(results) {
-        put_field(headers, RATELIMIT_POLICY, v);
+    if let Some(v) = policy_value(results) {
+        headers.insert(RATELIMIT_POLICY, v);
     }
     if let Some(v) = ratelimit_field(results) {
         put_field(headers, RATELIMIT, v);
@@ -366,6 +408,33 @@ mod tests {
         }
         assert_eq!(ratelimit_field(&[]), None);
         assert_eq!(policy_field(&[]), None);
+    }
+
+    #[test]
+    fn the_reused_policy_value_always_describes_the_limits_applied() {
+        let a = vec![result("free", "10/s", 20, Decision::full(20))];
+        let same_limit = vec![LimitResult {
+            decision: Decision::full(3),
+            ..a[0].clone()
+        }];
+        let other_spec = vec![LimitResult {
+            spec: LimitSpec {
+                burst: 40,
+                ..a[0].spec
+            },
+            ..a[0].clone()
+        }];
+        // Another limit of the same name (as after a reload): a new `Arc`.
+        let reloaded = vec![result("free", "10/min", 20, Decision::full(20))];
+        let two = vec![
+            a[0].clone(),
+            result("export", "2/min", 2, Decision::full(2)),
+        ];
+        for results in [&a, &same_limit, &other_spec, &reloaded, &two, &a, &reloaded] {
+            let value = policy_value(results).unwrap();
+            assert_eq!(value.to_str().unwrap(), policy_field(results).unwrap());
+        }
+        assert_eq!(policy_value(&[]), None);
     }
 
     #[test]
