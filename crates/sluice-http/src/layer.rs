@@ -261,8 +261,9 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let peer = (self.peer)(req.headers(), req.extensions());
         // HTTP/2 carries the host in the URI's authority: `match.host`
-        // reads it from the Host field.
-        if !req.headers().contains_key(http::header::HOST)
+        // reads it from the Host field. (HTTP/1.1 requires the field.)
+        if req.version() != http::Version::HTTP_11
+            && !req.headers().contains_key(http::header::HOST)
             && let Some(host) = req
                 .uri()
                 .authority()
