@@ -260,10 +260,10 @@ where
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let peer = (self.peer)(req.headers(), req.extensions());
-        // HTTP/2 carries the host in the URI's authority: `match.host`
-        // reads it from the Host field. (HTTP/1.1 requires the field.)
-        if req.version() != http::Version::HTTP_11
-            && !req.headers().contains_key(http::header::HOST)
+        // HTTP/2 carries the host in the URI's authority, and so may an
+        // HTTP/1.1 request in absolute form without a Host field (hyper
+        // accepts one): `match.host` reads it from the Host field.
+        if !req.headers().contains_key(http::header::HOST)
             && let Some(host) = req
                 .uri()
                 .authority()

@@ -230,3 +230,50 @@ fn a_bad_limit_in_code_is_a_config_error() {
         .unwrap_err();
     assert!(e.to_string().contains("limit `per-ip`: rate"), "{e}");
 }
+
+/// Sends one HTTP/1.1 request in absolute form, with no Host field (which
+/// hyper accepts), and returns its status code.
+async fn absolute_form_status(base: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://").trim_end_matches('/');
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(b"GET http://api.example.com/ HTTP/1.1\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    tcp.read_to_string(&mut reply).await.unwrap();
+    reply
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP reply: {reply:?}"))
+}
+
+/// A host-matched limit applies to a request whose host is only in its
+/// absolute-form URI: without the Host field, it must not slip past.
+#[tokio::test]
+async fn a_host_limit_applies_to_an_absolute_form_request_without_host() {
+    let layer = RateLimitLayer::from_toml(
+        r#"
+        [[limits]]
+        name = "api-host"
+        key = "global"
+        rate = "1/min"
+        burst = 2
+        match = { host = "api.example.com" }
+        "#,
+    )
+    .unwrap();
+    let base = serve(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    let statuses = [
+        absolute_form_status(&base).await,
+        absolute_form_status(&base).await,
+        absolute_form_status(&base).await,
+    ];
+    assert_eq!(statuses, [200, 200, 429]);
+}
