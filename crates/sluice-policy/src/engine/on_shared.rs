@@ -251,6 +251,10 @@ impl<C: Clock> Engine<C> {
         if !(0..plan.enforced.len()).all(|i| !refused(i) || holdable(i)) {
             return false;
         }
+        // Places are taken here and given to the gates only if every queue
+        // that must hold this request has room: otherwise they are given
+        // back (dropped) and every gate keeps its first decision's reserve.
+        let mut taken: SmallVec<[(usize, Ticket); 4]> = SmallVec::new();
         let mut full = false;
         for (i, (p, g)) in plan.enforced.iter().zip(gates.iter_mut()).enumerate() {
             let (Some(d), Some(queue)) = (p.limit.delay, &current.gates[p.index]) else {
@@ -260,10 +264,7 @@ impl<C: Clock> Engine<C> {
                 continue;
             }
             match queue.enter(now, d.max_queue) {
-                Ok(ticket) => {
-                    g.reserve = 0;
-                    g.ticket = Some(ticket);
-                }
+                Ok(ticket) => taken.push((i, ticket)),
                 Err(slot) if refused(i) => {
                     full = true;
                     g.slot = Some(slot);
@@ -272,9 +273,8 @@ impl<C: Clock> Engine<C> {
             }
         }
         if full {
-            for (g, d) in gates.iter_mut().zip(checked.decisions.iter_mut()) {
-                // Give the places back: this request is not held.
-                g.ticket = None;
+            drop(taken);
+            for (g, d) in gates.iter().zip(checked.decisions.iter_mut()) {
                 if let Some(slot) = g.slot.filter(|s| *s > 0)
                     && !d.allowed
                 {
@@ -284,7 +284,12 @@ impl<C: Clock> Engine<C> {
             tracing::debug!("delay queue full: refused");
             return false;
         }
-        gates.iter().any(|g| g.ticket.is_some())
+        let held = !taken.is_empty();
+        for (i, ticket) in taken {
+            gates[i].reserve = 0;
+            gates[i].ticket = Some(ticket);
+        }
+        held
     }
 
     /// [`spend_credits`](Self::spend_credits) on the shared store: the
