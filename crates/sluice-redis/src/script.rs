@@ -11,9 +11,11 @@
 //! limit after the charge. A check is admitted only if its cost plus the
 //! reserve fits, as if the burst were `burst - reserve`, and its
 //! `remaining` and `retry_after` are those of that smaller burst. The state
-//! in Redis does not depend on the reserve (nor on the burst: only on the
-//! rate), so the same key can be decided with different reserves, atomically
-//! with the charge:
+//! in Redis does not depend on the reserve, so the same key can be decided
+//! with different reserves, atomically with the charge. For the token
+//! bucket and GCRA it does not depend on the burst either (only on the
+//! rate), which is why delay limits, which decide one key with two bursts,
+//! take only those two algorithms. Uses:
 //!
 //! - priority classes (`max_share`): a class may not take the limit below
 //!   the part reserved for the others, exactly, across every instance;

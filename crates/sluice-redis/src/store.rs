@@ -239,10 +239,11 @@ impl RedisStore {
     /// A check with a [`reserve`](RedisCheck::reserve) is admitted only if
     /// the limit keeps at least that much after its charge; that is decided
     /// in the same atomic script step as the charge, so concurrent requests
-    /// from any number of instances never take a limit below a reserve. The
-    /// state does not depend on the limiter's burst, only on its algorithm
-    /// and rate: the same key may be decided with a larger burst and a
-    /// reserve (a delay limit's extended bucket).
+    /// from any number of instances never take a limit below a reserve. For
+    /// the token bucket and GCRA the state does not depend on the burst,
+    /// only on the rate, so the same key may be decided with a larger burst
+    /// and a reserve (a delay limit's extended bucket, which only those two
+    /// algorithms allow).
     pub async fn check(&self, checks: &[RedisCheck<'_>]) -> Result<Checked, RedisStoreError> {
         self.decide(checks, None).await
     }
