@@ -33,7 +33,7 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use sluice_core::{Decision, Nanos};
 use sluice_policy::{LimitLabels, LimitResult};
 use sluice_redis::SharedStore;
-use sluice_store::{KeyHasher, MemoryStore};
+use sluice_store::{KeyHasher, KeyId, MemoryStore};
 use tonic::{Request, Response, Status};
 
 use crate::counters::{Count, Counters};
@@ -110,21 +110,20 @@ impl EnvoyRls {
                 .and_then(|r| r.limited.as_ref())
                 .is_some_and(|l| m.cost > l.spec.burst)
         });
+        // Each descriptor's key, hashed once.
+        let ids: Vec<KeyId> = matched.iter().map(|m| self.hasher.key_id(&m.key)).collect();
         let counts: Vec<Count<'_>> = matched
             .iter()
-            .filter(|m| enforced(m))
-            .filter_map(|m| {
+            .zip(&ids)
+            .filter(|(m, _)| enforced(m))
+            .filter_map(|(m, &key)| {
                 let limited = m.rule?.limited.as_ref()?;
                 let cost = if impossible {
                     0
                 } else {
                     m.cost.min(limited.spec.burst)
                 };
-                Some(Count {
-                    limited,
-                    key: self.hasher.key_id(&m.key),
-                    cost,
-                })
+                Some(Count { limited, key, cost })
             })
             .collect();
         let counted = self.counters.check(&counts).await;
@@ -135,7 +134,7 @@ impl EnvoyRls {
         let mut results = Vec::new();
         let mut over = false;
         let mut retry: Nanos = 0;
-        for m in &matched {
+        for (m, &key) in matched.iter().zip(&ids) {
             let Some(rule) = m.rule else {
                 statuses.push(ok_unlimited());
                 continue;
@@ -157,7 +156,7 @@ impl EnvoyRls {
                 // Shadow mode: count, never refuse.
                 let count = Count {
                     limited,
-                    key: self.hasher.key_id(&m.key),
+                    key,
                     cost: m.cost.min(limited.spec.burst),
                 };
                 let counted = self.counters.check(&[count]).await;
@@ -195,7 +194,7 @@ impl EnvoyRls {
                     spec: limited.spec,
                     decision,
                     labels: LimitLabels::named(rule.name.clone(), "envoy"),
-                    key: self.hasher.key_id(&m.key),
+                    key,
                 });
             }
         }
