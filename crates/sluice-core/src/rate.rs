@@ -81,6 +81,19 @@ impl Rate {
         self.period
     }
 
+    /// The time this rate takes to refill `cost` units, rounded up (and
+    /// `Nanos::MAX` where that does not fit).
+    ///
+    /// ```
+    /// use sluice_core::Rate;
+    /// assert_eq!(Rate::per_second(3).refill_time(1), 333_333_334);
+    /// assert_eq!(Rate::per_second(3).refill_time(3), 1_000_000_000);
+    /// ```
+    pub fn refill_time(&self, cost: u64) -> Nanos {
+        let t = (u128::from(cost) * u128::from(self.period)).div_ceil(u128::from(self.amount));
+        u64::try_from(t).unwrap_or(u64::MAX)
+    }
+
     /// The same rate as a reduced fraction `(amount, period)`: the emission
     /// interval is exactly `period / amount` nanoseconds.
     pub(crate) fn reduced(&self) -> (u64, u64) {

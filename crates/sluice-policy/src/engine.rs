@@ -615,7 +615,7 @@ impl<C: Clock> Engine<C> {
             let need = p.cost.saturating_add(reserve);
             if remaining < need {
                 tracing::debug!(limit = %p.limit.name, "class share used up: refused");
-                let retry = refill_time(p.limit.spec.rate, need - remaining);
+                let retry = p.limit.spec.rate.refill_time(need - remaining);
                 return Ok(self.refuse_one(current, plan, *i, retry));
             }
         }
@@ -631,7 +631,7 @@ impl<C: Clock> Engine<C> {
             if remaining >= p.cost {
                 continue;
             }
-            let refill = refill_time(p.limit.spec.rate, p.cost - remaining);
+            let refill = p.limit.spec.rate.refill_time(p.cost - remaining);
             let slot = q.peek().map_or(0, |Reverse(t)| t.saturating_sub(now));
             tracing::debug!(limit = %p.limit.name, "delay queue full: refused");
             return Ok(self.refuse_one(current, plan, *i, refill.min(slot)));
@@ -907,7 +907,12 @@ impl<'p> Planned<'p> {
         if d.allowed && hold {
             let used = d.limit.saturating_sub(d.remaining);
             if used > burst {
-                out.delay = refill_time(self.limit.spec.rate, used - burst).min(delay.max_delay);
+                out.delay = self
+                    .limit
+                    .spec
+                    .rate
+                    .refill_time(used - burst)
+                    .min(delay.max_delay);
             }
         }
         out
@@ -1020,13 +1025,6 @@ impl Claim {
             decisions,
         }
     }
-}
-
-/// The time `rate` takes to refill `cost`, rounded up.
-fn refill_time(rate: sluice_core::Rate, cost: u64) -> Nanos {
-    let t =
-        (u128::from(cost) * u128::from(rate.period())).div_ceil(u128::from(rate.amount().max(1)));
-    u64::try_from(t).unwrap_or(u64::MAX)
 }
 
 /// Sets a balance in a credits map (0 removes the key).

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use sluice_core::{Decision, LimitSpec, Limiter, Nanos, Rate};
+use sluice_core::{Decision, LimitSpec, Limiter, Nanos};
 use sluice_store::{Check, Checked, KeyId, Limit, MemoryStore, MemoryStoreConfig};
 use smallvec::SmallVec;
 
@@ -119,7 +119,7 @@ impl LocalFallback {
                             .unwrap_or_else(|_| Decision::full(0))
                     })
                     .collect();
-                let wait = refill_time(shares[i].spec.rate, need - now.remaining);
+                let wait = shares[i].spec.rate.refill_time(need - now.remaining);
                 decisions[i] = Decision {
                     allowed: false,
                     retry_after: Some(wait.max(1)),
@@ -180,13 +180,6 @@ fn above(d: Decision, reserve: u64) -> Decision {
         remaining: d.remaining.saturating_sub(reserve),
         ..d
     }
-}
-
-/// The time `rate` takes to refill `cost`, rounded up.
-fn refill_time(rate: Rate, cost: u64) -> Nanos {
-    let t =
-        (u128::from(cost) * u128::from(rate.period())).div_ceil(u128::from(rate.amount().max(1)));
-    u64::try_from(t).unwrap_or(u64::MAX)
 }
 
 /// The lock stripe of a (limit, key).

@@ -34,9 +34,7 @@ use sluice_redis::{DecidedBy, Fallback, SharedCheck, SharedStore};
 use sluice_store::Checked;
 use smallvec::SmallVec;
 
-use super::{
-    Claim, Compiled, DecideError, Engine, Plan, Planned, Policy, RequestInfo, Verdict, refill_time,
-};
+use super::{Claim, Compiled, DecideError, Engine, Plan, Planned, Policy, RequestInfo, Verdict};
 use crate::delay_queue::Ticket;
 use sluice_core::Clock;
 
@@ -129,7 +127,10 @@ impl<'p> Planned<'p> {
         out.remaining = d.remaining.saturating_sub(extra);
         let used = d.limit.saturating_sub(d.remaining);
         if d.allowed && hold && used > plain.burst {
-            out.delay = refill_time(plain.rate, used - plain.burst).min(delay.max_delay);
+            out.delay = plain
+                .rate
+                .refill_time(used - plain.burst)
+                .min(delay.max_delay);
         }
         out
     }
