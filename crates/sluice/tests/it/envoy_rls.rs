@@ -16,7 +16,8 @@ use tonic::transport::Channel;
 const OK: i32 = Code::Ok as i32;
 const OVER: i32 = Code::OverLimit as i32;
 
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+/// A descriptor of these entries (the Redis tests use it too).
+pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
         entries: entries
             .iter()
@@ -29,7 +30,8 @@ fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     }
 }
 
-fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
+/// A request in the `edge_proxy` domain (the Redis tests use it too).
+pub fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
     RateLimitRequest {
         domain: "edge_proxy".into(),
         descriptors,

@@ -12,9 +12,8 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use crate::envoy_rls::{descriptor, request};
 use common::{Sluice, TempConfig};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -87,27 +86,6 @@ async fn start(redis: &RedisServer, config: &Config) -> (Sluice, RateLimitServic
         .await
         .unwrap();
     (sluice, client)
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).into(),
-                value: (*v).into(),
-            })
-            .collect(),
-        ..Default::default()
-    }
-}
-
-fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "edge_proxy".into(),
-        descriptors,
-        hits_addend: hits,
-    }
 }
 
 /// Asks once, and checks the answer did not hang.

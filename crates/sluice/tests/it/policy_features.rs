@@ -290,11 +290,13 @@ async fn burst(s: &Sluice, n: usize) -> Vec<Reply> {
     replies
 }
 
-fn delay_ms(r: &Reply) -> u64 {
+/// The `delay_ms` of a `/v1/check` answer (the Redis tests use it too).
+pub fn delay_ms(r: &Reply) -> u64 {
     r.json()["delay_ms"].as_u64().unwrap_or(0)
 }
 
-fn delay_config(max_delay: &str, max_queue: u32) -> String {
+/// A free plan whose one limit delays (the Redis tests use it too).
+pub fn delay_config(max_delay: &str, max_queue: u32) -> String {
     format!(
         r#"
 [client]

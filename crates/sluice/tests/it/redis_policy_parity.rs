@@ -7,6 +7,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use crate::policy_features::{delay_config, delay_ms};
 use common::{Reply, Sluice, TempConfig, client, send, sf_item};
 use sluice_testkit::{RedisServer, require_redis};
 
@@ -57,26 +58,6 @@ async fn burst(a: &Sluice, b: &Sluice, n: usize) -> Vec<Timed> {
         );
     }
     out
-}
-
-fn delay_ms(r: &Reply) -> u64 {
-    r.json()["delay_ms"].as_u64().unwrap_or(0)
-}
-
-fn delay_config(max_delay: &str, max_queue: u32) -> String {
-    format!(
-        r#"
-[client]
-key = "header:X-Api-Key"
-default_plan = "free"
-
-[plans.free]
-on_limit = "delay"
-max_delay = "{max_delay}"
-max_queue = {max_queue}
-limits = [{{ algorithm = "gcra", rate = "1/s", burst = 2 }}]
-"#
-    )
 }
 
 /// Burst 2 at once; at 1/s, three more fit within 3 s (waits of about 1,
