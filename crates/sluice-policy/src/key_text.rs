@@ -85,18 +85,25 @@ impl IpText {
         };
         match ip {
             IpAddr::V4(v4) => {
+                // At most 15 bytes: `255.255.255.255`.
+                let mut n = 0;
                 for (i, octet) in v4.octets().into_iter().enumerate() {
                     if i > 0 {
-                        text.push(b'.');
+                        text.buf[n] = b'.';
+                        n += 1;
                     }
                     if octet >= 100 {
-                        text.push(b'0' + octet / 100);
+                        text.buf[n] = b'0' + octet / 100;
+                        n += 1;
                     }
                     if octet >= 10 {
-                        text.push(b'0' + octet / 10 % 10);
+                        text.buf[n] = b'0' + octet / 10 % 10;
+                        n += 1;
                     }
-                    text.push(b'0' + octet % 10);
+                    text.buf[n] = b'0' + octet % 10;
+                    n += 1;
                 }
+                text.len = n as u8;
             }
             // Rare enough on the hot path to go through `core::fmt`, which
             // knows IPv6's compression rules; it cannot overflow the buffer.
@@ -105,13 +112,6 @@ impl IpText {
             }
         }
         text
-    }
-
-    fn push(&mut self, b: u8) {
-        if let Some(slot) = self.buf.get_mut(usize::from(self.len)) {
-            *slot = b;
-            self.len += 1;
-        }
     }
 
     /// The text.
