@@ -1,7 +1,12 @@
 //! A hello-world axum app, bare or behind Sluice's tower layer, on one
-//! runtime thread: the two sides of `scripts/bench-axum-overhead`.
+//! runtime thread: the configurations `scripts/bench-axum-overhead` compares.
 //!
-//! `axum_hello ADDR [--with-sluice]`
+//! `axum_hello ADDR [--with-sluice-one-limit | --with-sluice | --fields-only]`
+//!
+//! - `--with-sluice-one-limit`: the example app's limit (per client IP);
+//! - `--with-sluice`: two limits (per client IP and per API key);
+//! - `--fields-only`: no limiter, the same two response fields, fixed (a
+//!   control for the cost of the larger response).
 
 use std::net::SocketAddr;
 
