@@ -20,30 +20,10 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
 use criterion::{Criterion, criterion_group, criterion_main};
+use sluice_bench::layer_configs::{ONE_LIMIT, TWO_LIMITS};
 use sluice_http::RateLimitLayer;
 use tower_layer::Layer;
 use tower_service::Service;
-
-const ONE_LIMIT: &str = r#"
-    [[limits]]
-    name = "per-ip"
-    key = "ip"
-    rate = "100000000/s"
-"#;
-
-const TWO_LIMITS: &str = r#"
-    [[limits]]
-    name = "ip-guard"
-    key = "ip"
-    algorithm = "gcra"
-    rate = "100000000/s"
-
-    [[limits]]
-    name = "per-key"
-    key = "header:X-Api-Key"
-    algorithm = "token_bucket"
-    rate = "100000000/s"
-"#;
 
 /// An inner service that answers `hello` at once.
 #[derive(Clone)]

@@ -2,6 +2,34 @@
 //! Zipf-like) from a small deterministic generator, so that Sluice and its
 //! peers see exactly the same keys in the same order.
 
+/// The tower-layer benchmarks' configs (`benches/layer.rs`, the
+/// `axum_hello` app): limits at a rate that never refuses, so every request
+/// pays for its checks and the response fields.
+pub mod layer_configs {
+    /// The example app's limit (`examples/axum-app`): per client IP.
+    pub const ONE_LIMIT: &str = r#"
+    [[limits]]
+    name = "per-ip"
+    key = "ip"
+    rate = "100000000/s"
+"#;
+
+    /// Two limits: per client IP and per API key.
+    pub const TWO_LIMITS: &str = r#"
+    [[limits]]
+    name = "ip-guard"
+    key = "ip"
+    algorithm = "gcra"
+    rate = "100000000/s"
+
+    [[limits]]
+    name = "per-key"
+    key = "header:X-Api-Key"
+    algorithm = "token_bucket"
+    rate = "100000000/s"
+"#;
+}
+
 /// A xorshift64* generator: deterministic, fast, good enough for workloads.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);

@@ -12,34 +12,10 @@ use std::net::SocketAddr;
 
 use axum::http::HeaderValue;
 use axum::{Router, routing::get};
+use sluice_bench::layer_configs::{ONE_LIMIT, TWO_LIMITS};
 use sluice_http::RateLimitLayer;
 
-/// The example app's limit (`examples/axum-app`), per client IP, at a rate
-/// that never refuses under the benchmark.
-const ONE_LIMIT: &str = r#"
-    [[limits]]
-    name = "per-ip"
-    key = "ip"
-    rate = "100000000/s"
-"#;
-
-/// Two limits that never refuse under the benchmark, so every request pays
-/// for two checks and the response fields: per client IP and per API key.
-const LIMITS: &str = r#"
-    [[limits]]
-    name = "ip-guard"
-    key = "ip"
-    algorithm = "gcra"
-    rate = "100000000/s"
-
-    [[limits]]
-    name = "per-key"
-    key = "header:X-Api-Key"
-    algorithm = "token_bucket"
-    rate = "100000000/s"
-"#;
-
-/// The fields Sluice sends under `LIMITS`, as fixed values.
+/// The fields Sluice sends under `TWO_LIMITS`, as fixed values.
 static FIXED_POLICY: HeaderValue =
     HeaderValue::from_static(r#""ip-guard";q=100000000;w=1, "per-key";q=100000000;w=1"#);
 static FIXED_FIELD: HeaderValue =
@@ -63,7 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     runtime.block_on(async move {
         let mut app = Router::new().route("/", get(|| async { "hello\n" }));
         if with_sluice {
-            app = app.layer(RateLimitLayer::from_toml(LIMITS)?);
+            app = app.layer(RateLimitLayer::from_toml(TWO_LIMITS)?);
         } else if with_one {
             app = app.layer(RateLimitLayer::from_toml(ONE_LIMIT)?);
         } else if fields_only {
