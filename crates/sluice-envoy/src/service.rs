@@ -190,7 +190,6 @@ impl EnvoyRls {
             });
             if !rule.shadow {
                 results.push(LimitResult {
-                    name: rule.name.clone(),
                     spec: limited.spec,
                     decision,
                     labels: LimitLabels::named(rule.name.clone(), "envoy"),

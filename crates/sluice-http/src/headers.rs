@@ -140,7 +140,7 @@ fn list_field(
         .iter()
         .zip(&items)
         .map(|(r, v)| {
-            r.name.len()
+            r.name().len()
                 + 2
                 + keys
                     .iter()
@@ -156,7 +156,7 @@ fn list_field(
         if i > 0 {
             out.push_str(", ");
         }
-        push_name(&mut out, &r.name);
+        push_name(&mut out, r.name());
         for (key, &n) in keys.iter().zip(v) {
             out.push(';');
             out.push_str(key);
@@ -202,7 +202,7 @@ fn policy_value(results: &[LimitResult]) -> Option<HeaderValue> {
             && key
                 .iter()
                 .zip(results)
-                .all(|((name, spec), r)| Arc::ptr_eq(name, &r.name) && *spec == r.spec)
+                .all(|((name, spec), r)| Arc::ptr_eq(name, &r.labels.limit) && *spec == r.spec)
     };
     LAST_POLICY.with(|last| {
         if let Ok(last) = last.try_borrow()
@@ -214,7 +214,10 @@ fn policy_value(results: &[LimitResult]) -> Option<HeaderValue> {
         let value =
             HeaderValue::from_maybe_shared(bytes::Bytes::from(policy_field(results)?)).ok()?;
         if let Ok(mut last) = last.try_borrow_mut() {
-            let key = results.iter().map(|r| (r.name.clone(), r.spec)).collect();
+            let key = results
+                .iter()
+                .map(|r| (r.labels.limit.clone(), r.spec))
+                .collect();
             *last = Some((key, value.clone()));
         }
         Some(value)
@@ -284,7 +287,6 @@ mod tests {
 
     fn result(name: &str, rate: &str, burst: u64, decision: Decision) -> LimitResult {
         LimitResult {
-            name: name.into(),
             spec: LimitSpec {
                 algorithm: AlgorithmKind::TokenBucket,
                 rate: rate.parse().unwrap(),

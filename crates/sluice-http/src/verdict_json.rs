@@ -69,7 +69,7 @@ impl<'a> VerdictJson<'a> {
 
 fn limit_json(r: &LimitResult) -> LimitJson<'_> {
     LimitJson {
-        name: &r.name,
+        name: r.name(),
         algorithm: r.spec.algorithm.name(),
         rate: r.spec.rate.to_string(),
         allowed: r.decision.allowed,
@@ -95,7 +95,7 @@ pub fn refusal(verdict: &Verdict) -> Problem {
             retry_after: Some(retry),
         };
     }
-    let violated: Vec<String> = verdict.violated().map(|r| r.name.to_string()).collect();
+    let violated: Vec<String> = verdict.violated().map(|r| r.name().to_string()).collect();
     let retry = retry_after_secs(verdict.retry_after().unwrap_or(0));
     let first = verdict.violated().next();
     let detail = match first {
@@ -103,7 +103,8 @@ pub fn refusal(verdict: &Verdict) -> Problem {
             let (quota, window) = crate::headers::quota_window(&r.spec);
             format!(
                 "Rate limit `{}` exceeded ({quota} per {window} s, burst {}); retry in {retry} s.",
-                r.name, r.spec.burst
+                r.name(),
+                r.spec.burst
             )
         }
         None => format!("Rate limit exceeded; retry in {retry} s."),

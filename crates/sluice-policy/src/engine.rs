@@ -27,13 +27,11 @@ use crate::runtime::RuntimePlans;
 /// One applied limit's decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitResult {
-    /// The limit's name.
-    pub name: Arc<str>,
     /// Its algorithm, rate and burst.
     pub spec: LimitSpec,
     /// The decision under it.
     pub decision: Decision,
-    /// How metrics name the limit.
+    /// How metrics name the limit; its name is [`name`](Self::name).
     pub labels: Arc<LimitLabels>,
     /// The client key's keyed hash (never the key itself).
     pub key: KeyId,
@@ -56,6 +54,13 @@ pub struct Verdict {
     pub style: HeadersConfig,
     /// Set when the shared store could not decide and its fallback did.
     pub fallback: Option<Fallback>,
+}
+
+impl LimitResult {
+    /// The limit's name.
+    pub fn name(&self) -> &str {
+        &self.labels.limit
+    }
 }
 
 impl Verdict {
@@ -882,7 +887,6 @@ impl<'p> Planned<'p> {
 
     fn result(&self, decision: Decision) -> LimitResult {
         LimitResult {
-            name: self.limit.name.clone(),
             spec: self.limit.spec,
             decision,
             labels: self.limit.labels.clone(),
@@ -944,7 +948,7 @@ impl Plan<'_> {
     ) -> Verdict {
         for r in &shadow {
             if !r.decision.allowed {
-                tracing::info!(limit = %r.name, "shadow: would have been limited");
+                tracing::info!(limit = %r.name(), "shadow: would have been limited");
             }
         }
         Verdict {

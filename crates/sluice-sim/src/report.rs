@@ -216,7 +216,7 @@ impl Aggregator {
             endpoint: index_of(&mut self.by_endpoint, &l.endpoint),
         };
         self.by_limit.push(LimitCounts {
-            name: r.name.clone(),
+            name: r.labels.limit.clone(),
             plan: l.plan.clone(),
             endpoint: l.endpoint.clone(),
             ..LimitCounts::default()

@@ -65,13 +65,13 @@ fn get(e: &Engine<ManualClock>, key: &str, path: &str) -> Verdict {
 }
 
 fn names(v: &Verdict) -> Vec<&str> {
-    v.results.iter().map(|r| r.name.as_ref()).collect()
+    v.results.iter().map(|r| r.name()).collect()
 }
 
 fn remaining(v: &Verdict, name: &str) -> u64 {
     v.results
         .iter()
-        .find(|r| r.name.as_ref() == name)
+        .find(|r| r.name() == name)
         .unwrap()
         .decision
         .remaining
@@ -210,7 +210,7 @@ fn a_shared_rule_prices_requests_on_the_plan_bucket() {
     assert_eq!(remaining(&v, "free"), 2);
     let v = get(&e, "k", "/reports");
     assert!(!v.allowed);
-    assert_eq!(v.violated().next().unwrap().name.as_ref(), "free-reports");
+    assert_eq!(v.violated().next().unwrap().name(), "free-reports");
     assert_eq!(remaining(&get(&e, "k", "/"), "free"), 1);
 }
 
@@ -554,7 +554,7 @@ fn a_class_uses_at_most_its_share_of_a_global_bucket() {
             // A free key sees what its class may still use.
             assert_eq!(remaining(&v, "backend"), 8 - free_admitted);
         } else {
-            assert_eq!(v.violated().next().unwrap().name.as_ref(), "backend");
+            assert_eq!(v.violated().next().unwrap().name(), "backend");
             assert!(v.retry_after().is_some());
         }
     }

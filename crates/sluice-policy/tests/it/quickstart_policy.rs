@@ -81,7 +81,7 @@ fn exports_admit_two_then_refuse_for_thirty_seconds() {
     let v = e.decide_local(&req).unwrap();
     assert!(!v.allowed);
     assert_eq!(
-        v.violated().map(|r| &*r.name).collect::<Vec<_>>(),
+        v.violated().map(|r| r.name()).collect::<Vec<_>>(),
         ["export"]
     );
     assert_eq!(v.retry_after(), Some(30 * SEC));
