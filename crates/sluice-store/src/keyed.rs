@@ -316,20 +316,9 @@ impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, C> {
         }
         let (decision, tat) = gcra.check_fresh(now, cost)?;
         if let Some(tat) = tat {
-            if table.len() >= self.per_shard_cap {
-                make_room(&mut table, self.per_shard_cap, |e| {
-                    e.state.load(Ordering::Relaxed).saturating_sub(now)
-                });
-            }
-            let hasher = &self.hasher;
-            table.insert_unique(
-                hash,
-                Entry {
-                    key: key.to_owned(),
-                    state: AtomicU64::new(tat),
-                },
-                |e| hasher.hash_one(&e.key),
-            );
+            self.insert_new(&mut table, hash, key, AtomicU64::new(tat), |e| {
+                e.state.load(Ordering::Relaxed).saturating_sub(now)
+            });
         }
         Ok(decision)
     }
@@ -356,24 +345,42 @@ impl<K: Hash + Eq, C: Clock> KeyedLimiter<K, C> {
         let mut state = State::Fresh;
         let outcome = limiter.check(&state, now, cost)?;
         if let Some(update) = outcome.update {
-            if table.len() >= self.per_shard_cap {
-                make_room(&mut table, self.per_shard_cap, |e| {
-                    let t = e.state.lock();
-                    limiter.idle_at(&t.state).saturating_sub(t.high.max(now))
-                });
-            }
             limiter.apply(&mut state, update);
-            let hasher = &self.hasher;
-            table.insert_unique(
-                hash,
-                Entry {
-                    key: key.to_owned(),
-                    state: Mutex::new(Timed { state, high: now }),
-                },
-                |e| hasher.hash_one(&e.key),
-            );
+            let state = Mutex::new(Timed { state, high: now });
+            self.insert_new(&mut table, hash, key, state, |e| {
+                let t = e.state.lock();
+                limiter.idle_at(&t.state).saturating_sub(t.high.max(now))
+            });
         }
         Ok(outcome.decision)
+    }
+
+    /// Stores a key not seen before in its write-locked shard, first making
+    /// room if the shard is full (`idle_in`: the time until an entry is
+    /// replenished).
+    fn insert_new<Q, V>(
+        &self,
+        table: &mut HashTable<Entry<K, V>>,
+        hash: u64,
+        key: &Q,
+        state: V,
+        idle_in: impl FnMut(&Entry<K, V>) -> Nanos,
+    ) where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if table.len() >= self.per_shard_cap {
+            make_room(table, self.per_shard_cap, idle_in);
+        }
+        let hasher = &self.hasher;
+        table.insert_unique(
+            hash,
+            Entry {
+                key: key.to_owned(),
+                state,
+            },
+            |e| hasher.hash_one(&e.key),
+        );
     }
 
     /// Forgets every fully replenished key. Returns how many.
