@@ -510,9 +510,23 @@ impl<C: Clock> Engine<C> {
     /// the next ones see the new one. A limit whose identity (scope, name
     /// and definition) is unchanged keeps its counters; a new or changed one
     /// starts fresh.
+    ///
+    /// The shared store's local fallback forgets its shares of the limits
+    /// the old policy had and the new one lacks (limits of others sharing
+    /// that store, such as the Envoy service, are kept).
     pub fn replace_policy(&self, policy: Policy) {
         let old = self.current.load_full();
         let compiled = Compiled::new(policy, &self.store, Some(&old));
+        if let Some(shared) = &self.shared {
+            let ids = |p: &Policy| {
+                p.limits()
+                    .iter()
+                    .map(|l| l.id.clone())
+                    .collect::<std::collections::HashSet<_>>()
+            };
+            let (before, after) = (ids(&old.policy), ids(&compiled.policy));
+            shared.retain_local(|id| after.contains(id) || !before.contains(id));
+        }
         self.current.store(Arc::new(compiled));
     }
 

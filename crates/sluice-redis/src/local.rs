@@ -161,6 +161,11 @@ impl LocalFallback {
     pub(crate) fn retain(&self, keep: impl Fn(&str) -> bool) {
         self.shares.lock().retain(|id, _| keep(id));
     }
+
+    /// How many limits have a local share.
+    pub(crate) fn len(&self) -> usize {
+        self.shares.lock().len()
+    }
 }
 
 /// The reserve of a local share of burst `local_burst`, for a limit of

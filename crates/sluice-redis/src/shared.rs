@@ -409,6 +409,11 @@ impl SharedStore {
     pub fn retain_local(&self, keep: impl Fn(&str) -> bool) {
         self.local.retain(keep);
     }
+
+    /// How many limits the local fallback holds a share of.
+    pub fn local_limits(&self) -> usize {
+        self.local.len()
+    }
 }
 
 /// One instance's share of a limit: rate and burst divided by `n` (the

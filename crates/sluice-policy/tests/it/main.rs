@@ -7,4 +7,5 @@ mod access;
 mod config_errors;
 mod plan_features;
 mod quickstart_policy;
+mod reload_fallback;
 mod rollout;
