@@ -109,4 +109,27 @@ impl Counters {
             }
         }
     }
+
+    /// Decides each count on its own, so that one never affects another
+    /// (shadow-mode counts). On the shared store they go out together, so
+    /// that its batching can put them in one round trip.
+    pub async fn check_each(&self, counts: &[Count<'_>]) -> Counted {
+        let each = counts.iter().map(|c| self.check(std::slice::from_ref(c)));
+        let all = futures_util::future::join_all(each).await;
+        Counted {
+            allowed: all.iter().all(|c| c.allowed),
+            decisions: counts
+                .iter()
+                .zip(&all)
+                .map(|(c, counted)| {
+                    counted
+                        .decisions
+                        .first()
+                        .copied()
+                        .unwrap_or(Decision::full(c.limited.spec.burst))
+                })
+                .collect(),
+            fallback: all.iter().find_map(|c| c.fallback),
+        }
+    }
 }

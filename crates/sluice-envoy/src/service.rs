@@ -127,8 +127,25 @@ impl EnvoyRls {
             })
             .collect();
         let counted = self.counters.check(&counts).await;
-        let mut fallback = counted.fallback;
+        // Shadow-mode descriptors are counted each on its own, never
+        // refusing: all at once, after the enforced ones.
+        let shadow_counts: Vec<Count<'_>> = matched
+            .iter()
+            .zip(&ids)
+            .filter(|(m, _)| !enforced(m))
+            .filter_map(|(m, &key)| {
+                let limited = m.rule?.limited.as_ref()?;
+                Some(Count {
+                    limited,
+                    key,
+                    cost: m.cost.min(limited.spec.burst),
+                })
+            })
+            .collect();
+        let shadowed = self.counters.check_each(&shadow_counts).await;
+        let fallback = counted.fallback.or(shadowed.fallback);
         let mut decisions = counted.decisions.into_iter();
+        let mut shadow_decisions = shadowed.decisions.into_iter();
 
         let mut statuses = Vec::with_capacity(matched.len());
         let mut results = Vec::new();
@@ -153,18 +170,9 @@ impl EnvoyRls {
                 }
                 d
             } else {
-                // Shadow mode: count, never refuse.
-                let count = Count {
-                    limited,
-                    key,
-                    cost: m.cost.min(limited.spec.burst),
-                };
-                let counted = self.counters.check(&[count]).await;
-                fallback = fallback.or(counted.fallback);
-                counted
-                    .decisions
-                    .first()
-                    .copied()
+                // Shadow mode: counted above, never refuses.
+                shadow_decisions
+                    .next()
                     .unwrap_or(Decision::full(limited.spec.burst))
             };
             let refused = !decision.allowed && !rule.shadow;
