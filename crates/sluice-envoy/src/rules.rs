@@ -17,6 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use sluice_core::{AlgorithmKind, LimitSpec, Limiter, Rate};
+use sluice_policy::LimitLabels;
 use sluice_store::{Limit, MemoryStore};
 
 use crate::yaml_config::{YamlConfig, YamlDescriptor};
@@ -106,8 +107,9 @@ impl Unit {
 /// The limit at one node of the tree.
 #[derive(Debug)]
 pub struct Rule {
-    /// Its name: `rate_limit.name`, else the node's path.
-    pub name: Arc<str>,
+    /// How metrics and logs name it (built once, shared by every decision);
+    /// its name is [`name`](Self::name).
+    pub labels: Arc<LimitLabels>,
     /// The unit, for statuses.
     pub unit: Unit,
     /// Requests per unit, for statuses.
@@ -118,6 +120,13 @@ pub struct Rule {
     pub shadow: bool,
     /// `None` for `unlimited`.
     pub limited: Option<Limited>,
+}
+
+impl Rule {
+    /// Its name: `rate_limit.name`, else the node's path.
+    pub fn name(&self) -> &Arc<str> {
+        &self.labels.limit
+    }
 }
 
 /// A rule's Sluice limit.
@@ -303,7 +312,7 @@ impl Compile<'_> {
                     })
                 };
                 Some(Arc::new(Rule {
-                    name,
+                    labels: LimitLabels::named(name, "envoy"),
                     unit,
                     requests_per_unit: rl.requests_per_unit,
                     replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
@@ -374,7 +383,8 @@ descriptors:
     }
 
     fn name(r: &Rules, entries: &[(&str, &str)]) -> Option<String> {
-        r.find(entries.iter().copied()).map(|r| r.name.to_string())
+        r.find(entries.iter().copied())
+            .map(|r| r.name().to_string())
     }
 
     #[test]

@@ -31,7 +31,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use sluice_core::{Decision, Nanos};
-use sluice_policy::{LimitLabels, LimitResult};
+use sluice_policy::LimitResult;
 use sluice_redis::SharedStore;
 use sluice_store::{KeyHasher, KeyId, MemoryStore};
 use tonic::{Request, Response, Status};
@@ -98,7 +98,7 @@ impl EnvoyRls {
             .collect();
         for m in &mut matched {
             if m.rule
-                .is_some_and(|r| replaced.iter().any(|n| *n == *r.name))
+                .is_some_and(|r| replaced.iter().any(|n| **n == **r.name()))
             {
                 m.rule = None;
             }
@@ -188,7 +188,7 @@ impl EnvoyRls {
             statuses.push(DescriptorStatus {
                 code: if refused { Code::OverLimit } else { Code::Ok } as i32,
                 current_limit: Some(CurrentLimit {
-                    name: rule.name.to_string(),
+                    name: rule.name().to_string(),
                     requests_per_unit: rule.requests_per_unit,
                     unit: rule.unit as i32,
                 }),
@@ -200,7 +200,7 @@ impl EnvoyRls {
                 results.push(LimitResult {
                     spec: limited.spec,
                     decision,
-                    labels: LimitLabels::named(rule.name.clone(), "envoy"),
+                    labels: rule.labels.clone(),
                     key,
                 });
             }
