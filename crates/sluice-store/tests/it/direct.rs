@@ -7,64 +7,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use proptest::prelude::*;
-use sluice_core::{Algorithm, AlgorithmKind, Gcra, LimitSpec, ManualClock, Rate, State};
+use sluice_core::{Algorithm, AlgorithmKind, Gcra, ManualClock, Rate, State};
 use sluice_store::DirectLimiter;
 
-const SEC: u64 = 1_000_000_000;
-
-fn spec(algorithm: AlgorithmKind, rate: Rate, burst: u64, nodelay: bool) -> LimitSpec {
-    LimitSpec {
-        algorithm,
-        rate,
-        burst,
-        nodelay,
-    }
-}
+use crate::common::{SEC, lock_free_cases, spec};
 
 #[test]
 fn gcra_equivalents_with_whole_nanosecond_intervals_are_lock_free() {
     let clock = ManualClock::new(0);
-    let free = |s: LimitSpec| {
-        DirectLimiter::with_clock(&s, clock.clone())
+    for (s, lock_free) in lock_free_cases() {
+        let free = DirectLimiter::with_clock(&s, clock.clone())
             .unwrap()
-            .is_lock_free()
-    };
-    assert!(free(spec(
-        AlgorithmKind::Gcra,
-        Rate::per_second(10),
-        20,
-        false
-    )));
-    assert!(free(spec(
-        AlgorithmKind::TokenBucket,
-        Rate::per_minute(100),
-        5,
-        false
-    )));
-    assert!(free(spec(
-        AlgorithmKind::LeakyBucket,
-        Rate::per_second(4),
-        5,
-        true
-    )));
-    assert!(!free(spec(
-        AlgorithmKind::LeakyBucket,
-        Rate::per_second(4),
-        5,
-        false
-    )));
-    assert!(!free(spec(
-        AlgorithmKind::Gcra,
-        Rate::per_second(3),
-        5,
-        false
-    )));
-    assert!(!free(spec(
-        AlgorithmKind::SlidingLog,
-        Rate::per_second(10),
-        5,
-        false
-    )));
+            .is_lock_free();
+        assert_eq!(free, lock_free, "{s:?}");
+    }
 }
 
 proptest! {

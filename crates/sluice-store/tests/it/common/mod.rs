@@ -18,6 +18,53 @@ pub const KINDS: [AlgorithmKind; 6] = [
     AlgorithmKind::Gcra,
 ];
 
+/// A limit spec.
+pub fn spec(algorithm: AlgorithmKind, rate: Rate, burst: u64, nodelay: bool) -> LimitSpec {
+    LimitSpec {
+        algorithm,
+        rate,
+        burst,
+        nodelay,
+    }
+}
+
+/// Limits, and whether they take the lock-free (atomic GCRA) path: GCRA and
+/// its equivalents (the token bucket, the leaky bucket with `nodelay`) with
+/// a whole-nanosecond emission interval, and nothing else.
+pub fn lock_free_cases() -> [(LimitSpec, bool); 7] {
+    [
+        (
+            spec(AlgorithmKind::Gcra, Rate::per_second(10), 20, false),
+            true,
+        ),
+        (
+            spec(AlgorithmKind::TokenBucket, Rate::per_minute(100), 5, false),
+            true,
+        ),
+        (
+            spec(AlgorithmKind::LeakyBucket, Rate::per_second(4), 5, true),
+            true,
+        ),
+        (
+            spec(AlgorithmKind::LeakyBucket, Rate::per_second(4), 5, false),
+            false,
+        ),
+        // 1/3 s is not a whole number of nanoseconds.
+        (
+            spec(AlgorithmKind::Gcra, Rate::per_second(3), 5, false),
+            false,
+        ),
+        (
+            spec(AlgorithmKind::SlidingLog, Rate::per_second(10), 5, false),
+            false,
+        ),
+        (
+            spec(AlgorithmKind::FixedWindow, Rate::per_second(10), 5, false),
+            false,
+        ),
+    ]
+}
+
 /// Shards per limit in these tests (a power of two, so the mask is exact).
 pub const SHARDS: usize = 4;
 
