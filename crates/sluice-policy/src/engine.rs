@@ -22,7 +22,7 @@ use arc_swap::ArcSwap;
 use crate::config::{CarryOver, HeadersConfig};
 use crate::delay_queue::{DelayQueue, Releases};
 use crate::policy::{Access, LimitDef, LimitLabels, MissingKey, Policy, RequestInfo};
-use crate::runtime::RuntimePlans;
+use crate::runtime::{RuntimePlans, RuntimePlansCell};
 
 /// One applied limit's decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,7 +186,7 @@ pub struct Engine<C: Clock = SystemClock> {
     current: ArcSwap<Compiled>,
     /// Plans assigned at run time, by client key id; they beat the
     /// config's. With a shared store, a mirror of its assignments.
-    runtime_plans: ArcSwap<RuntimePlans>,
+    runtime_plans: RuntimePlansCell,
     store: Arc<MemoryStore<C>>,
     hasher: KeyHasher,
     /// The shared store, when the limits live in Redis.
@@ -234,7 +234,7 @@ impl<C: Clock> Engine<C> {
         let compiled = Compiled::new(policy, &store, None);
         Self {
             current: ArcSwap::from_pointee(compiled),
-            runtime_plans: ArcSwap::from_pointee(runtime),
+            runtime_plans: RuntimePlansCell::new(runtime),
             store,
             hasher,
             shared: None,
@@ -252,7 +252,7 @@ impl<C: Clock> Engine<C> {
     /// this engine's copy current.
     pub fn with_shared(mut self, shared: Arc<SharedStore>, hasher: KeyHasher) -> Self {
         let plans = self.runtime_plans.load().rehashed(&hasher);
-        self.runtime_plans = ArcSwap::from_pointee(plans);
+        self.runtime_plans = RuntimePlansCell::new(plans);
         self.credits
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
@@ -299,7 +299,7 @@ impl<C: Clock> Engine<C> {
         }
         let before = self.plan_of(key).map(|(p, _)| p);
         let id = self.hasher.key_id(key);
-        self.runtime_plans.rcu(|m| m.with(id, key, plan));
+        self.runtime_plans.update(|m| m.with(id, key, plan));
         if let Some(before) = before {
             self.carry_over(key, &before, plan);
         }
@@ -313,7 +313,7 @@ impl<C: Clock> Engine<C> {
         let before = self.plan_of(key).map(|(p, _)| p);
         let id = self.hasher.key_id(key);
         let mut had = false;
-        self.runtime_plans.rcu(|m| {
+        self.runtime_plans.update(|m| {
             let (next, removed) = m.without(id);
             had = removed;
             next
@@ -555,8 +555,8 @@ impl<C: Clock> Engine<C> {
     /// engines without a shared store.
     pub fn decide_local(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
         let current = self.current.load();
-        let runtime = self.runtime_plans.load();
-        let plan = self.plan(&current, &runtime, req)?;
+        let runtime = self.runtime_plans.in_force();
+        let plan = self.plan(&current, runtime.as_deref().map(Arc::as_ref), req)?;
         if plan
             .enforced
             .iter()
@@ -564,7 +564,24 @@ impl<C: Clock> Engine<C> {
         {
             return self.decide_gated(&current, &plan);
         }
-        let mut checked = self.check_enforced(&current, &plan)?;
+        let mut checked = match plan.enforced.as_slice() {
+            // The usual case, one limit: its decision is the verdict's
+            // only result, with no list of decisions in between.
+            [only] => {
+                let decision = self
+                    .store
+                    .check_one(&only.memory_check(&current))
+                    .map_err(impossible)?;
+                if decision.allowed && plan.shadowed.is_empty() {
+                    return Ok(plan.verdict_of_one(only.result(decision)));
+                }
+                Checked {
+                    allowed: decision.allowed,
+                    decisions: vec![decision],
+                }
+            }
+            _ => self.check_enforced(&current, &plan)?,
+        };
         if !checked.allowed
             && let Some(paid) = self.spend_credits(&current, &plan, &checked)?
         {
@@ -810,7 +827,7 @@ impl<C: Clock> Engine<C> {
     fn plan<'p>(
         &self,
         current: &'p Compiled,
-        runtime: &'p RuntimePlans,
+        runtime: Option<&'p RuntimePlans>,
         req: &RequestInfo<'p>,
     ) -> Result<Plan<'p>, DecideError> {
         let access = current.policy.access(req);
@@ -819,21 +836,16 @@ impl<C: Clock> Engine<C> {
         }
         // Runtime plans are kept by key id: hash the key only when some
         // exist.
-        let runtime_plan = |key: &str| runtime.plan(self.hasher.key_id(key));
-        let applied = if runtime.is_empty() {
-            current.policy.resolve(req)?
-        } else {
-            current.policy.resolve_with(req, runtime_plan)?
-        };
+        let runtime_plan = |key: &str| runtime.and_then(|r| r.plan(self.hasher.key_id(key)));
         // Hash each distinct client key once.
         let mut ids: SmallVec<[(crate::KeyText<'p>, KeyId); 4]> = SmallVec::new();
         let mut enforced = SmallVec::new();
         let mut shadowed = SmallVec::new();
-        for a in applied {
+        let mut place = |a: crate::policy::Applied<'p>| {
             let key = match ids.iter().find(|(k, _)| *k == a.key) {
                 Some((_, id)) => *id,
                 None => {
-                    let id = self.hasher.key_id(&a.key);
+                    let id = self.hasher.key_id_bytes(a.key.as_bytes());
                     ids.push((a.key, id));
                     id
                 }
@@ -857,19 +869,19 @@ impl<C: Clock> Engine<C> {
             } else {
                 shadowed.push(planned);
             }
+            Ok(())
+        };
+        if runtime.is_none() {
+            current.policy.resolve_each(req, |_| None, &mut place)?;
+        } else {
+            current.policy.resolve_each(req, runtime_plan, &mut place)?;
         }
         // The client's plan is its priority class, where a limit has some.
         let class = if enforced
             .iter()
             .any(|p: &Planned<'_>| !p.limit.max_share.is_empty())
         {
-            current.policy.client_plan(req, &|key: &str| {
-                if runtime.is_empty() {
-                    None
-                } else {
-                    runtime_plan(key)
-                }
-            })
+            current.policy.client_plan(req, &runtime_plan)
         } else {
             None
         };
@@ -954,6 +966,18 @@ struct Plan<'p> {
 }
 
 impl Plan<'_> {
+    /// The verdict admitting a request under its one enforced limit, with
+    /// no shadowed ones.
+    fn verdict_of_one(&self, result: LimitResult) -> Verdict {
+        Verdict {
+            allowed: true,
+            results: vec![result],
+            shadow: Vec::new(),
+            style: self.style,
+            fallback: None,
+        }
+    }
+
     fn verdict(
         &self,
         checked: Checked,
@@ -1153,7 +1177,7 @@ impl Compiled {
 /// copies with what it loads.
 impl<C: Clock> RuntimeSink for Engine<C> {
     fn plans_loaded(&self, plans: HashMap<KeyId, String>) {
-        self.runtime_plans.rcu(|m| m.mirrored(plans.clone()));
+        self.runtime_plans.update(|m| m.mirrored(plans.clone()));
     }
 
     fn credits_loaded(&self, credits: HashMap<KeyId, u64>) {

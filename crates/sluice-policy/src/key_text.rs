@@ -32,6 +32,17 @@ impl<'a> KeyText<'a> {
     }
 }
 
+impl KeyText<'_> {
+    /// The text's bytes (what a key's hash is made from), without the
+    /// UTF-8 check that `&str` would need for an IP's buffer.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Borrowed(s) => s.as_bytes(),
+            Self::Ip(ip) => ip.as_bytes(),
+        }
+    }
+}
+
 impl Deref for KeyText<'_> {
     type Target = str;
 
@@ -45,7 +56,7 @@ impl Deref for KeyText<'_> {
 
 impl PartialEq for KeyText<'_> {
     fn eq(&self, other: &Self) -> bool {
-        **self == **other
+        self.as_bytes() == other.as_bytes()
     }
 }
 
@@ -114,10 +125,15 @@ impl IpText {
         text
     }
 
+    /// The text's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..usize::from(self.len)]
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         // Only ASCII is ever written.
-        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or_default()
+        std::str::from_utf8(self.as_bytes()).unwrap_or_default()
     }
 }
 

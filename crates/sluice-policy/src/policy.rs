@@ -568,6 +568,24 @@ impl Policy {
         req: &RequestInfo<'p>,
         runtime: impl Fn(&str) -> Option<&'p str>,
     ) -> Result<AppliedLimits<'p>, MissingKey> {
+        let mut applied = AppliedLimits::new();
+        self.resolve_each(req, runtime, |a| {
+            applied.push(a);
+            Ok::<_, MissingKey>(())
+        })?;
+        Ok(applied)
+    }
+
+    /// [`resolve_with`](Self::resolve_with), handing each applied limit to
+    /// `visit` in order instead of collecting them (the engine plans each
+    /// as it comes). Stops at the first error, of `visit` or of a missing
+    /// key; `visit` may have seen some limits by then.
+    pub fn resolve_each<'p, E: From<MissingKey>>(
+        &'p self,
+        req: &RequestInfo<'p>,
+        runtime: impl Fn(&str) -> Option<&'p str>,
+        mut visit: impl FnMut(Applied<'p>) -> Result<(), E>,
+    ) -> Result<(), E> {
         let client_key = self
             .client_key
             .as_ref()
@@ -587,7 +605,6 @@ impl Policy {
             })
             .map(|r| r.cost);
 
-        let mut applied = AppliedLimits::new();
         let candidates = self.global.iter().chain(plan.into_iter().flatten());
         for &i in candidates {
             let limit = &self.limits[i];
@@ -605,12 +622,12 @@ impl Policy {
                 limit: limit.name.to_string(),
                 from: limit.key.clone(),
             })?;
-            applied.push(Applied {
+            visit(Applied {
                 limit,
                 index: i,
                 key,
                 cost: req.cost.unwrap_or(configured),
-            });
+            })?;
         }
         // A client without a key, where plans exist, cannot be placed in one.
         if let (None, Some(plan), Some(source)) =
@@ -619,9 +636,10 @@ impl Policy {
             return Err(MissingKey {
                 limit: plan.clone(),
                 from: source.clone(),
-            });
+            }
+            .into());
         }
-        Ok(applied)
+        Ok(())
     }
 }
 

@@ -3,9 +3,55 @@
 //! shared store that never sees raw keys.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
+use arc_swap::{ArcSwap, Guard};
 use sluice_store::{KeyHasher, KeyId};
+
+/// The runtime plans an engine decides with, swapped as a whole on every
+/// change, with a flag that spares each decision the swap's load while
+/// there are none (the usual case: one atomic load instead of
+/// `arc-swap`'s).
+#[derive(Debug)]
+pub(crate) struct RuntimePlansCell {
+    plans: ArcSwap<RuntimePlans>,
+    /// Whether `plans` has any assignment; written only under `writer`,
+    /// after `plans`, so that it never stays behind.
+    any: AtomicBool,
+    writer: Mutex<()>,
+}
+
+impl RuntimePlansCell {
+    pub fn new(plans: RuntimePlans) -> Self {
+        Self {
+            any: AtomicBool::new(!plans.is_empty()),
+            plans: ArcSwap::from_pointee(plans),
+            writer: Mutex::new(()),
+        }
+    }
+
+    /// The plans now, empty or not.
+    pub fn load(&self) -> Guard<Arc<RuntimePlans>> {
+        self.plans.load()
+    }
+
+    /// The plans now, or `None` when there are none.
+    pub fn in_force(&self) -> Option<Guard<Arc<RuntimePlans>>> {
+        if !self.any.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(self.plans.load()).filter(|p| !p.is_empty())
+    }
+
+    /// Replaces the plans with `change` of them.
+    pub fn update(&self, change: impl FnMut(&Arc<RuntimePlans>) -> RuntimePlans) {
+        let _writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        self.plans.rcu(change);
+        self.any
+            .store(!self.plans.load().is_empty(), Ordering::Release);
+    }
+}
 
 /// One runtime assignment.
 #[derive(Debug, Clone, PartialEq, Eq)]

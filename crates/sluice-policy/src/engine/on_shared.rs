@@ -144,8 +144,8 @@ impl<C: Clock> Engine<C> {
         req: &RequestInfo<'_>,
     ) -> Result<Verdict, DecideError> {
         let current = self.current.load_full();
-        let runtime = self.runtime_plans.load_full();
-        let plan = self.plan(&current, &runtime, req)?;
+        let runtime = self.runtime_plans.in_force().map(arc_swap::Guard::into_inner);
+        let plan = self.plan(&current, runtime.as_deref(), req)?;
         let now = self.store.clock().now();
         let mut gates: SmallVec<[Gate; 4]> = plan
             .enforced
