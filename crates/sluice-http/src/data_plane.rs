@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use http::{Request, StatusCode};
@@ -32,8 +32,12 @@ pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) 
     inner.layer(RateLimitLayer::new(engine).with_metrics(metrics))
 }
 
-async fn echo(Extension(verdict): Extension<Arc<Verdict>>) -> Response {
-    Json(VerdictJson::new(&verdict)).into_response()
+/// The verdict as JSON (read in place: the layer always puts it there).
+async fn echo(req: Request<Body>) -> Response {
+    match req.extensions().get::<Verdict>() {
+        Some(verdict) => Json(VerdictJson::new(verdict)).into_response(),
+        None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
 }
 
 async fn forward(State(proxy): State<Proxy>, req: Request<Body>) -> Response {

@@ -224,59 +224,144 @@ fn policy_value(results: &[LimitResult]) -> Option<HeaderValue> {
     })
 }
 
-/// Inserts a serialized Structured Field without copying it again.
-fn put_field(headers: &mut HeaderMap, name: HeaderName, value: String) {
-    if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(value)) {
-        headers.insert(name, v);
+/// A serialized Structured Field as a header value, without copying it
+/// again.
+fn field_value(value: String) -> Option<HeaderValue> {
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(value)).ok()
+}
+
+/// A small buffer on the stack, for the `RateLimit` value of the usual few
+/// limits.
+struct StackText {
+    bytes: [u8; 192],
+    len: usize,
+}
+
+impl StackText {
+    /// Appends `text`; `None` when it does not fit.
+    fn push(&mut self, text: &[u8]) -> Option<()> {
+        let end = self.len.checked_add(text.len())?;
+        self.bytes.get_mut(self.len..end)?.copy_from_slice(text);
+        self.len = end;
+        Some(())
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
     }
 }
 
-fn put_number(headers: &mut HeaderMap, name: HeaderName, value: u64) {
-    headers.insert(name, HeaderValue::from(value));
+/// The `RateLimit` value as a header value: the same text as
+/// [`ratelimit_field`], written on the stack and copied once into the
+/// value's own allocation (no length to work out beforehand, no
+/// intermediate list), or made by [`ratelimit_field`] when it does not
+/// fit or a name needs escaping.
+fn ratelimit_value(results: &[LimitResult]) -> Option<HeaderValue> {
+    let write = || {
+        let mut out = StackText {
+            bytes: [0; 192],
+            len: 0,
+        };
+        let mut number = itoa::Buffer::new();
+        for (i, r) in results.iter().enumerate() {
+            let name = r.name();
+            if !plain_name(name) {
+                return None;
+            }
+            if i > 0 {
+                out.push(b", ")?;
+            }
+            out.push(b"\"")?;
+            out.push(name.as_bytes())?;
+            out.push(b"\";r=")?;
+            out.push(number.format(r.decision.remaining.min(SF_INTEGER_MAX)).as_bytes())?;
+            out.push(b";t=")?;
+            out.push(number.format(seconds_until_quota(r).min(SF_INTEGER_MAX)).as_bytes())?;
+        }
+        HeaderValue::from_bytes(out.as_bytes()).ok()
+    };
+    if results.is_empty() {
+        return None;
+    }
+    write().or_else(|| ratelimit_field(results).and_then(field_value))
+}
+
+/// The rate-limit fields of a verdict, made before the response exists:
+/// the tower layer makes them when it decides, so that the verdict itself
+/// can go on to the handler, and adds them to the response when it comes.
+#[derive(Debug, Clone, Default)]
+pub struct Fields {
+    /// `RateLimit-Policy`.
+    policy: Option<HeaderValue>,
+    /// `RateLimit`.
+    ratelimit: Option<HeaderValue>,
+    /// The others, rarer (a fallback's, `Retry-After`, the older forms).
+    more: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Fields {
+    /// The fields of a verdict (and `Retry-After` when it refuses), in the
+    /// header style of the config that decided it.
+    pub fn of(verdict: &Verdict) -> Self {
+        let style = verdict.style;
+        let results = &verdict.results;
+        let mut more = Vec::new();
+        if let Some(f) = verdict.fallback {
+            more.push((SLUICE_FALLBACK, HeaderValue::from_static(f.name())));
+        }
+        if !verdict.allowed {
+            let retry = verdict
+                .violated()
+                .map(seconds_until_quota)
+                .max()
+                .unwrap_or(1);
+            more.push((http::header::RETRY_AFTER, HeaderValue::from(retry.max(1))));
+        }
+        if style.legacy || style.x_ratelimit {
+            // The most restrictive limit: a refusing one, else the least remaining.
+            let tightest = verdict
+                .violated()
+                .next()
+                .or_else(|| results.iter().min_by_key(|r| r.decision.remaining));
+            if let Some(r) = tightest {
+                let reset = seconds_until_quota(r);
+                let values = [r.decision.limit, r.decision.remaining, reset];
+                let forms = [
+                    (style.legacy, LEGACY_FIELDS),
+                    (style.x_ratelimit, X_RATELIMIT_FIELDS),
+                ];
+                for (_, names) in forms.into_iter().filter(|(on, _)| *on) {
+                    for (name, value) in names.into_iter().zip(values) {
+                        more.push((name, HeaderValue::from(value)));
+                    }
+                }
+            }
+        }
+        Self {
+            policy: policy_value(results),
+            ratelimit: ratelimit_value(results),
+            more,
+        }
+    }
+
+    /// Adds the fields to `headers`, replacing any of the same names.
+    pub fn apply(self, headers: &mut HeaderMap) {
+        if let Some(v) = self.policy {
+            headers.insert(RATELIMIT_POLICY, v);
+        }
+        if let Some(v) = self.ratelimit {
+            headers.insert(RATELIMIT, v);
+        }
+        for (name, value) in self.more {
+            headers.insert(name, value);
+        }
+    }
 }
 
 /// Adds the rate-limit fields of a verdict to `headers` (and `Retry-After`
 /// when it refuses), in the header style of the config that decided it.
 pub fn add_headers(verdict: &Verdict, headers: &mut HeaderMap) {
-    let style = verdict.style;
-    let results = &verdict.results;
-    if let Some(f) = verdict.fallback {
-        headers.insert(SLUICE_FALLBACK, HeaderValue::from_static(f.name()));
-    }
-    if let Some(v) = policy_value(results) {
-        headers.insert(RATELIMIT_POLICY, v);
-    }
-    if let Some(v) = ratelimit_field(results) {
-        put_field(headers, RATELIMIT, v);
-    }
-    if !verdict.allowed {
-        let retry = verdict
-            .violated()
-            .map(seconds_until_quota)
-            .max()
-            .unwrap_or(1);
-        put_number(headers, http::header::RETRY_AFTER, retry.max(1));
-    }
-    if style.legacy || style.x_ratelimit {
-        // The most restrictive limit: a refusing one, else the least remaining.
-        let tightest = verdict
-            .violated()
-            .next()
-            .or_else(|| results.iter().min_by_key(|r| r.decision.remaining));
-        if let Some(r) = tightest {
-            let reset = seconds_until_quota(r);
-            let values = [r.decision.limit, r.decision.remaining, reset];
-            let forms = [
-                (style.legacy, LEGACY_FIELDS),
-                (style.x_ratelimit, X_RATELIMIT_FIELDS),
-            ];
-            for (_, names) in forms.into_iter().filter(|(on, _)| *on) {
-                for (name, value) in names.into_iter().zip(values) {
-                    put_number(headers, name, value);
-                }
-            }
-        }
-    }
+    Fields::of(verdict).apply(headers);
 }
 
 #[cfg(test)]
@@ -396,6 +481,8 @@ mod tests {
                 ]);
                 let field = ratelimit_field(&results);
                 assert_eq!(field, want, "{name} {n} {m}");
+                let value = ratelimit_value(&results).map(|v| v.to_str().unwrap().to_owned());
+                assert_eq!(value, want, "the header value, {name} {n} {m}");
                 // Sized exactly, so that `Bytes` takes it without copying.
                 let field = field.unwrap();
                 if plain_name(name) {
@@ -409,7 +496,19 @@ mod tests {
             }
         }
         assert_eq!(ratelimit_field(&[]), None);
+        assert_eq!(ratelimit_value(&[]), None);
         assert_eq!(policy_field(&[]), None);
+    }
+
+    #[test]
+    fn a_ratelimit_value_too_long_for_the_stack_is_still_whole() {
+        let long = "l".repeat(64);
+        let results: Vec<_> = (0..8)
+            .map(|_| result(&long, "10/s", 20, Decision::full(20)))
+            .collect();
+        let value = ratelimit_value(&results).unwrap();
+        assert!(value.len() > 192, "the test needs the fallback path");
+        assert_eq!(value.to_str().unwrap(), ratelimit_field(&results).unwrap());
     }
 
     #[test]

@@ -20,7 +20,9 @@
 //! against the same limits. A refused request gets the same 429 (or 401)
 //! problem response and header fields as `sluice serve`, and never reaches
 //! the inner service. An admitted one reaches it with its [`Verdict`] in the
-//! request extensions, and its response gets the rate-limit fields.
+//! request extensions (`req.extensions().get::<Verdict>()`, or axum's
+//! `Extension<Verdict>`, which clones it), and its response gets the
+//! rate-limit fields.
 //!
 //! The client address is the socket peer found in the request extensions
 //! (`axum::extract::ConnectInfo<SocketAddr>`, or a plain `SocketAddr`); the
@@ -44,7 +46,7 @@ use sluice_policy::{ConfigError, DecideError, Engine, Policy, RequestInfo, Verdi
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::headers::add_headers;
+use crate::headers::Fields;
 use crate::metrics::Metrics;
 use crate::verdict_json::{decide_error_response, refusal_response};
 
@@ -62,15 +64,39 @@ pub fn socket_peer(_: &HeaderMap, extensions: &Extensions) -> Option<IpAddr> {
 /// A tower layer that rate limits with a Sluice [`Engine`].
 #[derive(Clone)]
 pub struct RateLimitLayer {
+    shared: Arc<Shared>,
+}
+
+/// What a layer and every service it makes share, behind one `Arc` (axum
+/// clones a route's service for every request).
+struct Shared {
     engine: Arc<Engine>,
     peer: PeerFn,
     metrics: Option<Arc<Metrics>>,
 }
 
+impl Shared {
+    /// The same, with one part changed: a layer being configured is the
+    /// only holder of its `Arc`, so this takes it over without copying.
+    fn update(shared: &mut Arc<Self>, change: impl FnOnce(&mut Self)) {
+        if let Some(s) = Arc::get_mut(shared) {
+            change(s);
+            return;
+        }
+        let mut copy = Self {
+            engine: shared.engine.clone(),
+            peer: shared.peer.clone(),
+            metrics: shared.metrics.clone(),
+        };
+        change(&mut copy);
+        *shared = Arc::new(copy);
+    }
+}
+
 impl std::fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("engine", &self.engine)
+            .field("engine", &self.shared.engine)
             .finish_non_exhaustive()
     }
 }
@@ -80,15 +106,17 @@ impl RateLimitLayer {
     /// `sluice serve` data plane in the same process).
     pub fn new(engine: Arc<Engine>) -> Self {
         Self {
-            engine,
-            peer: Arc::new(socket_peer),
-            metrics: None,
+            shared: Arc::new(Shared {
+                engine,
+                peer: Arc::new(socket_peer),
+                metrics: None,
+            }),
         }
     }
 
     /// Records every decision in `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        self.metrics = Some(metrics);
+        Shared::update(&mut self.shared, |s| s.metrics = Some(metrics));
         self
     }
 
@@ -118,13 +146,14 @@ impl RateLimitLayer {
         mut self,
         peer: impl Fn(&HeaderMap, &Extensions) -> Option<IpAddr> + Send + Sync + 'static,
     ) -> Self {
-        self.peer = Arc::new(peer);
+        let peer: PeerFn = Arc::new(peer);
+        Shared::update(&mut self.shared, |s| s.peer = peer);
         self
     }
 
     /// The engine.
     pub fn engine(&self) -> &Arc<Engine> {
-        &self.engine
+        &self.shared.engine
     }
 }
 
@@ -134,9 +163,7 @@ impl<S> Layer<S> for RateLimitLayer {
     fn layer(&self, inner: S) -> RateLimit<S> {
         RateLimit {
             inner,
-            engine: self.engine.clone(),
-            peer: self.peer.clone(),
-            metrics: self.metrics.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -145,9 +172,7 @@ impl<S> Layer<S> for RateLimitLayer {
 #[derive(Clone)]
 pub struct RateLimit<S> {
     inner: S,
-    engine: Arc<Engine>,
-    peer: PeerFn,
-    metrics: Option<Arc<Metrics>>,
+    shared: Arc<Shared>,
 }
 
 impl<S: std::fmt::Debug> std::fmt::Debug for RateLimit<S> {
@@ -185,7 +210,7 @@ pin_project! {
         Forward {
             #[pin]
             inner: F,
-            verdict: Option<Arc<Verdict>>,
+            fields: Option<Fields>,
         },
         /// A refusal, answered without the inner service.
         Refused { response: Option<Response<Body>> },
@@ -220,10 +245,10 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Forward { inner, verdict } => {
+            KindProj::Forward { inner, fields } => {
                 let mut response = std::task::ready!(inner.poll(cx))?.map(Body::new);
-                if let Some(verdict) = verdict.take() {
-                    add_headers(&verdict, response.headers_mut());
+                if let Some(fields) = fields.take() {
+                    fields.apply(response.headers_mut());
                 }
                 Poll::Ready(Ok(response))
             }
@@ -259,7 +284,8 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        let peer = (self.peer)(req.headers(), req.extensions());
+        let shared = &*self.shared;
+        let peer = (shared.peer)(req.headers(), req.extensions());
         // HTTP/2 carries the host in the URI's authority, and so may an
         // HTTP/1.1 request in absolute form without a Host field (hyper
         // accepts one): `match.host` reads it from the Host field.
@@ -271,44 +297,44 @@ where
         {
             req.headers_mut().insert(http::header::HOST, host);
         }
-        if self.engine.shared().is_none() {
+        if shared.engine.shared().is_none() {
             // The memory store decides without waiting.
-            let decided = self.engine.decide_local(&request_info(&req, peer));
-            if let Some(m) = &self.metrics {
+            let decided = shared.engine.decide_local(&request_info(&req, peer));
+            if let Some(m) = &shared.metrics {
                 m.record_result(&decided);
             }
             return match decided {
                 Ok(v) if v.allowed => {
-                    let verdict = Arc::new(v);
-                    req.extensions_mut().insert(verdict.clone());
-                    if verdict.delay() == 0 {
+                    let (fields, delay) = (Fields::of(&v), v.delay());
+                    req.extensions_mut().insert(v);
+                    if delay == 0 {
                         // The service that was polled ready is called now.
                         ResponseFuture {
                             kind: Kind::Forward {
                                 inner: self.inner.call(req),
-                                verdict: Some(verdict),
+                                fields: Some(fields),
                             },
                         }
                     } else {
-                        ResponseFuture::waiting(Box::pin(forward(self.take_inner(), req, verdict)))
+                        let inner = self.take_inner();
+                        ResponseFuture::waiting(Box::pin(forward(inner, req, fields, delay)))
                     }
                 }
                 other => ResponseFuture::refused(refused(other)),
             };
         }
         let inner = self.take_inner();
-        let engine = self.engine.clone();
-        let metrics = self.metrics.clone();
+        let shared = self.shared.clone();
         ResponseFuture::waiting(Box::pin(async move {
-            let decided = engine.decide(&request_info(&req, peer)).await;
-            if let Some(m) = &metrics {
+            let decided = shared.engine.decide(&request_info(&req, peer)).await;
+            if let Some(m) = &shared.metrics {
                 m.record_result(&decided);
             }
             match decided {
                 Ok(v) if v.allowed => {
-                    let verdict = Arc::new(v);
-                    req.extensions_mut().insert(verdict.clone());
-                    forward(inner, req, verdict).await
+                    let (fields, delay) = (Fields::of(&v), v.delay());
+                    req.extensions_mut().insert(v);
+                    forward(inner, req, fields, delay).await
                 }
                 other => Ok(refused(other)),
             }
@@ -350,18 +376,18 @@ fn refused(decided: Result<Verdict, DecideError>) -> Response<Body> {
 async fn forward<S, ReqBody, ResBody>(
     mut inner: S,
     req: Request<ReqBody>,
-    verdict: Arc<Verdict>,
+    fields: Fields,
+    delay: u64,
 ) -> Result<Response<Body>, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     ResBody: http_body::Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let delay = verdict.delay();
     if delay > 0 {
         tokio::time::sleep(Duration::from_nanos(delay)).await;
     }
     let mut response = inner.call(req).await?.map(Body::new);
-    add_headers(&verdict, response.headers_mut());
+    fields.apply(response.headers_mut());
     Ok(response)
 }

@@ -38,7 +38,7 @@ async fn serve(app: Router) -> String {
     format!("http://{addr}/")
 }
 
-async fn remaining(Extension(verdict): Extension<Arc<Verdict>>) -> String {
+async fn remaining(Extension(verdict): Extension<Verdict>) -> String {
     verdict.results[0].decision.remaining.to_string()
 }
 

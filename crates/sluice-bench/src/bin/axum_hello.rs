@@ -53,6 +53,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ));
         }
         let listener = tokio::net::TcpListener::bind(addr).await?;
+        if flags.iter().any(|a| a == "--around") {
+            use axum::ServiceExt;
+            use tower_layer::Layer;
+            let app = RateLimitLayer::from_toml(ONE_LIMIT)?.layer(Router::new().route("/", get(|| async { "hello\n" })));
+            axum::serve(listener, ServiceExt::<axum::extract::Request>::into_make_service_with_connect_info::<SocketAddr>(app)).await?;
+            return Ok(());
+        }
         eprintln!("axum_hello: listening on {addr} (sluice: {with_sluice})");
         axum::serve(
             listener,
