@@ -556,7 +556,13 @@ impl<C: Clock> Engine<C> {
     pub fn decide_local(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
         let current = self.current.load();
         let runtime = self.runtime_plans.in_force();
-        let plan = self.plan(&current, runtime.as_deref().map(Arc::as_ref), req)?;
+        let mut plan = Plan::new(current.policy.headers);
+        self.plan(
+            &current,
+            runtime.as_deref().map(Arc::as_ref),
+            req,
+            &mut plan,
+        )?;
         if plan
             .enforced
             .iter()
@@ -823,13 +829,14 @@ impl<C: Clock> Engine<C> {
     }
 
     /// Which limits apply to a request, under which keys, enforced or in
-    /// shadow.
+    /// shadow: written into `plan` (empty).
     fn plan<'p>(
         &self,
         current: &'p Compiled,
         runtime: Option<&'p RuntimePlans>,
         req: &RequestInfo<'p>,
-    ) -> Result<Plan<'p>, DecideError> {
+        plan: &mut Plan<'p>,
+    ) -> Result<(), DecideError> {
         let access = current.policy.access(req);
         if access == Access::Denied {
             return Err(DecideError::Denied);
@@ -837,16 +844,15 @@ impl<C: Clock> Engine<C> {
         // Runtime plans are kept by key id: hash the key only when some
         // exist.
         let runtime_plan = |key: &str| runtime.and_then(|r| r.plan(self.hasher.key_id(key)));
-        // Hash each distinct client key once.
-        let mut ids: SmallVec<[(crate::KeyText<'p>, KeyId); 4]> = SmallVec::new();
-        let mut enforced = SmallVec::new();
-        let mut shadowed = SmallVec::new();
-        let mut place = |a: crate::policy::Applied<'p>| {
-            let key = match ids.iter().find(|(k, _)| *k == a.key) {
+        // Hash each distinct client key once: limits with the same key
+        // source have the same key.
+        let mut ids: SmallVec<[(&'p crate::KeySource, KeyId); 4]> = SmallVec::new();
+        let mut place = |a: &crate::policy::Applied<'p>| {
+            let key = match ids.iter().find(|(source, _)| **source == a.limit.key) {
                 Some((_, id)) => *id,
                 None => {
                     let id = self.hasher.key_id_bytes(a.key.as_bytes());
-                    ids.push((a.key, id));
+                    ids.push((&a.limit.key, id));
                     id
                 }
             };
@@ -865,9 +871,9 @@ impl<C: Clock> Engine<C> {
                         capacity: a.limit.spec.burst,
                     });
                 }
-                enforced.push(planned);
+                plan.enforced.push(planned);
             } else {
-                shadowed.push(planned);
+                plan.shadowed.push(planned);
             }
             Ok(())
         };
@@ -877,20 +883,14 @@ impl<C: Clock> Engine<C> {
             current.policy.resolve_each(req, runtime_plan, &mut place)?;
         }
         // The client's plan is its priority class, where a limit has some.
-        let class = if enforced
+        if plan
+            .enforced
             .iter()
             .any(|p: &Planned<'_>| !p.limit.max_share.is_empty())
         {
-            current.policy.client_plan(req, &runtime_plan)
-        } else {
-            None
-        };
-        Ok(Plan {
-            enforced,
-            shadowed,
-            class,
-            style: current.policy.headers,
-        })
+            plan.class = current.policy.client_plan(req, &runtime_plan);
+        }
+        Ok(())
     }
 }
 
@@ -966,6 +966,17 @@ struct Plan<'p> {
 }
 
 impl Plan<'_> {
+    /// An empty plan, to be filled by [`Engine::plan`] in place (a plan is
+    /// large enough that moving it shows on the request path).
+    fn new(style: HeadersConfig) -> Self {
+        Self {
+            enforced: SmallVec::new(),
+            shadowed: SmallVec::new(),
+            class: None,
+            style,
+        }
+    }
+
     /// The verdict admitting a request under its one enforced limit, with
     /// no shadowed ones.
     fn verdict_of_one(&self, result: LimitResult) -> Verdict {

@@ -570,21 +570,21 @@ impl Policy {
     ) -> Result<AppliedLimits<'p>, MissingKey> {
         let mut applied = AppliedLimits::new();
         self.resolve_each(req, runtime, |a| {
-            applied.push(a);
+            applied.push(a.clone());
             Ok::<_, MissingKey>(())
         })?;
         Ok(applied)
     }
 
-    /// [`resolve_with`](Self::resolve_with), handing each applied limit to
+    /// [`resolve_with`](Self::resolve_with), showing each applied limit to
     /// `visit` in order instead of collecting them (the engine plans each
-    /// as it comes). Stops at the first error, of `visit` or of a missing
+    /// as it comes, and keeps only the key's hash). Stops at the first error, of `visit` or of a missing
     /// key; `visit` may have seen some limits by then.
     pub fn resolve_each<'p, E: From<MissingKey>>(
         &'p self,
         req: &RequestInfo<'p>,
         runtime: impl Fn(&str) -> Option<&'p str>,
-        mut visit: impl FnMut(Applied<'p>) -> Result<(), E>,
+        mut visit: impl FnMut(&Applied<'p>) -> Result<(), E>,
     ) -> Result<(), E> {
         let client_key = self
             .client_key
@@ -622,7 +622,7 @@ impl Policy {
                 limit: limit.name.to_string(),
                 from: limit.key.clone(),
             })?;
-            visit(Applied {
+            visit(&Applied {
                 limit,
                 index: i,
                 key,

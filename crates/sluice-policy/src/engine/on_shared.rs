@@ -144,8 +144,12 @@ impl<C: Clock> Engine<C> {
         req: &RequestInfo<'_>,
     ) -> Result<Verdict, DecideError> {
         let current = self.current.load_full();
-        let runtime = self.runtime_plans.in_force().map(arc_swap::Guard::into_inner);
-        let plan = self.plan(&current, runtime.as_deref(), req)?;
+        let runtime = self
+            .runtime_plans
+            .in_force()
+            .map(arc_swap::Guard::into_inner);
+        let mut plan = Plan::new(current.policy.headers);
+        self.plan(&current, runtime.as_deref(), req, &mut plan)?;
         let now = self.store.clock().now();
         let mut gates: SmallVec<[Gate; 4]> = plan
             .enforced
