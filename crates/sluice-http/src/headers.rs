@@ -274,9 +274,17 @@ fn ratelimit_value(results: &[LimitResult]) -> Option<HeaderValue> {
             out.push(b"\"")?;
             out.push(name.as_bytes())?;
             out.push(b"\";r=")?;
-            out.push(number.format(r.decision.remaining.min(SF_INTEGER_MAX)).as_bytes())?;
+            out.push(
+                number
+                    .format(r.decision.remaining.min(SF_INTEGER_MAX))
+                    .as_bytes(),
+            )?;
             out.push(b";t=")?;
-            out.push(number.format(seconds_until_quota(r).min(SF_INTEGER_MAX)).as_bytes())?;
+            out.push(
+                number
+                    .format(seconds_until_quota(r).min(SF_INTEGER_MAX))
+                    .as_bytes(),
+            )?;
         }
         HeaderValue::from_bytes(out.as_bytes()).ok()
     };
