@@ -80,6 +80,24 @@ impl fmt::Display for KeyText<'_> {
     }
 }
 
+/// Each octet's decimal digits followed by a dot, and how many digits.
+const OCTETS: [([u8; 4], u8); 256] = {
+    let mut table = [([0u8; 4], 0u8); 256];
+    let mut i = 0;
+    while i < 256 {
+        let o = i as u8;
+        table[i] = if o >= 100 {
+            ([b'0' + o / 100, b'0' + o / 10 % 10, b'0' + o % 10, b'.'], 3)
+        } else if o >= 10 {
+            ([b'0' + o / 10, b'0' + o % 10, b'.', 0], 2)
+        } else {
+            ([b'0' + o, b'.', 0, 0], 1)
+        };
+        i += 1;
+    }
+    table
+};
+
 /// An IP address's text form in a fixed buffer.
 #[derive(Clone, Copy)]
 pub struct IpText {
@@ -96,25 +114,16 @@ impl IpText {
         };
         match ip {
             IpAddr::V4(v4) => {
-                // At most 15 bytes: `255.255.255.255`.
+                // At most 15 bytes: `255.255.255.255`. Each octet's digits
+                // come from a table, written four bytes at a time (the
+                // fourth is the dot, or is overwritten).
                 let mut n = 0;
-                for (i, octet) in v4.octets().into_iter().enumerate() {
-                    if i > 0 {
-                        text.buf[n] = b'.';
-                        n += 1;
-                    }
-                    if octet >= 100 {
-                        text.buf[n] = b'0' + octet / 100;
-                        n += 1;
-                    }
-                    if octet >= 10 {
-                        text.buf[n] = b'0' + octet / 10 % 10;
-                        n += 1;
-                    }
-                    text.buf[n] = b'0' + octet % 10;
-                    n += 1;
+                for octet in v4.octets() {
+                    let (digits, len) = OCTETS[usize::from(octet)];
+                    text.buf[n..n + 4].copy_from_slice(&digits);
+                    n += usize::from(len) + 1;
                 }
-                text.len = n as u8;
+                text.len = (n - 1) as u8;
             }
             // Rare enough on the hot path to go through `core::fmt`, which
             // knows IPv6's compression rules; it cannot overflow the buffer.
