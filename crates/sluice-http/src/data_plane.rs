@@ -29,10 +29,14 @@ pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) 
         Some(proxy) => Router::new().fallback(forward).with_state(proxy),
         None => Router::new().fallback(echo),
     };
-    inner.layer(RateLimitLayer::new(engine).with_metrics(metrics))
+    inner.layer(
+        RateLimitLayer::new(engine)
+            .with_metrics(metrics)
+            .with_verdict(),
+    )
 }
 
-/// The verdict as JSON (read in place: the layer always puts it there).
+/// The verdict as JSON (read in place: the layer puts it there).
 async fn echo(req: Request<Body>) -> Response {
     match req.extensions().get::<Verdict>() {
         Some(verdict) => Json(VerdictJson::new(verdict)).into_response(),

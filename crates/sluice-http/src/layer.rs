@@ -19,10 +19,9 @@
 //! [`Engine`] behind an `Arc`, so all connections and all routes count
 //! against the same limits. A refused request gets the same 429 (or 401)
 //! problem response and header fields as `sluice serve`, and never reaches
-//! the inner service. An admitted one reaches it with its [`Verdict`] in the
-//! request extensions (`req.extensions().get::<Verdict>()`, or axum's
-//! `Extension<Verdict>`, which clones it), and its response gets the
-//! rate-limit fields.
+//! the inner service. An admitted one reaches it, and its response gets the
+//! rate-limit fields. Handlers that want the decision itself (to show the
+//! quota left, say) ask for it with [`RateLimitLayer::with_verdict`].
 //!
 //! The client address is the socket peer found in the request extensions
 //! (`axum::extract::ConnectInfo<SocketAddr>`, or a plain `SocketAddr`); the
@@ -73,6 +72,8 @@ struct Shared {
     engine: Arc<Engine>,
     peer: PeerFn,
     metrics: Option<Arc<Metrics>>,
+    /// Whether an admitted request carries its verdict to the handler.
+    verdict: bool,
 }
 
 impl Shared {
@@ -87,6 +88,7 @@ impl Shared {
             engine: shared.engine.clone(),
             peer: shared.peer.clone(),
             metrics: shared.metrics.clone(),
+            verdict: shared.verdict,
         };
         change(&mut copy);
         *shared = Arc::new(copy);
@@ -110,8 +112,21 @@ impl RateLimitLayer {
                 engine,
                 peer: Arc::new(socket_peer),
                 metrics: None,
+                verdict: false,
             }),
         }
+    }
+
+    /// Puts each admitted request's [`Verdict`] in its extensions, for the
+    /// handler: `req.extensions().get::<Verdict>()`, or axum's
+    /// `Extension<Verdict>` (which clones it).
+    ///
+    /// Off by default: it costs an allocation and a map insert on every
+    /// request, which services whose handlers never read it should not
+    /// pay. The response's rate-limit fields do not depend on it.
+    pub fn with_verdict(mut self) -> Self {
+        Shared::update(&mut self.shared, |s| s.verdict = true);
+        self
     }
 
     /// Records every decision in `metrics`.
@@ -306,7 +321,9 @@ where
             return match decided {
                 Ok(v) if v.allowed => {
                     let (fields, delay) = (Fields::of(&v), v.delay());
-                    req.extensions_mut().insert(v);
+                    if shared.verdict {
+                        req.extensions_mut().insert(v);
+                    }
                     if delay == 0 {
                         // The service that was polled ready is called now.
                         ResponseFuture {
@@ -333,7 +350,9 @@ where
             match decided {
                 Ok(v) if v.allowed => {
                     let (fields, delay) = (Fields::of(&v), v.delay());
-                    req.extensions_mut().insert(v);
+                    if shared.verdict {
+                        req.extensions_mut().insert(v);
+                    }
                     forward(inner, req, fields, delay).await
                 }
                 other => Ok(refused(other)),

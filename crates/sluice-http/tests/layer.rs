@@ -46,7 +46,7 @@ async fn remaining(Extension(verdict): Extension<Verdict>) -> String {
 async fn admits_the_burst_then_answers_429_with_the_fields() {
     let app = Router::new()
         .route("/", get(remaining))
-        .layer(RateLimitLayer::from_toml(PER_IP).unwrap());
+        .layer(RateLimitLayer::from_toml(PER_IP).unwrap().with_verdict());
     let url = serve(app).await;
     let client = reqwest::Client::new();
     for left in (0..4).rev() {
@@ -65,6 +65,30 @@ async fn admits_the_burst_then_answers_429_with_the_fields() {
     assert_eq!(r.headers()["content-type"], "application/problem+json");
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["violated-policies"][0], "per-ip");
+}
+
+#[tokio::test]
+async fn the_verdict_reaches_the_handler_only_when_asked_for() {
+    async fn has_verdict(req: axum::extract::Request) -> &'static str {
+        match req.extensions().get::<Verdict>() {
+            Some(_) => "verdict",
+            None => "none",
+        }
+    }
+    let client = reqwest::Client::new();
+    for (layer, want) in [
+        (RateLimitLayer::from_toml(PER_IP).unwrap(), "none"),
+        (
+            RateLimitLayer::from_toml(PER_IP).unwrap().with_verdict(),
+            "verdict",
+        ),
+    ] {
+        let url = serve(Router::new().route("/", get(has_verdict)).layer(layer)).await;
+        let r = client.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(r.headers().contains_key("ratelimit"), "fields either way");
+        assert_eq!(r.text().await.unwrap(), want);
+    }
 }
 
 #[tokio::test]
@@ -201,7 +225,8 @@ async fn a_layer_built_in_code_limits_like_one_from_toml() {
         .limit(LimitBuilder::per_ip("per-ip", "1/min").burst(2))
         .limit(LimitBuilder::per_header("export", "X-Api-Key", "1/min").path_prefix("/export"))
         .build()
-        .unwrap();
+        .unwrap()
+        .with_verdict();
     let app = Router::new()
         .route("/", get(remaining))
         .route("/export", get(|| async { "exported" }))
