@@ -67,32 +67,15 @@ pub struct RateLimitLayer {
 }
 
 /// What a layer and every service it makes share, behind one `Arc` (axum
-/// clones a route's service for every request).
+/// clones a route's service for every request). A layer being configured
+/// is its only holder, so `Arc::make_mut` changes it in place.
+#[derive(Clone)]
 struct Shared {
     engine: Arc<Engine>,
     peer: PeerFn,
     metrics: Option<Arc<Metrics>>,
     /// Whether an admitted request carries its verdict to the handler.
     verdict: bool,
-}
-
-impl Shared {
-    /// The same, with one part changed: a layer being configured is the
-    /// only holder of its `Arc`, so this takes it over without copying.
-    fn update(shared: &mut Arc<Self>, change: impl FnOnce(&mut Self)) {
-        if let Some(s) = Arc::get_mut(shared) {
-            change(s);
-            return;
-        }
-        let mut copy = Self {
-            engine: shared.engine.clone(),
-            peer: shared.peer.clone(),
-            metrics: shared.metrics.clone(),
-            verdict: shared.verdict,
-        };
-        change(&mut copy);
-        *shared = Arc::new(copy);
-    }
 }
 
 impl std::fmt::Debug for RateLimitLayer {
@@ -125,13 +108,13 @@ impl RateLimitLayer {
     /// request, which services whose handlers never read it should not
     /// pay. The response's rate-limit fields do not depend on it.
     pub fn with_verdict(mut self) -> Self {
-        Shared::update(&mut self.shared, |s| s.verdict = true);
+        Arc::make_mut(&mut self.shared).verdict = true;
         self
     }
 
     /// Records every decision in `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        Shared::update(&mut self.shared, |s| s.metrics = Some(metrics));
+        Arc::make_mut(&mut self.shared).metrics = Some(metrics);
         self
     }
 
@@ -161,8 +144,7 @@ impl RateLimitLayer {
         mut self,
         peer: impl Fn(&HeaderMap, &Extensions) -> Option<IpAddr> + Send + Sync + 'static,
     ) -> Self {
-        let peer: PeerFn = Arc::new(peer);
-        Shared::update(&mut self.shared, |s| s.peer = peer);
+        Arc::make_mut(&mut self.shared).peer = Arc::new(peer);
         self
     }
 

@@ -6,7 +6,6 @@
 use std::convert::Infallible;
 use std::future::Ready;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::extract::Extension;

@@ -180,6 +180,24 @@ mod tests {
     }
 
     #[test]
+    fn the_cell_is_read_only_while_it_holds_assignments() {
+        let h = KeyHasher::from_secret(b"t");
+        let cell = RuntimePlansCell::new(RuntimePlans::default());
+        assert!(cell.in_force().is_none());
+        cell.update(|m| m.with(h.key_id("alice"), "alice", "pro"));
+        let plans = cell.in_force().expect("an assignment is in force");
+        assert_eq!(plans.plan(h.key_id("alice")), Some("pro"));
+        cell.update(|m| m.without(h.key_id("alice")).0);
+        assert!(cell.in_force().is_none());
+        assert!(cell.load().is_empty());
+        let loaded = RuntimePlansCell::new(RuntimePlans::from_keys(
+            &[("bob".to_owned(), "pro".to_owned())],
+            &h,
+        ));
+        assert!(loaded.in_force().is_some(), "assignments from a file count");
+    }
+
+    #[test]
     fn rehashing_moves_named_assignments_to_the_new_ids() {
         let (a, b) = (KeyHasher::from_secret(b"a"), KeyHasher::from_secret(b"b"));
         let entries = [("alice".to_owned(), "pro".to_owned())];
