@@ -646,19 +646,32 @@ impl<C: Clock> Engine<C> {
                 locked.push((i, q.lock(now)));
             }
         }
-        // 1. Priority classes: leave the reserve of the other classes.
+        // 1. Priority classes: leave the reserve of the other classes. The
+        //    request must fit with the reserve on top; if it does not, the
+        //    limit's algorithm says when it will (a fixed window at its
+        //    reset, not at the rate's refill). `plan` has refused what can
+        //    never fit the class's share.
         for (i, _) in &locked {
             let p = &plan.enforced[*i];
             let reserve = p.limit.reserve_for(plan.class);
             if reserve == 0 {
                 continue;
             }
-            let remaining = self.peek(current, p).remaining;
-            let need = p.cost.saturating_add(reserve);
-            if remaining < need {
-                tracing::debug!(limit = %p.limit.name, "class share used up: refused");
-                let retry = p.limit.spec.rate.refill_time(need - remaining);
-                return Ok(self.refuse_one(current, plan, *i, retry));
+            // A delay limit counts on its extended bucket.
+            let extra = p.limit.delay.map_or(0, |d| d.extra);
+            let need = p.cost.saturating_add(reserve).saturating_add(extra);
+            let probe = self.store.peek_one(&Check {
+                cost: need,
+                ..p.memory_check(current)
+            });
+            match probe {
+                Ok(d) if d.allowed => continue,
+                Ok(d) => {
+                    tracing::debug!(limit = %p.limit.name, "class share used up: refused");
+                    let retry = d.retry_after.unwrap_or(1);
+                    return Ok(self.refuse_one(current, plan, *i, retry));
+                }
+                Err(_) => return Err(beyond_share(p.limit, p.cost, reserve)),
             }
         }
         // 2. A full queue: refuse, without charging anything, what would wait.
@@ -889,6 +902,13 @@ impl<C: Clock> Engine<C> {
             .any(|p: &Planned<'_>| !p.limit.max_share.is_empty())
         {
             plan.class = current.policy.client_plan(req, &runtime_plan);
+            // A cost beyond the class's share can never pass, on any store.
+            for p in &plan.enforced {
+                let reserve = p.limit.reserve_for(plan.class);
+                if reserve > 0 && p.cost > p.limit.spec.burst - reserve {
+                    return Err(beyond_share(p.limit, p.cost, reserve));
+                }
+            }
         }
         Ok(())
     }
@@ -1090,6 +1110,16 @@ fn set_balance(all: &mut HashMap<KeyId, u64>, id: KeyId, credits: u64) {
 }
 
 /// A cost no limit could ever admit, as a decision error.
+/// A request whose cost exceeds what its priority class may ever use of a
+/// limit (the burst less the other classes' reserve).
+fn beyond_share(limit: &LimitDef, cost: u64, reserve: u64) -> DecideError {
+    DecideError::Impossible {
+        limit: limit.name.to_string(),
+        cost,
+        capacity: limit.spec.burst.saturating_sub(reserve),
+    }
+}
+
 fn impossible(e: sluice_core::CheckError) -> DecideError {
     match e {
         sluice_core::CheckError::CostExceedsCapacity { cost, capacity } => {

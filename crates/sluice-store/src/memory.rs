@@ -183,6 +183,18 @@ impl<C: Clock> MemoryStore<C> {
             .check(check.key, self.clock.now(), check.cost)
     }
 
+    /// What [`check_one`](Self::check_one) would decide now, without
+    /// charging anything: whether `check.cost` fits, and if not, when it
+    /// will (the algorithm's own `retry_after`: a fixed window's reset, a
+    /// log's oldest entry expiring, a bucket's refill). A cost beyond the
+    /// limit's capacity is an error, as for a check.
+    pub fn peek_one(&self, check: &Check<'_>) -> Result<Decision, CheckError> {
+        let table = &check.limit.table;
+        let guard = table.lock(table.shard_of(check.key));
+        let now = self.clock.now().max(guard.high());
+        guard.peek(check.key, now, check.cost).map(|o| o.decision)
+    }
+
     /// Checks one request against all its limits, all-or-nothing.
     ///
     /// An impossible cost under any limit is an error and changes nothing.

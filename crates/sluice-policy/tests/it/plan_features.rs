@@ -542,6 +542,66 @@ burst = 10
 max_share = { free = 80 }
 "#;
 
+/// A class refused at its share of a fixed window waits for the window's
+/// reset, as a refusal by the window itself would: not for the rate's
+/// refill of the missing quota.
+#[test]
+fn a_class_refused_on_a_fixed_window_waits_for_its_reset() {
+    let e = engine(
+        &CLASSES
+            .replace(
+                "rate = \"10/h\"",
+                "algorithm = \"fixed_window\"\nrate = \"10/min\"",
+            )
+            .replace("{ free = 80 }", "{ free = 50 }"),
+    );
+    // Start at a window's start (windows are aligned to the clock).
+    let minute = 60 * SECOND;
+    let into = e.store().clock().now() % minute;
+    e.store().clock().advance(minute - into);
+    for _ in 0..5 {
+        assert!(get(&e, "f1", "/").allowed);
+    }
+    let free = get(&e, "f1", "/");
+    assert!(!free.allowed);
+    for _ in 0..5 {
+        assert!(get(&e, "p1", "/").allowed);
+    }
+    let pro = get(&e, "p1", "/");
+    assert!(!pro.allowed, "the window is full");
+    assert_eq!(free.retry_after(), Some(minute));
+    assert_eq!(free.retry_after(), pro.retry_after());
+    e.store().clock().advance(minute);
+    assert!(get(&e, "f1", "/").allowed, "a new window");
+}
+
+/// A request that costs more than its class may ever use of a limit is
+/// an error (it can never pass), not a refusal with a time to wait.
+#[test]
+fn a_cost_beyond_the_class_share_can_never_pass() {
+    let e = engine(CLASSES);
+    let (method, headers) = (Method::GET, {
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", "f1".parse().unwrap());
+        h
+    });
+    let decide_cost = |cost| {
+        e.decide_local(&RequestInfo {
+            method: &method,
+            path: "/",
+            headers: &headers,
+            peer: None,
+            cost: Some(cost),
+        })
+    };
+    let err = decide_cost(9).unwrap_err();
+    assert!(
+        err.to_string().contains("cost 9 exceeds its capacity of 8"),
+        "{err}"
+    );
+    assert!(decide_cost(8).unwrap().allowed, "the whole share, once");
+}
+
 #[test]
 fn a_class_uses_at_most_its_share_of_a_global_bucket() {
     let e = engine(CLASSES);

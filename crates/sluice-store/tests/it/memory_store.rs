@@ -294,3 +294,43 @@ fn threads_hammering_one_key_admit_exactly_the_burst() {
     // The clock does not move: exactly the burst passes.
     assert_eq!(admitted.load(Ordering::Relaxed), 1000);
 }
+
+/// A peek decides as a check would, for every algorithm, and charges
+/// nothing; a cost beyond the capacity is the same error.
+#[test]
+fn a_peek_is_a_check_that_charges_nothing() {
+    use AlgorithmKind::*;
+    let (store, clock) = store(1000);
+    let key = KeyHasher::random().key_id("k");
+    for algorithm in [
+        FixedWindow,
+        SlidingLog,
+        SlidingWindow,
+        TokenBucket,
+        LeakyBucket,
+        Gcra,
+    ] {
+        let limit = store.limit(
+            &format!("{algorithm:?}"),
+            limiter(algorithm, Rate::per_minute(4), 4),
+        );
+        let check = |cost| Check {
+            limit: &limit,
+            key,
+            cost,
+        };
+        for _ in 0..3 {
+            let peeked = store.peek_one(&check(2)).unwrap();
+            let checked = store.check_one(&check(2)).unwrap();
+            assert_eq!(peeked, checked, "{algorithm:?}");
+            clock.advance(SEC);
+        }
+        let before = store.peek_one(&check(0)).unwrap();
+        assert!(!store.peek_one(&check(4)).unwrap().allowed, "{algorithm:?}");
+        assert_eq!(store.peek_one(&check(0)).unwrap(), before, "{algorithm:?}");
+        assert!(matches!(
+            store.peek_one(&check(5)),
+            Err(CheckError::CostExceedsCapacity { .. })
+        ));
+    }
+}
