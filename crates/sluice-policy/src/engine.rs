@@ -854,8 +854,8 @@ impl<C: Clock> Engine<C> {
         if access == Access::Denied {
             return Err(DecideError::Denied);
         }
-        // Runtime plans are kept by key id: hash the key only when some
-        // exist.
+        // Runtime plans are kept by key id: the key is hashed only when
+        // some exist.
         let runtime_plan = |key: &str| runtime.and_then(|r| r.plan(self.hasher.key_id(key)));
         // Hash each distinct client key once: limits with the same key
         // source have the same key.
@@ -890,11 +890,7 @@ impl<C: Clock> Engine<C> {
             }
             Ok(())
         };
-        if runtime.is_none() {
-            current.policy.resolve_each(req, |_| None, &mut place)?;
-        } else {
-            current.policy.resolve_each(req, runtime_plan, &mut place)?;
-        }
+        current.policy.resolve_each(req, runtime_plan, &mut place)?;
         // The client's plan is its priority class, where a limit has some.
         if plan
             .enforced
