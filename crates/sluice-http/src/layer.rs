@@ -285,12 +285,11 @@ where
         let peer = (shared.peer)(req.headers(), req.extensions());
         // HTTP/2 carries the host in the URI's authority, and so may an
         // HTTP/1.1 request in absolute form without a Host field (hyper
-        // accepts one): `match.host` reads it from the Host field.
-        if !req.headers().contains_key(http::header::HOST)
-            && let Some(host) = req
-                .uri()
-                .authority()
-                .and_then(|a| http::HeaderValue::from_str(a.host()).ok())
+        // accepts one): `match.host` reads it from the Host field. (The
+        // usual origin-form request has no authority, and no lookup.)
+        if let Some(authority) = req.uri().authority()
+            && !req.headers().contains_key(http::header::HOST)
+            && let Ok(host) = http::HeaderValue::from_str(authority.host())
         {
             req.headers_mut().insert(http::header::HOST, host);
         }
