@@ -102,11 +102,21 @@ impl LocalFallback {
             if reserve == 0 {
                 continue;
             }
-            let Ok(now) = self.store.check_one(&Check { cost: 0, ..*check }) else {
+            // Whether the cost fits with the reserve left over, and if not,
+            // when it will, as the share's algorithm says (a fixed window
+            // at its reset, a bucket at its refill).
+            let need = check.cost.saturating_add(reserve);
+            let Ok(probe) = self.store.peek_one(&Check {
+                cost: need,
+                ..*check
+            }) else {
                 return never();
             };
-            let need = check.cost.saturating_add(reserve);
-            if now.remaining < need {
+            if !probe.allowed {
+                let now = self
+                    .store
+                    .peek_one(&Check { cost: 0, ..*check })
+                    .unwrap_or_else(|_| Decision::full(0));
                 // Refused for its reserve: nothing is charged; every limit
                 // reports its state as it stands.
                 let mut decisions: Vec<Decision> = local
@@ -119,10 +129,9 @@ impl LocalFallback {
                             .unwrap_or_else(|_| Decision::full(0))
                     })
                     .collect();
-                let wait = shares[i].spec.rate.refill_time(need - now.remaining);
                 decisions[i] = Decision {
                     allowed: false,
-                    retry_after: Some(wait.max(1)),
+                    retry_after: Some(probe.retry_after.unwrap_or(1).max(1)),
                     ..above(now, reserve)
                 };
                 return Checked {
@@ -205,5 +214,45 @@ mod tests {
         assert_eq!(local_reserve(100, 20, 25, 4), 5);
         // Nothing usable: all of it is kept.
         assert_eq!(local_reserve(10, 10, 4, 3), 4);
+    }
+
+    /// A request refused for the reserve waits as the share's algorithm
+    /// says: for a fixed window, its reset, the same wait as a request
+    /// refused by the full window a moment later (not the rate's refill of
+    /// the one missing request, 6 s).
+    #[test]
+    fn a_refusal_for_the_reserve_waits_as_the_algorithm_says() {
+        let spec = LimitSpec {
+            algorithm: sluice_core::AlgorithmKind::FixedWindow,
+            rate: "10/min".parse().unwrap(),
+            burst: 10,
+            nodelay: false,
+        };
+        let limiter = spec.build().unwrap();
+        let local = LocalFallback::new(1, 1000);
+        let check = |reserve| SharedCheck {
+            limit_id: "w",
+            spec: &spec,
+            limiter: &limiter,
+            key: KeyId(7),
+            cost: 1,
+            reserve,
+        };
+        for _ in 0..5 {
+            assert!(local.check(&[check(5)], 1).allowed);
+        }
+        let class = local.check(&[check(5)], 1);
+        assert!(!class.allowed);
+        for _ in 0..5 {
+            assert!(local.check(&[check(0)], 1).allowed);
+        }
+        let full = local.check(&[check(0)], 1);
+        assert!(!full.allowed);
+        let wait = |c: &Checked| c.decisions[0].retry_after.unwrap();
+        let (class, full) = (wait(&class), wait(&full));
+        assert!(
+            class >= full && class - full < 10_000_000,
+            "class {class} ns, full window {full} ns"
+        );
     }
 }
