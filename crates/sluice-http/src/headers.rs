@@ -186,15 +186,39 @@ pub fn ratelimit_field(results: &[LimitResult]) -> Option<String> {
 /// `Arc` held here, so its address cannot be reused while cached) and spec.
 type PolicyKey = SmallVec<[(Arc<str>, LimitSpec); 4]>;
 
-thread_local! {
-    /// The `RateLimit-Policy` value this thread sent last, and what it was
-    /// made from. The value depends only on the limits applied (their names
-    /// and specs), which most requests share, so most responses reuse it
-    /// (a reference count) instead of writing it again.
-    static LAST_POLICY: RefCell<Option<(PolicyKey, HeaderValue)>> = const { RefCell::new(None) };
+/// How many `RateLimit-Policy` values each thread keeps: enough for the
+/// few sets of limits that alternate on a server with plans (free and pro
+/// requests interleaved).
+const POLICY_CACHE: usize = 4;
+
+/// A thread's recent `RateLimit-Policy` values, and the slot the next new
+/// one replaces (in turn).
+struct PolicyCache {
+    entries: [Option<(PolicyKey, HeaderValue)>; POLICY_CACHE],
+    next: usize,
 }
 
-/// The `RateLimit-Policy` value for these results, from the last one made
+thread_local! {
+    /// The `RateLimit-Policy` values this thread sent recently, and what
+    /// they were made from. A value depends only on the limits applied
+    /// (their names and specs), which most requests share with others, so
+    /// most responses reuse one (a reference count) instead of writing it
+    /// again.
+    static POLICIES: RefCell<PolicyCache> = const {
+        RefCell::new(PolicyCache {
+            entries: [const { None }; POLICY_CACHE],
+            next: 0,
+        })
+    };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many `RateLimit-Policy` values this thread had to write.
+    static POLICY_WRITES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The `RateLimit-Policy` value for these results, from one made recently
 /// on this thread when it describes the same limits.
 fn policy_value(results: &[LimitResult]) -> Option<HeaderValue> {
     let same = |key: &PolicyKey| {
@@ -204,21 +228,24 @@ fn policy_value(results: &[LimitResult]) -> Option<HeaderValue> {
                 .zip(results)
                 .all(|((name, spec), r)| Arc::ptr_eq(name, &r.labels.limit) && *spec == r.spec)
     };
-    LAST_POLICY.with(|last| {
-        if let Ok(last) = last.try_borrow()
-            && let Some((key, value)) = last.as_ref()
-            && same(key)
+    POLICIES.with(|cache| {
+        if let Ok(cache) = cache.try_borrow()
+            && let Some((_, value)) = cache.entries.iter().flatten().find(|(k, _)| same(k))
         {
             return Some(value.clone());
         }
+        #[cfg(test)]
+        POLICY_WRITES.with(|n| n.set(n.get() + 1));
         let value =
             HeaderValue::from_maybe_shared(bytes::Bytes::from(policy_field(results)?)).ok()?;
-        if let Ok(mut last) = last.try_borrow_mut() {
+        if let Ok(mut cache) = cache.try_borrow_mut() {
             let key = results
                 .iter()
                 .map(|r| (r.labels.limit.clone(), r.spec))
                 .collect();
-            *last = Some((key, value.clone()));
+            let slot = cache.next;
+            cache.entries[slot] = Some((key, value.clone()));
+            cache.next = (slot + 1) % POLICY_CACHE;
         }
         Some(value)
     })
@@ -544,6 +571,41 @@ mod tests {
             assert_eq!(value.to_str().unwrap(), policy_field(results).unwrap());
         }
         assert_eq!(policy_value(&[]), None);
+    }
+
+    #[test]
+    fn a_few_alternating_sets_of_limits_reuse_their_policy_values() {
+        let free = vec![result("free", "10/s", 20, Decision::full(20))];
+        let pro = vec![result("pro", "100/s", 300, Decision::full(300))];
+        let export = vec![
+            pro[0].clone(),
+            result("export", "2/min", 2, Decision::full(2)),
+        ];
+        let writes = || POLICY_WRITES.with(std::cell::Cell::get);
+        let sets = [&free, &pro, &export];
+        for results in sets {
+            policy_value(results).unwrap();
+        }
+        let warm = writes();
+        for _ in 0..3 {
+            for results in sets {
+                let value = policy_value(results).unwrap();
+                assert_eq!(value.to_str().unwrap(), policy_field(results).unwrap());
+            }
+        }
+        assert_eq!(
+            writes(),
+            warm,
+            "interleaved plans are served from the cache"
+        );
+        // More sets than the cache holds: still always right.
+        let many: Vec<_> = (0..2 * POLICY_CACHE)
+            .map(|n| vec![result(&format!("l{n}"), "1/s", 1, Decision::full(1))])
+            .collect();
+        for results in many.iter().chain(&many) {
+            let value = policy_value(results).unwrap();
+            assert_eq!(value.to_str().unwrap(), policy_field(results).unwrap());
+        }
     }
 
     #[test]
