@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
-use sluice_core::{CheckError, Clock, Decision, Limiter, SystemClock};
+use sluice_core::{CheckError, Clock, Decision, Limiter, Nanos, Outcome, SystemClock, Update};
 use smallvec::SmallVec;
 
 use crate::key::KeyId;
@@ -100,6 +100,34 @@ fn same_state(a: &Check<'_>, b: &Check<'_>) -> bool {
 /// cost, so that a request is never decided against a state it has already
 /// changed. Returns `None` when there are no duplicates (the common case),
 /// else the unique checks and, for each original check, its unique index.
+/// Where a check's state lives: its limit and shard. Locks are taken in
+/// this order.
+fn slot(c: &Check<'_>) -> (u64, usize) {
+    (c.limit.serial, c.limit.table.shard_of(c.key))
+}
+
+/// A check's decision once the request's fate is known: committed when the
+/// request is allowed; when it is not, the refusal, or (for a limit that
+/// would have allowed it) the limit as it stands, uncharged.
+fn settle(
+    guard: &mut Guard<'_>,
+    check: &Check<'_>,
+    outcome: Outcome<Update>,
+    allowed: bool,
+    now: Nanos,
+) -> Result<Decision, CheckError> {
+    if allowed {
+        if let Some(update) = outcome.update {
+            guard.commit(check.key, update, now);
+        }
+        Ok(outcome.decision)
+    } else if outcome.decision.allowed {
+        Ok(guard.peek(check.key, now, 0)?.decision)
+    } else {
+        Ok(outcome.decision)
+    }
+}
+
 fn merge_duplicates<'a>(checks: &[Check<'a>]) -> Option<(Vec<Check<'a>>, Vec<usize>)> {
     let duplicated =
         (1..checks.len()).any(|i| checks[..i].iter().any(|c| same_state(c, &checks[i])));
@@ -211,6 +239,9 @@ impl<C: Clock> MemoryStore<C> {
                     decisions: vec![decision],
                 })
             }
+            // Two checks on different shards (an IP guard and a key's
+            // plan, say) cannot share a state, and need no lists.
+            [a, b] if slot(a) != slot(b) => self.check_pair(a, b),
             many => match merge_duplicates(many) {
                 None => self.check_many(many),
                 Some((unique, index)) => {
@@ -224,9 +255,28 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
+    /// [`check_many`](Self::check_many) for two checks on different
+    /// (limit, shard) slots: the same two locks in the same global order,
+    /// the same peeks and commits, without the lists.
+    fn check_pair(&self, a: &Check<'_>, b: &Check<'_>) -> Result<Checked, CheckError> {
+        let swapped = slot(b) < slot(a);
+        let (first, second) = if swapped { (b, a) } else { (a, b) };
+        let mut g1 = first.limit.table.lock(slot(first).1);
+        let mut g2 = second.limit.table.lock(slot(second).1);
+        let now = self.clock.now().max(g1.high()).max(g2.high());
+        g1.advance(now);
+        g2.advance(now);
+        let o1 = g1.peek(first.key, now, first.cost)?;
+        let o2 = g2.peek(second.key, now, second.cost)?;
+        let allowed = o1.decision.allowed && o2.decision.allowed;
+        let d1 = settle(&mut g1, first, o1, allowed, now)?;
+        let d2 = settle(&mut g2, second, o2, allowed, now)?;
+        let decisions = if swapped { vec![d2, d1] } else { vec![d1, d2] };
+        Ok(Checked { allowed, decisions })
+    }
+
     fn check_many(&self, checks: &[Check<'_>]) -> Result<Checked, CheckError> {
         // Lock every (limit, shard) involved once, in one global order.
-        let slot = |c: &Check<'_>| (c.limit.serial, c.limit.table.shard_of(c.key));
         let mut order: SmallVec<[((u64, usize), &Limit); 4]> =
             checks.iter().map(|c| (slot(c), c.limit)).collect();
         order.sort_unstable_by_key(|(s, _)| *s);
@@ -253,18 +303,7 @@ impl<C: Clock> MemoryStore<C> {
         let allowed = outcomes.iter().all(|o| o.decision.allowed);
         let mut decisions = Vec::with_capacity(checks.len());
         for (c, o) in checks.iter().zip(outcomes) {
-            let g = &mut guards[guard_of(c)];
-            if allowed {
-                if let Some(update) = o.update {
-                    g.commit(c.key, update, now);
-                }
-                decisions.push(o.decision);
-            } else if o.decision.allowed {
-                // Not committed: report the limit as it stands.
-                decisions.push(g.peek(c.key, now, 0)?.decision);
-            } else {
-                decisions.push(o.decision);
-            }
+            decisions.push(settle(&mut guards[guard_of(c)], c, o, allowed, now)?);
         }
         Ok(Checked { allowed, decisions })
     }
