@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::scenario::{self, Scenario, config, drive, scenario};
+use common::scenario::{Scenario, drive, per_algorithm};
 use proptest::prelude::*;
 use sluice_core::Algorithm;
 
@@ -44,36 +44,4 @@ fn forgettable_at_idle<A: Algorithm>(alg: &A, s: &Scenario) -> Result<(), TestCa
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(config())]
-
-    #[test]
-    fn token_bucket_is_forgettable_at_idle(s in scenario()) {
-        forgettable_at_idle(&scenario::token_bucket(s.params), &s)?;
-    }
-
-    #[test]
-    fn gcra_is_forgettable_at_idle(s in scenario()) {
-        forgettable_at_idle(&scenario::gcra(s.params), &s)?;
-    }
-
-    #[test]
-    fn leaky_bucket_is_forgettable_at_idle(s in scenario(), nodelay in any::<bool>()) {
-        forgettable_at_idle(&scenario::leaky_bucket(s.params, nodelay), &s)?;
-    }
-
-    #[test]
-    fn fixed_window_is_forgettable_at_idle(s in scenario()) {
-        forgettable_at_idle(&scenario::fixed_window(s.params), &s)?;
-    }
-
-    #[test]
-    fn sliding_log_is_forgettable_at_idle(s in scenario()) {
-        forgettable_at_idle(&scenario::sliding_log(s.params), &s)?;
-    }
-
-    #[test]
-    fn sliding_window_is_forgettable_at_idle(s in scenario()) {
-        forgettable_at_idle(&scenario::sliding_window(s.params), &s)?;
-    }
-}
+per_algorithm!(forgettable_at_idle: token_bucket_is_forgettable_at_idle, gcra_is_forgettable_at_idle, leaky_bucket_is_forgettable_at_idle, fixed_window_is_forgettable_at_idle, sliding_log_is_forgettable_at_idle, sliding_window_is_forgettable_at_idle);

@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::scenario::{self, Scenario, config, drive, scenario};
+use common::scenario::{Scenario, drive, per_algorithm};
 use proptest::prelude::*;
 use sluice_core::Algorithm;
 
@@ -52,36 +52,4 @@ fn durations_are_exact<A: Algorithm>(alg: &A, s: &Scenario) -> Result<(), TestCa
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(config())]
-
-    #[test]
-    fn token_bucket_durations_are_exact(s in scenario()) {
-        durations_are_exact(&scenario::token_bucket(s.params), &s)?;
-    }
-
-    #[test]
-    fn gcra_durations_are_exact(s in scenario()) {
-        durations_are_exact(&scenario::gcra(s.params), &s)?;
-    }
-
-    #[test]
-    fn leaky_bucket_durations_are_exact(s in scenario(), nodelay in any::<bool>()) {
-        durations_are_exact(&scenario::leaky_bucket(s.params, nodelay), &s)?;
-    }
-
-    #[test]
-    fn fixed_window_durations_are_exact(s in scenario()) {
-        durations_are_exact(&scenario::fixed_window(s.params), &s)?;
-    }
-
-    #[test]
-    fn sliding_log_durations_are_exact(s in scenario()) {
-        durations_are_exact(&scenario::sliding_log(s.params), &s)?;
-    }
-
-    #[test]
-    fn sliding_window_durations_are_exact(s in scenario()) {
-        durations_are_exact(&scenario::sliding_window(s.params), &s)?;
-    }
-}
+per_algorithm!(durations_are_exact: token_bucket_durations_are_exact, gcra_durations_are_exact, leaky_bucket_durations_are_exact, fixed_window_durations_are_exact, sliding_log_durations_are_exact, sliding_window_durations_are_exact);

@@ -283,3 +283,49 @@ pub fn sliding_log(p: Params) -> SlidingLog {
 pub fn sliding_window(p: Params) -> SlidingWindow {
     SlidingWindow::new(p.rate(), p.burst).expect("valid limit")
 }
+
+/// One property test per algorithm, each running `check(&algorithm,
+/// &scenario)` on generated scenarios (the leaky bucket both with and
+/// without `nodelay`): the six test names, in the order token bucket, GCRA,
+/// leaky bucket, fixed window, sliding log, sliding window.
+macro_rules! per_algorithm {
+    ($check:ident: $tb:ident, $gcra:ident, $lb:ident, $fw:ident, $log:ident, $sw:ident) => {
+        proptest::proptest! {
+            #![proptest_config($crate::common::scenario::config())]
+
+            #[test]
+            fn $tb(s in $crate::common::scenario::scenario()) {
+                $check(&$crate::common::scenario::token_bucket(s.params), &s)?;
+            }
+
+            #[test]
+            fn $gcra(s in $crate::common::scenario::scenario()) {
+                $check(&$crate::common::scenario::gcra(s.params), &s)?;
+            }
+
+            #[test]
+            fn $lb(
+                s in $crate::common::scenario::scenario(),
+                nodelay in proptest::prelude::any::<bool>(),
+            ) {
+                $check(&$crate::common::scenario::leaky_bucket(s.params, nodelay), &s)?;
+            }
+
+            #[test]
+            fn $fw(s in $crate::common::scenario::scenario()) {
+                $check(&$crate::common::scenario::fixed_window(s.params), &s)?;
+            }
+
+            #[test]
+            fn $log(s in $crate::common::scenario::scenario()) {
+                $check(&$crate::common::scenario::sliding_log(s.params), &s)?;
+            }
+
+            #[test]
+            fn $sw(s in $crate::common::scenario::scenario()) {
+                $check(&$crate::common::scenario::sliding_window(s.params), &s)?;
+            }
+        }
+    };
+}
+pub(crate) use per_algorithm;
