@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use sluice_core::{AlgorithmKind, CheckError, ManualClock, Rate, State};
 use sluice_store::KeyedLimiter;
 
-use crate::common::{SEC, lock_free_cases, spec};
+use crate::common::{SEC, any_spec, lock_free_cases, spec};
 
 #[test]
 fn gcra_equivalents_with_whole_nanosecond_intervals_are_lock_free() {
@@ -30,18 +30,10 @@ proptest! {
     /// checked on that key's own state.
     #[test]
     fn each_key_decides_like_the_algorithm(
-        algorithm in prop::sample::select(vec![
-            AlgorithmKind::Gcra, AlgorithmKind::TokenBucket, AlgorithmKind::LeakyBucket,
-            AlgorithmKind::FixedWindow, AlgorithmKind::SlidingWindow, AlgorithmKind::SlidingLog,
-        ]),
-        amount in 1u64..200,
-        period in prop::sample::select(vec![SEC, 60 * SEC, 1_000_000, 250_000_000, 3 * SEC]),
-        burst in 1u64..30,
-        nodelay in any::<bool>(),
+        s in any_spec(),
         start in 0u64..2_000_000_000_000_000_000,
         steps in prop::collection::vec((0u64..2 * SEC, 0u64..4, 0u64..31), 1..80),
     ) {
-        let s = spec(algorithm, Rate::new(amount, period).unwrap(), burst, nodelay);
         let clock = ManualClock::new(start);
         let keyed = KeyedLimiter::<u64, _>::with_shards(&s, 1_000, 2, clock.clone()).unwrap();
         let model = s.build().unwrap();

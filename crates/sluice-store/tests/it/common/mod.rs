@@ -28,6 +28,23 @@ pub fn spec(algorithm: AlgorithmKind, rate: Rate, burst: u64, nodelay: bool) -> 
     }
 }
 
+/// Any limit spec: every algorithm, rates whose intervals are and are not
+/// whole nanoseconds, small bursts, with and without `nodelay`.
+pub fn any_spec() -> impl proptest::strategy::Strategy<Value = LimitSpec> {
+    use proptest::prelude::*;
+    (
+        prop::sample::select(KINDS.to_vec()),
+        1u64..200,
+        prop::sample::select(vec![SEC, 60 * SEC, 1_000_000, 250_000_000, 3 * SEC]),
+        1u64..30,
+        any::<bool>(),
+    )
+        .prop_map(|(algorithm, amount, period, burst, nodelay)| {
+            let rate = Rate::new(amount, period).expect("a positive rate");
+            spec(algorithm, rate, burst, nodelay)
+        })
+}
+
 /// Limits, and whether they take the lock-free (atomic GCRA) path: GCRA and
 /// its equivalents (the token bucket, the leaky bucket with `nodelay`) with
 /// a whole-nanosecond emission interval, and nothing else.
