@@ -127,11 +127,11 @@ async fn shards() {
         return;
     }
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let hosts: Vec<String> = servers
-        .iter()
-        .map(|s| format!("127.0.0.1:{}", s.port()))
-        .collect();
-    let topology = connect(&format!("redis+shards://{}", hosts.join(","))).await;
+    let topology = connect(&format!(
+        "redis+shards://{}",
+        crate::common::shard_hosts(&servers)
+    ))
+    .await;
     let store = RedisStore::new(topology.clone());
     refused_requests_charge_nothing_across_nodes(&store, &topology).await;
     concurrent_requests_admit_exactly_the_bursts(&store).await;

@@ -7,18 +7,19 @@ use sluice_redis::StoreUrl;
 use sluice_redis::topology::Topology;
 use sluice_testkit::{RedisServer, require_redis};
 
+use crate::common::shard_hosts;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_land_on_the_node_the_ring_picks() {
     if !require_redis() {
         return;
     }
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let hosts: Vec<String> = servers
-        .iter()
-        .map(|s| format!("127.0.0.1:{}", s.port()))
-        .collect();
     let url =
-        StoreUrl::parse_with_env(&format!("redis+shards://{}", hosts.join(",")), |_| None).unwrap();
+        StoreUrl::parse_with_env(&format!("redis+shards://{}", shard_hosts(&servers)), |_| {
+            None
+        })
+        .unwrap();
     let topology = Topology::connect(&url).await.unwrap();
     let script = redis::Script::new("return redis.call('INCR', KEYS[1])");
 
@@ -82,12 +83,8 @@ async fn debug_output_never_shows_the_password() {
             .unwrap();
         assert!(ok.starts_with("+OK"), "{ok}");
     }
-    let hosts: Vec<String> = servers
-        .iter()
-        .map(|s| format!("127.0.0.1:{}", s.port()))
-        .collect();
     let url = StoreUrl::parse_with_env(
-        &format!("redis+shards://:hunter2@{}", hosts.join(",")),
+        &format!("redis+shards://:hunter2@{}", shard_hosts(&servers)),
         |_| None,
     )
     .unwrap();
@@ -104,11 +101,11 @@ async fn debug_output_never_shows_the_password() {
         assert!(!text.contains("hunter2"), "{text}");
     }
     // A wrong password is an error, not a panic, and is not echoed.
-    let wrong =
-        StoreUrl::parse_with_env(&format!("redis+shards://:nope-secret@{}", hosts[0]), |_| {
-            None
-        })
-        .unwrap();
+    let wrong = StoreUrl::parse_with_env(
+        &format!("redis+shards://:nope-secret@{}", shard_hosts(&servers[..1])),
+        |_| None,
+    )
+    .unwrap();
     let err = Topology::connect(&wrong).await.unwrap_err();
     assert!(!format!("{err} {err:?}").contains("nope-secret"), "{err:?}");
 }

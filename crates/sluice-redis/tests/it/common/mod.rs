@@ -38,6 +38,16 @@ pub fn env() -> Option<Env> {
     Some(Env { rt, conn, server })
 }
 
+/// The `host:port` list of some servers, comma-separated, as a
+/// `redis+shards://` URL takes it.
+pub fn shard_hosts(servers: &[RedisServer]) -> String {
+    servers
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// A limit id never used before in this process.
 pub fn fresh_id(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
