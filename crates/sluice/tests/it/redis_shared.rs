@@ -23,6 +23,16 @@ fn start_url(url: &str, config: &std::path::Path) -> Sluice {
     Sluice::start_env(config, &["--store-url", url], &[SECRET])
 }
 
+/// The quick start's config with a generous store timeout, so that a busy
+/// test machine never hands a request to the fallback.
+fn quickstart_patient() -> String {
+    replace_once(
+        &example("quickstart.toml"),
+        "[store]\n",
+        "[store]\ntimeout = \"2s\"\n",
+    )
+}
+
 /// Every key name in Redis (`KEYS *`, fine for a test-sized database).
 fn redis_keys(redis: &RedisServer) -> Vec<String> {
     let raw = redis.command(&["KEYS", "*"]).unwrap();
@@ -68,11 +78,7 @@ async fn the_quickstart_config_shares_its_limits_through_redis() {
         return;
     }
     let redis = RedisServer::start();
-    let text = replace_once(
-        &example("quickstart.toml"),
-        "[store]\n",
-        "[store]\ntimeout = \"2s\"\n",
-    );
+    let text = quickstart_patient();
     let config = TempConfig::new("redis-quickstart-shared", &text);
     let a = start_on(&redis, config.path());
     let b = start_on(&redis, config.path());
@@ -167,11 +173,10 @@ async fn two_instances_admit_exactly_one_global_limit_behind_sentinel() {
 /// one refill interval.
 async fn two_instances_admit_exactly_one_global_limit(url: &str) {
     let text = replace_once(
-        &example("quickstart.toml"),
+        &quickstart_patient(),
         r#"limits = [{ algorithm = "token_bucket", rate = "10/s", burst = 20 }]"#,
         r#"limits = [{ algorithm = "token_bucket", rate = "50/s", burst = 20 }]"#,
     );
-    let text = replace_once(&text, "[store]\n", "[store]\ntimeout = \"2s\"\n");
     let config = TempConfig::new("redis-two-instances", &text);
     let a = Arc::new(start_url(url, config.path()));
     let b = Arc::new(start_url(url, config.path()));
@@ -320,11 +325,7 @@ async fn a_plan_change_carries_used_quota_over_in_redis() {
         return;
     }
     let redis = RedisServer::start();
-    let text = replace_once(
-        &example("quickstart.toml"),
-        "[store]\n",
-        "[store]\ntimeout = \"2s\"\n",
-    );
+    let text = quickstart_patient();
     let config = TempConfig::new("redis-carry-over", &text);
     let sluice = Sluice::start_env(
         config.path(),
