@@ -21,7 +21,7 @@ use sluice_core::{Decision, LimitSpec, Limiter, Nanos};
 use sluice_store::{Check, Checked, KeyId, Limit, MemoryStore, MemoryStoreConfig};
 use smallvec::SmallVec;
 
-use crate::shared::{SharedCheck, limit_tag, share_of};
+use crate::shared::{SharedCheck, limit_tag, refuse_all, share_of};
 
 /// How many locks serialize decisions with reserves (by limit and key).
 const STRIPES: usize = 64;
@@ -75,20 +75,7 @@ impl LocalFallback {
                 cost: c.cost,
             })
             .collect();
-        let never = || Checked {
-            allowed: false,
-            decisions: checks
-                .iter()
-                .map(|c| Decision {
-                    allowed: false,
-                    limit: c.spec.burst,
-                    remaining: 0,
-                    reset_after: 0,
-                    retry_after: Some(retry),
-                    delay: 0,
-                })
-                .collect(),
-        };
+        let never = || refuse_all(checks, retry);
         // Peek and charge under the locks of every (limit, key) involved,
         // taken in order (a charge without a reserve too, so that it cannot
         // slip between another request's peek and charge).

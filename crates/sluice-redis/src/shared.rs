@@ -387,20 +387,7 @@ impl SharedStore {
                     .map(|c| Decision::full(c.spec.burst))
                     .collect(),
             },
-            Fallback::Deny => Checked {
-                allowed: false,
-                decisions: checks
-                    .iter()
-                    .map(|c| Decision {
-                        allowed: false,
-                        limit: c.spec.burst,
-                        remaining: 0,
-                        reset_after: retry,
-                        retry_after: Some(retry),
-                        delay: 0,
-                    })
-                    .collect(),
-            },
+            Fallback::Deny => refuse_all(checks, retry),
             Fallback::Local => self.local.check(checks, retry),
         }
     }
@@ -413,6 +400,25 @@ impl SharedStore {
     /// How many limits the local fallback holds a share of.
     pub fn local_limits(&self) -> usize {
         self.local.len()
+    }
+}
+
+/// Every check refused, empty, with `retry` as the wait: the `deny`
+/// fallback's answer, and the local fallback's to a cost no share admits.
+pub(crate) fn refuse_all(checks: &[SharedCheck<'_>], retry: u64) -> Checked {
+    Checked {
+        allowed: false,
+        decisions: checks
+            .iter()
+            .map(|c| Decision {
+                allowed: false,
+                limit: c.spec.burst,
+                remaining: 0,
+                reset_after: retry,
+                retry_after: Some(retry),
+                delay: 0,
+            })
+            .collect(),
     }
 }
 
