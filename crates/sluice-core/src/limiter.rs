@@ -36,6 +36,16 @@ pub enum AlgorithmKind {
 }
 
 impl AlgorithmKind {
+    /// Every algorithm, in declaration order.
+    pub const ALL: [AlgorithmKind; 6] = [
+        Self::FixedWindow,
+        Self::SlidingLog,
+        Self::SlidingWindow,
+        Self::TokenBucket,
+        Self::LeakyBucket,
+        Self::Gcra,
+    ];
+
     /// The config name of the algorithm.
     pub fn name(&self) -> &'static str {
         match self {
@@ -282,16 +292,26 @@ mod reduced_rate_tests {
     use super::*;
     use crate::{AlgorithmKind, Rate};
 
+    /// A new algorithm fails to compile here until it is placed, and then
+    /// fails the test until `ALL` lists it.
+    #[test]
+    fn all_lists_every_algorithm_once() {
+        let index = |k: AlgorithmKind| match k {
+            AlgorithmKind::FixedWindow => 0,
+            AlgorithmKind::SlidingLog => 1,
+            AlgorithmKind::SlidingWindow => 2,
+            AlgorithmKind::TokenBucket => 3,
+            AlgorithmKind::LeakyBucket => 4,
+            AlgorithmKind::Gcra => 5,
+        };
+        for (i, k) in AlgorithmKind::ALL.into_iter().enumerate() {
+            assert_eq!(index(k), i, "{k:?}");
+        }
+    }
+
     #[test]
     fn every_algorithm_reports_its_reduced_rate() {
-        for algorithm in [
-            AlgorithmKind::FixedWindow,
-            AlgorithmKind::SlidingLog,
-            AlgorithmKind::SlidingWindow,
-            AlgorithmKind::TokenBucket,
-            AlgorithmKind::LeakyBucket,
-            AlgorithmKind::Gcra,
-        ] {
+        for algorithm in AlgorithmKind::ALL {
             for (rate, expected) in [
                 ("10/s", (1, 100_000_000)),
                 ("3/s", (3, 1_000_000_000)),

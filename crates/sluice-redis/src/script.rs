@@ -415,14 +415,7 @@ mod tests {
     #[test]
     fn reads_the_reduced_rate_of_every_algorithm() {
         let rate = Rate::new(7, 250_000_000).unwrap();
-        for kind in [
-            AlgorithmKind::FixedWindow,
-            AlgorithmKind::SlidingLog,
-            AlgorithmKind::SlidingWindow,
-            AlgorithmKind::TokenBucket,
-            AlgorithmKind::LeakyBucket,
-            AlgorithmKind::Gcra,
-        ] {
+        for kind in AlgorithmKind::ALL {
             let l = limiter(kind, rate, 5);
             assert_eq!(reduced_rate(&l), Some((7, 250_000_000)), "{kind:?}");
             let p = LimitParams::of(&l).unwrap();

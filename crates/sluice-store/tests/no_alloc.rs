@@ -88,14 +88,7 @@ const RATE: Rate = Rate::per_second(10);
 const BURST: u64 = 5;
 const STEP: u64 = 30_000_000;
 
-const KINDS: [AlgorithmKind; 6] = [
-    AlgorithmKind::FixedWindow,
-    AlgorithmKind::SlidingLog,
-    AlgorithmKind::SlidingWindow,
-    AlgorithmKind::TokenBucket,
-    AlgorithmKind::LeakyBucket,
-    AlgorithmKind::Gcra,
-];
+const KINDS: [AlgorithmKind; 6] = AlgorithmKind::ALL;
 
 fn limiter(algorithm: AlgorithmKind) -> Limiter {
     LimitSpec {

@@ -35,16 +35,7 @@ struct Run {
 }
 
 fn algorithm(name: &str) -> Option<AlgorithmKind> {
-    [
-        AlgorithmKind::FixedWindow,
-        AlgorithmKind::SlidingLog,
-        AlgorithmKind::SlidingWindow,
-        AlgorithmKind::TokenBucket,
-        AlgorithmKind::LeakyBucket,
-        AlgorithmKind::Gcra,
-    ]
-    .into_iter()
-    .find(|k| k.name() == name)
+    AlgorithmKind::ALL.into_iter().find(|k| k.name() == name)
 }
 
 /// What one run does.

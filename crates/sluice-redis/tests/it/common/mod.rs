@@ -54,14 +54,7 @@ pub fn fresh_id(prefix: &str) -> String {
     format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-pub const KINDS: [AlgorithmKind; 6] = [
-    AlgorithmKind::FixedWindow,
-    AlgorithmKind::SlidingLog,
-    AlgorithmKind::SlidingWindow,
-    AlgorithmKind::TokenBucket,
-    AlgorithmKind::LeakyBucket,
-    AlgorithmKind::Gcra,
-];
+pub const KINDS: [AlgorithmKind; 6] = AlgorithmKind::ALL;
 
 pub fn limiter(
     kind: AlgorithmKind,

@@ -9,14 +9,7 @@ use sluice_store::{Check, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfi
 pub const SEC: u64 = 1_000_000_000;
 
 /// Every algorithm.
-pub const KINDS: [AlgorithmKind; 6] = [
-    AlgorithmKind::FixedWindow,
-    AlgorithmKind::SlidingLog,
-    AlgorithmKind::SlidingWindow,
-    AlgorithmKind::TokenBucket,
-    AlgorithmKind::LeakyBucket,
-    AlgorithmKind::Gcra,
-];
+pub const KINDS: [AlgorithmKind; 6] = AlgorithmKind::ALL;
 
 /// A limit spec.
 pub fn spec(algorithm: AlgorithmKind, rate: Rate, burst: u64, nodelay: bool) -> LimitSpec {
