@@ -941,25 +941,28 @@ impl<'p> Planned<'p> {
     /// `remaining`, and (`hold`: for an enforced, admitted request) the time
     /// until the bucket is back within its burst as the delay.
     fn translate(&self, d: Decision, hold: bool) -> Decision {
+        self.translate_on(d, &self.limit.spec, hold)
+    }
+
+    /// [`translate`](Self::translate) for an extended bucket whose plain
+    /// part is `plain` (the limit itself, or the local fallback's share of
+    /// it): the extension is whatever the decision's limit holds above it.
+    fn translate_on(&self, d: Decision, plain: &LimitSpec, hold: bool) -> Decision {
         let Some(delay) = self.limit.delay else {
             return d;
         };
-        let burst = self.limit.spec.burst;
+        let extra = d.limit.saturating_sub(plain.burst);
         let mut out = Decision {
-            limit: burst,
-            remaining: d.remaining.saturating_sub(delay.extra),
+            limit: plain.burst,
+            remaining: d.remaining.saturating_sub(extra),
             ..d
         };
-        if d.allowed && hold {
-            let used = d.limit.saturating_sub(d.remaining);
-            if used > burst {
-                out.delay = self
-                    .limit
-                    .spec
-                    .rate
-                    .refill_time(used - burst)
-                    .min(delay.max_delay);
-            }
+        let used = d.limit.saturating_sub(d.remaining);
+        if d.allowed && hold && used > plain.burst {
+            out.delay = plain
+                .rate
+                .refill_time(used - plain.burst)
+                .min(delay.max_delay);
         }
         out
     }

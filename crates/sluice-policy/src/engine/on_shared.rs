@@ -108,31 +108,21 @@ impl<'p> Planned<'p> {
     /// without waiting, and (`hold`: an enforced, admitted request) the
     /// wait for its slot as the delay.
     fn shown(&self, d: Decision, reserve: u64, view: View, hold: bool) -> Decision {
-        let Some(delay) = self.limit.delay else {
+        if self.limit.delay.is_none() {
             // Redis counted `remaining` above the class's reserve already.
             return d;
-        };
+        }
         let plain = view.plain(&self.limit.spec);
-        let mut out = Decision {
-            limit: plain.burst,
-            ..d
-        };
         if reserve > 0 {
             // Decided as the plain bucket (less any class reserve): never
             // held, and `remaining` is already above the reserve.
-            return out;
+            return Decision {
+                limit: plain.burst,
+                ..d
+            };
         }
         // Decided on the whole extended bucket.
-        let extra = d.limit.saturating_sub(plain.burst);
-        out.remaining = d.remaining.saturating_sub(extra);
-        let used = d.limit.saturating_sub(d.remaining);
-        if d.allowed && hold && used > plain.burst {
-            out.delay = plain
-                .rate
-                .refill_time(used - plain.burst)
-                .min(delay.max_delay);
-        }
-        out
+        self.translate_on(d, &plain, hold)
     }
 }
 
