@@ -7,6 +7,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{Sluice, client, send};
+use sluice_testkit::{RedisServer, require_redis};
 
 const BASE: &str = r#"
 [[limits]]
@@ -24,7 +25,22 @@ burst = 2
 
 #[tokio::test]
 async fn shadow_then_enforce() {
-    let s = Sluice::start_with("rollout", &format!("{BASE}shadow = true\n"));
+    shadow_then_enforce_on(&[]).await;
+}
+
+/// The same with the limits in Redis: shadowed limits are decided there
+/// too, and their counts carry over when they are enforced.
+#[tokio::test]
+async fn shadow_then_enforce_on_redis() {
+    if !require_redis() {
+        return;
+    }
+    let redis = RedisServer::start();
+    shadow_then_enforce_on(&["--store-url", &redis.url()]).await;
+}
+
+async fn shadow_then_enforce_on(extra: &[&str]) {
+    let s = Sluice::start_with_args("rollout", &format!("{BASE}shadow = true\n"), extra);
     let c = client();
     for _ in 0..5 {
         let r = send(c.get(s.url("/"))).await;

@@ -133,8 +133,13 @@ fn parse_listening(line: &str) -> Option<Listening> {
 impl Sluice {
     /// Starts `sluice serve` on a config written from `text`.
     pub fn start_with(label: &str, text: &str) -> Self {
+        Self::start_with_args(label, text, &[])
+    }
+
+    /// Like [`Sluice::start_with`], with extra `serve` arguments.
+    pub fn start_with_args(label: &str, text: &str, extra: &[&str]) -> Self {
         let config = TempConfig::new(label, text);
-        let mut s = Self::start(config.path());
+        let mut s = Self::start_args(config.path(), extra);
         s.config = Some(config);
         s
     }
