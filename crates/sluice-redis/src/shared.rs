@@ -256,6 +256,14 @@ impl SharedStore {
         &self.counters
     }
 
+    /// Decides each check on its own, not all or nothing (for limits that
+    /// only record, such as shadow mode), concurrently, so that the batcher
+    /// sends them in one round trip rather than one after another.
+    pub async fn check_each(&self, checks: &[SharedCheck<'_>]) -> Vec<SharedChecked> {
+        let each = checks.iter().map(|c| self.check(std::slice::from_ref(c)));
+        futures_util::future::join_all(each).await
+    }
+
     /// Decides every check together, all or nothing. Never fails: when
     /// Redis cannot decide, the fallback does.
     pub async fn check(&self, checks: &[SharedCheck<'_>]) -> SharedChecked {

@@ -175,9 +175,12 @@ impl<C: Clock> Engine<C> {
         // The other places taken are given back.
         drop(gates);
         let mut shadow = Vec::new();
-        if checked.allowed {
-            for p in &plan.shadowed {
-                let one = shared.check(&[p.shared_check(0)]).await;
+        if checked.allowed && !plan.shadowed.is_empty() {
+            // Each shadowed limit on its own, all in one round trip.
+            let checks: SmallVec<[SharedCheck<'_>; 4]> =
+                plan.shadowed.iter().map(|p| p.shared_check(0)).collect();
+            let each = shared.check_each(&checks).await;
+            for (p, one) in plan.shadowed.iter().zip(each) {
                 let view = View::of(one.by, shared.options().expected_instances);
                 let decision = one
                     .checked
