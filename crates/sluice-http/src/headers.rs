@@ -167,19 +167,29 @@ fn list_field(
     Some(out)
 }
 
+/// `RateLimit-Policy`'s parameters: quota and window.
+const POLICY_KEYS: [&str; 2] = ["q", "w"];
+
+fn policy_params(r: &LimitResult) -> [u64; 2] {
+    let (q, w) = quota_window(&r.spec);
+    [q, w]
+}
+
+/// `RateLimit`'s parameters: remaining and seconds until quota.
+const RATELIMIT_KEYS: [&str; 2] = ["r", "t"];
+
+fn ratelimit_params(r: &LimitResult) -> [u64; 2] {
+    [r.decision.remaining, seconds_until_quota(r)]
+}
+
 /// The `RateLimit-Policy` field value, or `None` with no limits.
 pub fn policy_field(results: &[LimitResult]) -> Option<String> {
-    list_field(results, ["q", "w"], |r| {
-        let (q, w) = quota_window(&r.spec);
-        [q, w]
-    })
+    list_field(results, POLICY_KEYS, policy_params)
 }
 
 /// The `RateLimit` field value, or `None` with no limits.
 pub fn ratelimit_field(results: &[LimitResult]) -> Option<String> {
-    list_field(results, ["r", "t"], |r| {
-        [r.decision.remaining, seconds_until_quota(r)]
-    })
+    list_field(results, RATELIMIT_KEYS, ratelimit_params)
 }
 
 /// What a `RateLimit-Policy` value was made from: each limit's name (an
@@ -236,8 +246,7 @@ fn policy_value(results: &[LimitResult]) -> Option<HeaderValue> {
         }
         #[cfg(test)]
         POLICY_WRITES.with(|n| n.set(n.get() + 1));
-        let value =
-            HeaderValue::from_maybe_shared(bytes::Bytes::from(policy_field(results)?)).ok()?;
+        let value = list_value(results, POLICY_KEYS, policy_params)?;
         if let Ok(mut cache) = cache.try_borrow_mut() {
             let key = results
                 .iter()
@@ -278,12 +287,15 @@ impl StackText {
     }
 }
 
-/// The `RateLimit` value as a header value: the same text as
-/// [`ratelimit_field`], written on the stack and copied once into the
-/// value's own allocation (no length to work out beforehand, no
-/// intermediate list), or made by [`ratelimit_field`] when it does not
-/// fit or a name needs escaping.
-fn ratelimit_value(results: &[LimitResult]) -> Option<HeaderValue> {
+/// [`list_field`] as a header value: the same text, written on the stack
+/// and copied once into the value's own allocation (no length to work out
+/// beforehand, no intermediate list), or made by [`list_field`] when it
+/// does not fit or a name needs escaping.
+fn list_value(
+    results: &[LimitResult],
+    keys: [&str; 2],
+    values: impl Fn(&LimitResult) -> [u64; 2],
+) -> Option<HeaderValue> {
     let write = || {
         let mut out = StackText {
             bytes: [0; 192],
@@ -300,25 +312,25 @@ fn ratelimit_value(results: &[LimitResult]) -> Option<HeaderValue> {
             }
             out.push(b"\"")?;
             out.push(name.as_bytes())?;
-            out.push(b"\";r=")?;
-            out.push(
-                number
-                    .format(r.decision.remaining.min(SF_INTEGER_MAX))
-                    .as_bytes(),
-            )?;
-            out.push(b";t=")?;
-            out.push(
-                number
-                    .format(seconds_until_quota(r).min(SF_INTEGER_MAX))
-                    .as_bytes(),
-            )?;
+            out.push(b"\"")?;
+            for (key, n) in keys.iter().zip(values(r)) {
+                out.push(b";")?;
+                out.push(key.as_bytes())?;
+                out.push(b"=")?;
+                out.push(number.format(n.min(SF_INTEGER_MAX)).as_bytes())?;
+            }
         }
         HeaderValue::from_bytes(out.as_bytes()).ok()
     };
     if results.is_empty() {
         return None;
     }
-    write().or_else(|| ratelimit_field(results).and_then(field_value))
+    write().or_else(|| list_field(results, keys, &values).and_then(field_value))
+}
+
+/// The `RateLimit` value as a header value (see [`list_value`]).
+fn ratelimit_value(results: &[LimitResult]) -> Option<HeaderValue> {
+    list_value(results, RATELIMIT_KEYS, ratelimit_params)
 }
 
 /// The rate-limit fields of a verdict, made before the response exists:
