@@ -470,7 +470,7 @@ impl<C: Clock> Engine<C> {
 
     /// How much of a limit's burst a key has used now (a peek).
     fn used(&self, current: &Compiled, index: usize, def: &LimitDef, key: KeyId) -> u64 {
-        let peek = self.store.check_one(&Check {
+        let peek = self.store.peek_one(&Check {
             limit: &current.limits[index],
             key,
             cost: 0,
@@ -719,7 +719,7 @@ impl<C: Clock> Engine<C> {
     /// A limit as it stands for a key, as the client sees it (a peek).
     fn peek(&self, current: &Compiled, p: &Planned<'_>) -> Decision {
         self.store
-            .check_one(&Check {
+            .peek_one(&Check {
                 cost: 0,
                 ..p.memory_check(current)
             })

@@ -111,7 +111,7 @@ impl LocalFallback {
                     .zip(&reserves)
                     .map(|(c, r)| {
                         self.store
-                            .check_one(&Check { cost: 0, ..*c })
+                            .peek_one(&Check { cost: 0, ..*c })
                             .map(|d| above(d, *r))
                             .unwrap_or_else(|_| Decision::full(0))
                     })
