@@ -108,7 +108,19 @@ async fn require_token(
 }
 
 async fn reload(State(admin): State<Admin>) -> Response {
-    match admin.reloader.reload(true) {
+    // A reload reads the file twice, a moment apart: off the async workers.
+    let reloader = admin.reloader.clone();
+    let reloaded = tokio::task::spawn_blocking(move || reloader.reload(true))
+        .await
+        .unwrap_or_else(|e| {
+            Err(sluice_policy::ConfigError {
+                file: Default::default(),
+                line: 0,
+                column: 0,
+                message: format!("the reload did not finish: {e}"),
+            })
+        });
+    match reloaded {
         Ok(Reloaded::Applied | Reloaded::Unchanged) => Json(serde_json::json!({
             "reloaded": true,
             "reloads": admin.reloader.succeeded(),

@@ -28,6 +28,7 @@
 //! policy then applies its trusted-proxy rules. Replace it with
 //! [`RateLimitLayer::with_peer`].
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -41,6 +42,7 @@ use axum::extract::ConnectInfo;
 use bytes::Bytes;
 use http::{Extensions, HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
+use sluice_policy::path::canonical;
 use sluice_policy::{ConfigError, DecideError, Engine, Policy, RequestInfo, Verdict};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -293,6 +295,11 @@ where
         {
             req.headers_mut().insert(http::header::HOST, host);
         }
+        // The inner service (an upstream, a router) sees the canonical path
+        // that was limited. A path with none is refused by the engine.
+        if let Ok(Cow::Owned(path)) = canonical(req.uri().path()) {
+            set_path(req.uri_mut(), &path);
+        }
         if shared.engine.shared().is_none() {
             // The memory store decides without waiting.
             let decided = shared.engine.decide_local(&request_info(&req, peer));
@@ -348,6 +355,19 @@ impl<S: Clone> RateLimit<S> {
     fn take_inner(&mut self) -> S {
         let clone = self.inner.clone();
         std::mem::replace(&mut self.inner, clone)
+    }
+}
+
+/// Replaces a URI's path, keeping its query (and scheme and authority).
+fn set_path(uri: &mut http::Uri, path: &str) {
+    let pq = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = pq.parse().ok();
+    if let Ok(new) = http::Uri::from_parts(parts) {
+        *uri = new;
     }
 }
 

@@ -15,6 +15,7 @@
 //! | `sluice_store_breaker_state` | — | 0 closed, 1 open (fallback deciding), 2 half-open |
 //! | `sluice_store_info` | `store` | 1, labelled `memory` or `redis` |
 //! | `sluice_config_reloads_total` | `result` | `success`, `failure` |
+//! | `sluice_config_removed_total` | `kind` | limits and plans that reloads removed: `limit`, `plan` |
 //! | `sluice_config_info` | `version` | 1, labelled with the config's hash |
 //! | `sluice_top_limited_key_requests` | `rank`, `key` | the most-limited keys (keyed hash prefixes), at most 10 series |
 //! | `sluice_account_events_total` | `result` | account-manager events: `emitted`, `delivered`, `failed`, `dropped` |
@@ -258,7 +259,9 @@ impl Metrics {
         let outcome = match e {
             DecideError::MissingKey(_) => RequestOutcome::missing_key,
             DecideError::Denied => RequestOutcome::denied,
-            DecideError::Impossible { .. } => RequestOutcome::invalid,
+            DecideError::Impossible { .. }
+            | DecideError::Path(_)
+            | DecideError::AmbiguousKey(_) => RequestOutcome::invalid,
         };
         self.requests
             .get_or_create(&RequestLabels { outcome })
@@ -370,6 +373,13 @@ impl Collector for LiveState {
                     (&[("result", "success")], r.succeeded()),
                     (&[("result", "failure")], r.failed()),
                 ],
+            )?;
+            let (limits, plans) = r.removed();
+            counter(
+                &mut encoder,
+                "sluice_config_removed",
+                "Limits and plans that config reloads removed",
+                &[(&[("kind", "limit")], limits), (&[("kind", "plan")], plans)],
             )?;
             gauge(
                 &mut encoder,

@@ -8,22 +8,40 @@
 //! counters; each request is decided by one config from start to end.
 //! Addresses, the upstream, the store and `[envoy]` are read at start only:
 //! changing them is logged and needs a restart.
+//!
+//! A file that is still being written is never loaded: a new text is
+//! loaded only once two reads [`SETTLE`] apart agree (write configs by
+//! renaming a finished file over the old one, which is atomic). A config
+//! with no limits at all is refused unless it says `no_limits = true`, and a
+//! reload that removes limits or plans names them at WARN and counts them
+//! (`sluice_config_removed_total`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
-use sluice_policy::{ConfigError, Engine, Policy};
+use sluice_policy::{ConfigError, Engine, Policy, Source};
+
+/// How long a changed file must stay the same before it is loaded.
+pub const SETTLE: Duration = Duration::from_millis(200);
+
+/// How many times a forced reload (SIGHUP, `POST /admin/reload`) waits
+/// [`SETTLE`] for a file that keeps changing before it gives up.
+const SETTLE_TRIES: usize = 10;
 
 /// Reloads one config file into one engine.
 #[derive(Debug)]
 pub struct Reloader {
     engine: Arc<Engine>,
     path: PathBuf,
-    last_text: Mutex<Option<String>>,
+    last_text: Mutex<Option<Snapshot>>,
     succeeded: AtomicU64,
     failed: AtomicU64,
+    /// Limits and plans that reloads removed.
+    removed_limits: AtomicU64,
+    removed_plans: AtomicU64,
     /// `sluice serve --store-url`: replaces every loaded config's store URL.
     store_url: Option<Option<sluice_redis::StoreUrl>>,
     /// The hash of the config text in force.
@@ -54,10 +72,12 @@ impl Reloader {
         Self {
             engine,
             path,
-            version: Mutex::new(config_version(text.as_deref().unwrap_or(""))),
+            version: Mutex::new(version_of(text.as_ref())),
             last_text: Mutex::new(text),
             succeeded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            removed_limits: AtomicU64::new(0),
+            removed_plans: AtomicU64::new(0),
             store_url: None,
         }
     }
@@ -70,21 +90,54 @@ impl Reloader {
     }
 
     /// Reloads the file if its text changed (or always, with `force`).
+    ///
+    /// A changed text is loaded only once a second read, [`SETTLE`] later,
+    /// agrees with it. A poll (`force` false) that finds the file still
+    /// changing leaves it to the next poll; a forced reload waits for it a
+    /// few times, then fails.
     pub fn reload(&self, force: bool) -> Result<Reloaded, ConfigError> {
         // An unreadable file counts as a text too (`None`): a file that
         // stays missing is reported once, not at every poll.
-        let text = snapshot(&self.engine, &self.path);
+        let mut text = snapshot(&self.engine, &self.path);
         if !force && *self.last_text.lock() == text {
             return Ok(Reloaded::Unchanged);
         }
-        match Policy::load(&self.path) {
+        let mut tries = if force { SETTLE_TRIES } else { 1 };
+        loop {
+            std::thread::sleep(SETTLE);
+            let again = snapshot(&self.engine, &self.path);
+            if again == text {
+                break;
+            }
+            text = again;
+            tries -= 1;
+            if tries == 0 {
+                if !force {
+                    return Ok(Reloaded::Unchanged);
+                }
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                let e = ConfigError {
+                    file: self.path.clone(),
+                    line: 0,
+                    column: 0,
+                    message: format!(
+                        "the file kept changing for {:?}; write configs by renaming a finished file over the old one",
+                        SETTLE * SETTLE_TRIES as u32
+                    ),
+                };
+                tracing::error!(error = %e, "config reload failed; the running config stays");
+                return Err(e);
+            }
+        }
+        match self.compile(text.as_ref()) {
             Ok(mut policy) => {
                 if let Some(url) = &self.store_url {
                     policy.store.url = url.clone();
                 }
                 self.warn_about_restart_only_changes(&policy);
+                self.warn_about_removals(&policy);
                 self.engine.replace_policy(policy);
-                *self.version.lock() = config_version(text.as_deref().unwrap_or(""));
+                *self.version.lock() = version_of(text.as_ref());
                 *self.last_text.lock() = text;
                 self.succeeded.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(file = %self.path.display(), "config reloaded");
@@ -100,6 +153,47 @@ impl Reloader {
         }
     }
 
+    /// The policy of the text that was read (not of a third read, which
+    /// could catch another write).
+    fn compile(&self, text: Option<&Snapshot>) -> Result<Policy, ConfigError> {
+        let source = match text {
+            Some(t) => Source {
+                file: self.path.clone(),
+                text: t.config.clone(),
+            },
+            None => Source::read(&self.path)?,
+        };
+        Policy::compile(&source, &source.parse()?)
+    }
+
+    /// Names, at WARN, the limits and plans the new policy drops, and counts
+    /// them.
+    fn warn_about_removals(&self, new: &Policy) {
+        let old = self.engine.policy();
+        let gone = |old: Vec<&str>, new: Vec<&str>| -> Vec<String> {
+            old.into_iter()
+                .filter(|n| !new.contains(n))
+                .map(str::to_owned)
+                .collect()
+        };
+        fn names(p: &Policy) -> Vec<&str> {
+            p.limits().iter().map(|l| &*l.name).collect()
+        }
+        let limits = gone(names(&old), names(new));
+        let plans = gone(old.plan_names().collect(), new.plan_names().collect());
+        if !limits.is_empty() || !plans.is_empty() {
+            tracing::warn!(
+                removed_limits = ?limits,
+                removed_plans = ?plans,
+                "the reloaded config removes limits or plans"
+            );
+        }
+        self.removed_limits
+            .fetch_add(limits.len() as u64, Ordering::Relaxed);
+        self.removed_plans
+            .fetch_add(plans.len() as u64, Ordering::Relaxed);
+    }
+
     fn warn_about_restart_only_changes(&self, new: &Policy) {
         let old = self.engine.policy();
         if old.listen != new.listen
@@ -107,9 +201,10 @@ impl Reloader {
             || old.upstream != new.upstream
             || old.envoy != new.envoy
             || old.store != new.store
+            || old.server != new.server
         {
             tracing::warn!(
-                "listen, control_listen, upstream, [store] and [envoy] changes take effect at the next restart"
+                "listen, control_listen, upstream, [store], [server] and [envoy] changes take effect at the next restart"
             );
         }
     }
@@ -128,20 +223,48 @@ impl Reloader {
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
     }
+
+    /// Limits and plans that reloads removed, in all: `(limits, plans)`.
+    pub fn removed(&self) -> (u64, u64) {
+        (
+            self.removed_limits.load(Ordering::Relaxed),
+            self.removed_plans.load(Ordering::Relaxed),
+        )
+    }
 }
 
-/// The text a reload depends on: the config file's, and its keys file's
-/// (named by the policy in force). `None` when the config is unreadable.
-fn snapshot(engine: &Engine, path: &std::path::Path) -> Option<String> {
-    let mut text = std::fs::read_to_string(path).ok()?;
-    if let Some(keys) = &engine.policy().keys_file {
-        text.push('\0');
-        match std::fs::read_to_string(keys) {
-            Ok(k) => text.push_str(&k),
-            Err(_) => text.push_str("\0missing"),
-        }
+/// The texts a reload depends on: the config file's, and its keys file's
+/// (named by the policy in force).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Snapshot {
+    config: String,
+    keys: Option<Option<String>>,
+}
+
+/// The version of the texts: of the config's, followed by the keys file's.
+fn version_of(text: Option<&Snapshot>) -> String {
+    let Some(t) = text else {
+        return config_version("");
+    };
+    match &t.keys {
+        None => config_version(&t.config),
+        Some(keys) => config_version(&format!(
+            "{}\0{}",
+            t.config,
+            keys.as_deref().unwrap_or("\0missing")
+        )),
     }
-    Some(text)
+}
+
+/// The texts as they are now. `None` when the config is unreadable.
+fn snapshot(engine: &Engine, path: &Path) -> Option<Snapshot> {
+    let config = std::fs::read_to_string(path).ok()?;
+    let keys = engine
+        .policy()
+        .keys_file
+        .as_ref()
+        .map(|keys| std::fs::read_to_string(keys).ok());
+    Some(Snapshot { config, keys })
 }
 
 #[cfg(test)]

@@ -127,7 +127,8 @@ pub fn refusal_response(verdict: &Verdict) -> Response {
 }
 
 /// The problem for a request that could not be decided: 401 for a missing
-/// key, 403 for a denied client, 400 for a cost no limit could ever admit.
+/// key, 403 for a denied client, 400 for a cost no limit could ever admit
+/// or a path with no canonical form.
 pub fn decide_error(e: &DecideError) -> Problem {
     match e {
         DecideError::MissingKey(m) => Problem::new(
@@ -135,6 +136,11 @@ pub fn decide_error(e: &DecideError) -> Problem {
             format!("This API needs a key: {m}."),
         ),
         DecideError::Impossible { .. } => Problem::new(StatusCode::BAD_REQUEST, e.to_string()),
+        DecideError::AmbiguousKey(a) => Problem::new(StatusCode::BAD_REQUEST, format!("{a}.")),
+        DecideError::Path(p) => Problem::new(
+            StatusCode::BAD_REQUEST,
+            format!("This request's path is refused: {p}."),
+        ),
         DecideError::Denied => Problem::new(StatusCode::FORBIDDEN, "This client is denied access."),
     }
 }

@@ -6,22 +6,68 @@
 //! the right: each hop appended by a trusted proxy is skipped, and the first
 //! untrusted address is the client. Anything left of it was written by the
 //! client itself and is ignored, so a client cannot choose its own address.
+//!
+//! A client is identified by its *network*: an IPv4 address, or the
+//! `/ipv6_prefix` network of an IPv6 address (a /64 by default, since one
+//! subscriber usually holds a whole /64 and could otherwise take a fresh
+//! address, and a fresh bucket, for every request). An IPv4-mapped IPv6
+//! address (`::ffff:192.0.2.1`) is the IPv4 client it maps.
 
 use std::net::IpAddr;
 
 use http::HeaderMap;
 use ipnet::IpNet;
 
+/// The IPv6 prefix that identifies a client unless configured otherwise.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
 /// Finds client addresses behind a set of trusted proxies.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TrustedProxies {
     nets: Vec<IpNet>,
+    ipv6_prefix: u8,
+}
+
+impl Default for TrustedProxies {
+    fn default() -> Self {
+        Self::new(Vec::new())
+    }
+}
+
+/// The network that identifies a client at `ip`: the address itself for
+/// IPv4, its `/ipv6_prefix` network for IPv6 (mapped IPv4 is IPv4).
+pub fn client_network(ip: IpAddr, ipv6_prefix: u8) -> IpNet {
+    match canonical(ip) {
+        IpAddr::V4(v4) => IpNet::V4(ipnet::Ipv4Net::from(v4)),
+        IpAddr::V6(v6) => ipnet::Ipv6Net::new(v6, ipv6_prefix.min(128))
+            .map_or(IpNet::V6(ipnet::Ipv6Net::from(v6)), |n| IpNet::V6(n.trunc())),
+    }
 }
 
 impl TrustedProxies {
-    /// Trusts the given networks.
+    /// Trusts the given networks; IPv6 clients are told apart by their /64.
     pub fn new(nets: Vec<IpNet>) -> Self {
-        Self { nets }
+        Self {
+            nets,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
+
+    /// Tells IPv6 clients apart by their `/prefix` network instead (128:
+    /// each address is a client).
+    pub fn with_ipv6_prefix(mut self, prefix: u8) -> Self {
+        self.ipv6_prefix = prefix.min(128);
+        self
+    }
+
+    /// The network that identifies the client of a request from `peer`.
+    pub fn client_net(&self, peer: IpAddr, headers: &HeaderMap) -> IpNet {
+        client_network(self.client_ip(peer, headers), self.ipv6_prefix)
+    }
+
+    /// The network that identifies a client at `ip` (no headers read).
+    pub fn network_of(&self, ip: IpAddr) -> IpNet {
+        client_network(ip, self.ipv6_prefix)
     }
 
     /// Whether `ip` is a trusted proxy.
@@ -153,6 +199,27 @@ mod tests {
         let t = TrustedProxies::new(vec!["127.0.0.0/8".parse().unwrap()]);
         let h = headers(&[("x-forwarded-for", "5.5.5.5, not-an-ip, 127.0.0.5")]);
         assert_eq!(t.client_ip(ip("127.0.0.1"), &h), ip("127.0.0.5"));
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_prefix() {
+        let t = TrustedProxies::new(vec!["127.0.0.0/8".parse().unwrap()]);
+        let h = headers(&[("x-forwarded-for", "2001:db8:1:2:aaaa::1")]);
+        let net = t.client_net(ip("127.0.0.1"), &h);
+        assert_eq!(net.to_string(), "2001:db8:1:2::/64");
+        for other in ["2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff"] {
+            assert_eq!(t.network_of(ip(other)), net);
+        }
+        assert_ne!(t.network_of(ip("2001:db8:1:3::1")), net);
+        let exact = t.clone().with_ipv6_prefix(128);
+        assert_eq!(
+            exact.client_net(ip("127.0.0.1"), &h).to_string(),
+            "2001:db8:1:2:aaaa::1/128"
+        );
+        assert_eq!(
+            t.network_of(ip("::ffff:192.0.2.1")).to_string(),
+            "192.0.2.1/32"
+        );
     }
 
     #[test]

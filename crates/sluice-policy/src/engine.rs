@@ -135,9 +135,15 @@ pub enum DecideError {
     /// A limit needs a key the request lacks.
     #[error(transparent)]
     MissingKey(#[from] MissingKey),
+    /// A key header is given twice with different values.
+    #[error(transparent)]
+    AmbiguousKey(#[from] crate::policy::AmbiguousKey),
     /// The client is on the deny list.
     #[error("this client is denied")]
     Denied,
+    /// The path has no canonical form (see [`path`](crate::path)).
+    #[error(transparent)]
+    Path(#[from] crate::path::PathError),
     /// The request costs more than a limit can ever admit.
     #[error(
         "limit `{limit}`: cost {cost} exceeds its capacity of {capacity}; this request can never pass"
@@ -543,6 +549,10 @@ impl<C: Clock> Engine<C> {
     /// Decides a request over every limit that applies to it: on the shared
     /// store when one is configured (with its fallback when it cannot), else
     /// on the memory store without waiting.
+    ///
+    /// Limits match on the request's [canonical path](crate::path): any
+    /// spelling of `/export` is charged to `/export`'s limits, and a path
+    /// with no canonical form is refused with [`DecideError::Path`].
     pub async fn decide(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
         match &self.shared {
             None => self.decide_local(req),
@@ -554,6 +564,8 @@ impl<C: Clock> Engine<C> {
     /// even when a shared store is configured: for the simulator and for
     /// engines without a shared store.
     pub fn decide_local(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
+        let path = crate::path::canonical(req.path)?;
+        let req = &RequestInfo { path: &path, ..*req };
         let current = self.current.load();
         let runtime = self.runtime_plans.in_force();
         let mut plan = Plan::new(current.policy.headers);

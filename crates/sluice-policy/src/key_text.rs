@@ -11,8 +11,11 @@ use std::fmt;
 use std::net::IpAddr;
 use std::ops::Deref;
 
-/// The longest text form of an IP address: a full IPv6 address with an
-/// embedded IPv4 (`ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255`).
+use ipnet::IpNet;
+
+/// The longest text form of an IP address or network: a full IPv6 address
+/// with an embedded IPv4 (`ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255`),
+/// or an IPv6 network (at most 39 bytes of address and `/127`).
 const IP_TEXT_MAX: usize = 45;
 
 /// A client key's text: what a limit counts a request under (raw; stores
@@ -29,6 +32,20 @@ impl<'a> KeyText<'a> {
     /// The key of a client IP.
     pub fn ip(ip: IpAddr) -> Self {
         Self::Ip(IpText::new(ip))
+    }
+
+    /// The key of a client network (see
+    /// [`client_network`](crate::client_ip::client_network)): an IPv4
+    /// address's text, or an IPv6 network's (`2001:db8:1:2::/64`; a /128
+    /// is its address alone).
+    pub fn net(net: IpNet) -> Self {
+        let mut text = IpText::new(net.addr());
+        if let IpNet::V6(v6) = net
+            && v6.prefix_len() < 128
+        {
+            let _ = fmt::write(&mut text, format_args!("/{}", v6.prefix_len()));
+        }
+        Self::Ip(text)
     }
 }
 
@@ -180,6 +197,18 @@ mod tests {
         ] {
             assert_eq!(&*KeyText::ip(ip), ip.to_string());
         }
+    }
+
+    #[test]
+    fn a_network_key_is_its_address_and_prefix() {
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        assert_eq!(&*KeyText::net(net("192.0.2.1/32")), "192.0.2.1");
+        assert_eq!(&*KeyText::net(net("2001:db8::/64")), "2001:db8::/64");
+        assert_eq!(&*KeyText::net(net("2001:db8::1/128")), "2001:db8::1");
+        assert_eq!(
+            &*KeyText::net(net("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127")),
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127"
+        );
     }
 
     proptest! {

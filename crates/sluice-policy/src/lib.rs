@@ -13,8 +13,10 @@ pub mod key_source;
 pub mod key_text;
 pub mod keys_file;
 pub mod matcher;
+pub mod path;
 pub mod policy;
 mod runtime;
+pub mod server_settings;
 pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
@@ -24,6 +26,6 @@ pub use engine::{
 pub use key_source::KeySource;
 pub use key_text::KeyText;
 pub use policy::{
-    Access, Applied, AppliedLimits, CostRule, DelayDef, EnvoySettings, LimitDef, LimitLabels,
-    Matcher, MissingKey, Policy, RequestInfo, RuntimeKeysFile,
+    Access, AmbiguousKey, Applied, AppliedLimits, CostRule, DelayDef, EnvoySettings, LimitDef, LimitLabels,
+    KeyError, Matcher, MissingKey, Policy, RequestInfo, RuntimeKeysFile,
 };

@@ -51,6 +51,12 @@ impl Matcher {
         if let Some(p) = m.path_prefix.as_ref().filter(|p| !p.starts_with('/')) {
             return Err(format!("match.path_prefix `{p}` must start with `/`"));
         }
+        // Requests match on their canonical path, so rules are put in that
+        // form too (`/a b` is `/a%20b`).
+        let path_prefix = match &m.path_prefix {
+            None => None,
+            Some(p) => Some(canonical_rule(p, "match.path_prefix")?),
+        };
         let path = match &m.path {
             None => None,
             Some(p) => Some(PathGlob::compile(p)?),
@@ -83,7 +89,7 @@ impl Matcher {
         };
         Ok(Self {
             methods,
-            path_prefix: m.path_prefix.clone(),
+            path_prefix,
             path,
             host,
             header,
@@ -175,6 +181,13 @@ impl Matcher {
     }
 }
 
+/// A rule's path in the canonical form requests are matched in.
+fn canonical_rule(text: &str, field: &str) -> Result<String, String> {
+    crate::path::canonical(text)
+        .map(std::borrow::Cow::into_owned)
+        .map_err(|e| format!("{field} `{text}`: {e}"))
+}
+
 /// `host:port` → `host` (and `[v6]:port` → `[v6]`), lowercased by callers.
 fn strip_port(host: &str) -> &str {
     let host = host.trim();
@@ -232,6 +245,7 @@ impl PathGlob {
         if !text.starts_with('/') {
             return Err(format!("match.path `{text}` must start with `/`"));
         }
+        let text = &canonical_rule(text, "match.path")?;
         let segments: Vec<String> = text[1..].split('/').map(str::to_owned).collect();
         for s in &segments {
             if s.contains("**") && s != "**" {

@@ -186,6 +186,28 @@ pub struct MissingKey {
     pub from: KeySource,
 }
 
+/// A request carries a key header more than once, with different values:
+/// which client it is depends on which one is read (an upstream reading the
+/// last would see another identity than the limit counted), so it is
+/// refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the request has more than one `{from}` value, so which client it is is ambiguous")]
+pub struct AmbiguousKey {
+    /// Where the key comes from.
+    pub from: KeySource,
+}
+
+/// Why a request's limits could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// A limit's key is missing.
+    #[error(transparent)]
+    Missing(#[from] MissingKey),
+    /// A key header is given twice, with different values.
+    #[error(transparent)]
+    Ambiguous(#[from] AmbiguousKey),
+}
+
 /// The compiled policy.
 #[derive(Debug, Clone)]
 pub struct Policy {
@@ -213,6 +235,8 @@ pub struct Policy {
     pub upstream: Option<http::Uri>,
     /// Where the limits' state lives.
     pub store: crate::store_settings::StoreSettings,
+    /// Timeouts and caps of the listeners and the upstream (`[server]`).
+    pub server: crate::server_settings::ServerSettings,
     /// Account-manager events.
     pub events: crate::events::EventSettings,
     /// The Envoy Rate Limit Service, if configured.
@@ -430,6 +454,7 @@ impl Policy {
             }
         };
 
+        refuse_no_limits(source, config, &limits)?;
         Ok(Self {
             limits,
             global,
@@ -441,12 +466,14 @@ impl Policy {
             carry_over: config.client.carry_over,
             default_plan,
             client_key,
-            trusted: TrustedProxies::new(config.client.trusted_proxies.clone()),
+            trusted: TrustedProxies::new(config.client.trusted_proxies.clone())
+                .with_ipv6_prefix(ipv6_prefix(source, &config.client)?),
             headers: config.headers,
             listen: config.listen,
             control_listen: config.control_listen,
             upstream,
             store,
+            server: crate::server_settings::ServerSettings::from_config(source, &config.server)?,
             access: config.access.clone(),
             events: crate::events::EventSettings::from_config(source, config)?,
             envoy: config.envoy.as_ref().map(|e| EnvoySettings {
@@ -465,6 +492,23 @@ impl Policy {
     /// The client address of a request from `peer`, per the trusted proxies.
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         self.trusted.client_ip(peer, headers)
+    }
+
+    /// The network that identifies the client of a request from `peer`:
+    /// its IPv4 address, or its IPv6 address's `client.ipv6_prefix`.
+    pub fn client_net(&self, peer: IpAddr, headers: &HeaderMap) -> ipnet::IpNet {
+        self.trusted.client_net(peer, headers)
+    }
+
+    /// Whether `ip` is a trusted proxy.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        self.trusted.trusts(ip)
+    }
+
+    /// The network that identifies a client at `ip`, without headers (the
+    /// unit of per-address connection caps).
+    pub fn network_of(&self, ip: IpAddr) -> ipnet::IpNet {
+        self.trusted.network_of(ip)
     }
 
     /// The plan of a client key.
@@ -486,20 +530,27 @@ impl Policy {
         {
             return Access::Limited;
         }
+        // An ambiguous key is no key here; deciding refuses it.
         let key = self
             .client_key
             .as_ref()
-            .and_then(|source| key_of(source, req, &self.trusted));
-        let ip = req
+            .and_then(|source| key_of(source, req, &self.trusted).ok().flatten());
+        // The client's network (an IPv6 client's /64, by default): it is
+        // denied if a deny entry covers any of it, and allowed only if an
+        // allow entry covers all of it.
+        let net = req
             .peer
-            .map(|peer| self.trusted.client_ip(peer, req.headers));
-        let listed = |keys: &[String], nets: &[ipnet::IpNet]| {
-            key.as_deref().is_some_and(|k| keys.iter().any(|x| x == k))
-                || ip.is_some_and(|ip| nets.iter().any(|n| n.contains(&ip)))
-        };
-        if listed(&a.deny_keys, &a.deny_cidrs) {
+            .map(|peer| self.trusted.client_net(peer, req.headers));
+        let key_listed = |keys: &[String]| key.as_deref().is_some_and(|k| keys.iter().any(|x| x == k));
+        let denied_net = net.is_some_and(|c| {
+            a.deny_cidrs
+                .iter()
+                .any(|n| n.contains(&c) || c.contains(n))
+        });
+        let allowed_net = net.is_some_and(|c| a.allow_cidrs.iter().any(|n| n.contains(&c)));
+        if key_listed(&a.deny_keys) || denied_net {
             Access::Denied
-        } else if listed(&a.allow_keys, &a.allow_cidrs) {
+        } else if key_listed(&a.allow_keys) || allowed_net {
             Access::Allowed
         } else {
             Access::Limited
@@ -509,6 +560,11 @@ impl Policy {
     /// Whether the config's `[keys]` assigns this key.
     pub fn assigned_in_config(&self, key: &str) -> bool {
         self.assignments.contains_key(key)
+    }
+
+    /// The names of the plans, in order.
+    pub fn plan_names(&self) -> impl Iterator<Item = &str> {
+        self.plans.keys().map(String::as_str)
     }
 
     /// Whether a plan of that name exists.
@@ -533,7 +589,7 @@ impl Policy {
     }
 
     /// The limits that apply to a request, with their keys and costs.
-    pub fn resolve<'p>(&'p self, req: &RequestInfo<'p>) -> Result<AppliedLimits<'p>, MissingKey> {
+    pub fn resolve<'p>(&'p self, req: &RequestInfo<'p>) -> Result<AppliedLimits<'p>, KeyError> {
         self.resolve_with(req, |_| None)
     }
 
@@ -556,7 +612,7 @@ impl Policy {
         runtime: &impl Fn(&str) -> Option<&'p str>,
     ) -> Option<&'p str> {
         let source = self.client_key.as_ref()?;
-        let key = key_of(source, req, &self.trusted)?;
+        let key = key_of(source, req, &self.trusted).ok()??;
         self.plan_with(&key, runtime)
     }
 
@@ -567,29 +623,30 @@ impl Policy {
         &'p self,
         req: &RequestInfo<'p>,
         runtime: impl Fn(&str) -> Option<&'p str>,
-    ) -> Result<AppliedLimits<'p>, MissingKey> {
+    ) -> Result<AppliedLimits<'p>, KeyError> {
         let mut applied = AppliedLimits::new();
         self.resolve_each(req, runtime, |a| {
             applied.push(a.clone());
-            Ok::<_, MissingKey>(())
+            Ok::<_, KeyError>(())
         })?;
         Ok(applied)
     }
 
     /// [`resolve_with`](Self::resolve_with), showing each applied limit to
     /// `visit` in order instead of collecting them (the engine plans each
-    /// as it comes, and keeps only the key's hash). Stops at the first error, of `visit` or of a missing
-    /// key; `visit` may have seen some limits by then.
-    pub fn resolve_each<'p, E: From<MissingKey>>(
+    /// as it comes, and keeps only the key's hash). Stops at the first
+    /// error, of `visit` or of a missing or ambiguous key; `visit` may have
+    /// seen some limits by then.
+    pub fn resolve_each<'p, E: From<MissingKey> + From<AmbiguousKey>>(
         &'p self,
         req: &RequestInfo<'p>,
         runtime: impl Fn(&str) -> Option<&'p str>,
         mut visit: impl FnMut(&Applied<'p>) -> Result<(), E>,
     ) -> Result<(), E> {
-        let client_key = self
-            .client_key
-            .as_ref()
-            .and_then(|source| key_of(source, req, &self.trusted));
+        let client_key = match &self.client_key {
+            Some(source) => key_of(source, req, &self.trusted)?,
+            None => None,
+        };
         let plan_name = client_key
             .as_deref()
             .and_then(|k| self.plan_with(k, &runtime));
@@ -618,7 +675,7 @@ impl Policy {
                 Some(cost) if limit.plan.is_some() && limit.matcher.is_any() => cost,
                 _ => limit.cost,
             };
-            let key = key_of(&limit.key, req, &self.trusted).ok_or_else(|| MissingKey {
+            let key = key_of(&limit.key, req, &self.trusted)?.ok_or_else(|| MissingKey {
                 limit: limit.name.to_string(),
                 from: limit.key.clone(),
             })?;
@@ -643,24 +700,60 @@ impl Policy {
     }
 }
 
+/// The key a source gives a request: `None` when it lacks one, an error
+/// when a key header is given twice with different values.
 fn key_of<'a>(
     source: &KeySource,
     req: &RequestInfo<'a>,
     trusted: &TrustedProxies,
-) -> Option<KeyText<'a>> {
-    match source {
+) -> Result<Option<KeyText<'a>>, AmbiguousKey> {
+    Ok(match source {
         KeySource::Global => Some(KeyText::Borrowed("")),
         KeySource::Ip => req
             .peer
-            .map(|peer| KeyText::ip(trusted.client_ip(peer, req.headers))),
-        KeySource::Header(name) => req
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(KeyText::Borrowed),
+            .map(|peer| KeyText::net(trusted.client_net(peer, req.headers))),
+        KeySource::Header(name) => {
+            let text = |v: &'a http::HeaderValue| v.to_str().ok().map(str::trim);
+            let mut values = req.headers.get_all(name).iter();
+            let first = values.next().and_then(text);
+            if values.any(|v| text(v) != first) {
+                return Err(AmbiguousKey {
+                    from: source.clone(),
+                });
+            }
+            first.filter(|v| !v.is_empty()).map(KeyText::Borrowed)
+        }
+    })
+}
+
+/// `client.ipv6_prefix`: 1 to 128.
+fn ipv6_prefix(source: &Source, client: &crate::config::ClientConfig) -> Result<u8, ConfigError> {
+    match &client.ipv6_prefix {
+        None => Ok(crate::client_ip::DEFAULT_IPV6_PREFIX),
+        Some(p) if (1..=128).contains(p.get_ref()) => Ok(*p.get_ref()),
+        Some(p) => Err(source.error_at(
+            Some(p.span()),
+            format!("client.ipv6_prefix: {} is not a prefix length from 1 to 128", p.get_ref()),
+        )),
     }
+}
+
+/// A config that limits nothing, which is most often an empty or
+/// half-written file, is refused unless it says `no_limits = true`. (With
+/// `[envoy]`, the limits come from its YAML.)
+fn refuse_no_limits(
+    source: &Source,
+    config: &Config,
+    limits: &[LimitDef],
+) -> Result<(), ConfigError> {
+    if limits.is_empty() && config.envoy.is_none() && !config.no_limits {
+        return Err(source.error_at(
+            Some(0..0),
+            "no_limits: this config defines no limits, so Sluice would limit nothing; \
+             if that is intended, put `no_limits = true` at the top of the file",
+        ));
+    }
+    Ok(())
 }
 
 fn parse_upstream(text: &str) -> Result<http::Uri, String> {

@@ -74,7 +74,8 @@ pub enum Status {
     MissingKey,
     /// The client is on the deny list: 403.
     Denied,
-    /// The request costs more than a limit can ever admit: 400.
+    /// Refused as a bad request, 400: it costs more than a limit can ever
+    /// admit, its path has no canonical form, or its key is ambiguous.
     Impossible,
 }
 
@@ -324,7 +325,11 @@ impl Simulator {
             Ok(_) => Status::Limited,
             Err(DecideError::MissingKey(_)) => Status::MissingKey,
             Err(DecideError::Denied) => Status::Denied,
-            Err(DecideError::Impossible { .. }) => Status::Impossible,
+            Err(
+                DecideError::Impossible { .. }
+                | DecideError::Path(_)
+                | DecideError::AmbiguousKey(_),
+            ) => Status::Impossible,
         };
         let client = client_of(
             self.client_key.as_ref(),
@@ -360,7 +365,7 @@ fn client_of<'h>(
             .filter(|v| !v.is_empty())
             .map_or(Client::None, Client::Key),
         Some(KeySource::Global) => Client::Global,
-        Some(KeySource::Ip) | None => Client::Ip(policy.client_ip(peer, headers)),
+        Some(KeySource::Ip) | None => Client::Ip(policy.client_net(peer, headers).addr()),
     }
 }
 

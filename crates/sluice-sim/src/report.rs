@@ -36,7 +36,8 @@ pub struct Counts {
     pub missing_key: u64,
     /// Refused by the deny list (403).
     pub denied: u64,
-    /// Costing more than a limit can ever admit (400).
+    /// Refused as bad requests (400): costing more than a limit can ever
+    /// admit, or with a path that has no canonical form.
     pub impossible: u64,
 }
 
