@@ -40,7 +40,9 @@ pub fn client_network(ip: IpAddr, ipv6_prefix: u8) -> IpNet {
     match canonical(ip) {
         IpAddr::V4(v4) => IpNet::V4(ipnet::Ipv4Net::from(v4)),
         IpAddr::V6(v6) => ipnet::Ipv6Net::new(v6, ipv6_prefix.min(128))
-            .map_or(IpNet::V6(ipnet::Ipv6Net::from(v6)), |n| IpNet::V6(n.trunc())),
+            .map_or(IpNet::V6(ipnet::Ipv6Net::from(v6)), |n| {
+                IpNet::V6(n.trunc())
+            }),
     }
 }
 

@@ -565,7 +565,10 @@ impl<C: Clock> Engine<C> {
     /// engines without a shared store.
     pub fn decide_local(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
         let path = crate::path::canonical(req.path)?;
-        let req = &RequestInfo { path: &path, ..*req };
+        let req = &RequestInfo {
+            path: &path,
+            ..*req
+        };
         let current = self.current.load();
         let runtime = self.runtime_plans.in_force();
         let mut plan = Plan::new(current.policy.headers);

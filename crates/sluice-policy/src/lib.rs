@@ -26,6 +26,6 @@ pub use engine::{
 pub use key_source::KeySource;
 pub use key_text::KeyText;
 pub use policy::{
-    Access, AmbiguousKey, Applied, AppliedLimits, CostRule, DelayDef, EnvoySettings, LimitDef, LimitLabels,
-    KeyError, Matcher, MissingKey, Policy, RequestInfo, RuntimeKeysFile,
+    Access, AmbiguousKey, Applied, AppliedLimits, CostRule, DelayDef, EnvoySettings, KeyError,
+    LimitDef, LimitLabels, Matcher, MissingKey, Policy, RequestInfo, RuntimeKeysFile,
 };

@@ -541,12 +541,10 @@ impl Policy {
         let net = req
             .peer
             .map(|peer| self.trusted.client_net(peer, req.headers));
-        let key_listed = |keys: &[String]| key.as_deref().is_some_and(|k| keys.iter().any(|x| x == k));
-        let denied_net = net.is_some_and(|c| {
-            a.deny_cidrs
-                .iter()
-                .any(|n| n.contains(&c) || c.contains(n))
-        });
+        let key_listed =
+            |keys: &[String]| key.as_deref().is_some_and(|k| keys.iter().any(|x| x == k));
+        let denied_net =
+            net.is_some_and(|c| a.deny_cidrs.iter().any(|n| n.contains(&c) || c.contains(n)));
         let allowed_net = net.is_some_and(|c| a.allow_cidrs.iter().any(|n| n.contains(&c)));
         if key_listed(&a.deny_keys) || denied_net {
             Access::Denied
@@ -733,7 +731,10 @@ fn ipv6_prefix(source: &Source, client: &crate::config::ClientConfig) -> Result<
         Some(p) if (1..=128).contains(p.get_ref()) => Ok(*p.get_ref()),
         Some(p) => Err(source.error_at(
             Some(p.span()),
-            format!("client.ipv6_prefix: {} is not a prefix length from 1 to 128", p.get_ref()),
+            format!(
+                "client.ipv6_prefix: {} is not a prefix length from 1 to 128",
+                p.get_ref()
+            ),
         )),
     }
 }

@@ -79,24 +79,25 @@ impl ServerSettings {
     pub fn from_config(source: &Source, server: &ServerConfig) -> Result<Self, ConfigError> {
         let d = Self::default();
         // A duration field; `"0s"` only where `zero` says it means "never".
-        let duration = |field: &Option<toml::Spanned<String>>, name: &str, default: Duration, zero: bool| {
-            let Some(text) = field else {
-                return Ok(default);
+        let duration =
+            |field: &Option<toml::Spanned<String>>, name: &str, default: Duration, zero: bool| {
+                let Some(text) = field else {
+                    return Ok(default);
+                };
+                let at =
+                    |m: String| source.error_at(Some(text.span()), format!("server.{name}: {m}"));
+                let value = sluice_core::parse_duration(text.get_ref())
+                    .map(Duration::from_nanos)
+                    .map_err(|e| at(format!("`{}`: {e}", text.get_ref())))?;
+                if value.is_zero() && !zero {
+                    return Err(at("must be longer than 0".to_owned()));
+                }
+                Ok(value)
             };
-            let at = |m: String| source.error_at(Some(text.span()), format!("server.{name}: {m}"));
-            let value = sluice_core::parse_duration(text.get_ref())
-                .map(Duration::from_nanos)
-                .map_err(|e| at(format!("`{}`: {e}", text.get_ref())))?;
-            if value.is_zero() && !zero {
-                return Err(at("must be longer than 0".to_owned()));
-            }
-            Ok(value)
-        };
         let count = |n: &Option<toml::Spanned<usize>>, name: &str, default: usize| match n {
-            Some(n) if *n.get_ref() == 0 => Err(source.error_at(
-                Some(n.span()),
-                format!("server.{name} must be at least 1"),
-            )),
+            Some(n) if *n.get_ref() == 0 => {
+                Err(source.error_at(Some(n.span()), format!("server.{name} must be at least 1")))
+            }
             Some(n) => Ok(*n.get_ref()),
             None => Ok(default),
         };
@@ -113,7 +114,12 @@ impl ServerSettings {
                 d.data.header_read_timeout,
                 false,
             )?,
-            idle_timeout: duration(&server.idle_timeout, "idle_timeout", d.data.idle_timeout, false)?,
+            idle_timeout: duration(
+                &server.idle_timeout,
+                "idle_timeout",
+                d.data.idle_timeout,
+                false,
+            )?,
             http2_keepalive_interval: (!interval.is_zero()).then_some(interval),
             http2_keepalive_timeout: duration(
                 &server.http2_keepalive_timeout,
@@ -123,9 +129,16 @@ impl ServerSettings {
             )?,
             ..d.data
         };
-        let caps = |max: &Option<toml::Spanned<usize>>, per_ip: &Option<toml::Spanned<usize>>, prefix: &str, dflt: &ConnectionSettings| {
+        let caps = |max: &Option<toml::Spanned<usize>>,
+                    per_ip: &Option<toml::Spanned<usize>>,
+                    prefix: &str,
+                    dflt: &ConnectionSettings| {
             Ok::<_, ConfigError>(ConnectionSettings {
-                max_connections: count(max, &format!("{prefix}max_connections"), dflt.max_connections)?,
+                max_connections: count(
+                    max,
+                    &format!("{prefix}max_connections"),
+                    dflt.max_connections,
+                )?,
                 max_connections_per_ip: count(
                     per_ip,
                     &format!("{prefix}max_connections_per_ip"),
@@ -135,7 +148,12 @@ impl ServerSettings {
             })
         };
         Ok(Self {
-            data: caps(&server.max_connections, &server.max_connections_per_ip, "", &d.data)?,
+            data: caps(
+                &server.max_connections,
+                &server.max_connections_per_ip,
+                "",
+                &d.data,
+            )?,
             control: caps(
                 &server.control_max_connections,
                 &server.control_max_connections_per_ip,

@@ -134,7 +134,10 @@ impl<C: Clock> Engine<C> {
         req: &RequestInfo<'_>,
     ) -> Result<Verdict, DecideError> {
         let path = crate::path::canonical(req.path)?;
-        let req = &RequestInfo { path: &path, ..*req };
+        let req = &RequestInfo {
+            path: &path,
+            ..*req
+        };
         let current = self.current.load_full();
         let runtime = self
             .runtime_plans
