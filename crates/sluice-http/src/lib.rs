@@ -15,15 +15,21 @@
 //!   `/readyz` on `control_listen`.
 //! - [`metrics`]: Prometheus metrics at `GET /metrics` on `control_listen`,
 //!   with the [`top_keys`] sketch and the rate-limited [`rejection_log`].
-//! - [`server`]: binds both and shuts down gracefully.
+//! - [`server`]: binds both and shuts down gracefully; each is served by a
+//!   [`listener`] that caps connections ([`conn_limits`]) and closes slow
+//!   and idle ones ([`conn_activity`]).
 
 pub mod account_events;
 pub mod admin;
+pub mod conn_activity;
+pub mod conn_limits;
 pub mod control;
 pub mod data_plane;
+pub mod guarded_body;
 pub mod headers;
 pub mod layer;
 pub mod layer_builder;
+pub mod listener;
 pub mod metrics;
 pub mod nginx_auth;
 pub mod problem;

@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use sluice_policy::{ConfigError, Engine, Policy, Source};
 
 /// How long a changed file must stay the same before it is loaded.
-pub const SETTLE: Duration = Duration::from_millis(200);
+pub const SETTLE: Duration = Duration::from_millis(250);
 
 /// How many times a forced reload (SIGHUP, `POST /admin/reload`) waits
 /// [`SETTLE`] for a file that keeps changing before it gives up.

@@ -1,5 +1,6 @@
-//! Binding the data plane and the control API, and shutting them down
-//! gracefully.
+//! Binding the data plane and the control API, serving each on a
+//! [`Listener`] (connection caps and timeouts from `[server]`), and shutting
+//! them down gracefully.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -7,10 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_policy::Engine;
+use sluice_policy::server_settings::ServerSettings;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::data_plane;
+use crate::listener::Listener;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 
@@ -21,8 +24,52 @@ pub struct Servers {
     admin: Option<crate::admin::Admin>,
     metrics: Option<Arc<Metrics>>,
     reloader: Option<Arc<crate::reload::Reloader>>,
+    descriptors: Option<u64>,
     data: TcpListener,
     control: TcpListener,
+}
+
+/// File descriptors kept for everything but client connections: config
+/// and keys files, Redis connections, logs, the gRPC listener.
+const RESERVED_DESCRIPTORS: u64 = 256;
+
+/// The settings, with the data plane's connection cap lowered if the caps
+/// together do not fit in `descriptors` open files (and a warning said).
+/// The control listener keeps its own cap, so that `/healthz`, `/metrics`
+/// and reloads are served while the data plane is flooded.
+pub fn fit_to_descriptors(mut settings: ServerSettings, descriptors: u64) -> ServerSettings {
+    let others = settings.control.max_connections as u64
+        + settings.upstream.max_in_flight as u64
+        + RESERVED_DESCRIPTORS;
+    let room = descriptors.saturating_sub(others).max(64);
+    let data = settings.data.max_connections as u64;
+    if data > room {
+        tracing::warn!(
+            descriptors,
+            configured = data,
+            lowered_to = room,
+            "server.max_connections does not fit in the open-file limit (ulimit -n) beside the control listener and the upstream; lowered"
+        );
+        settings.data.max_connections = usize::try_from(room).unwrap_or(usize::MAX);
+    }
+    settings
+}
+
+/// How many connections the kernel may queue before they are accepted: a
+/// burst of new connections (a flood, or many clients at once) waits there
+/// instead of having its SYNs dropped and retried a second later. The
+/// kernel caps it at `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`].
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Binds the data plane to `listen` and the control API to `control_listen`.
@@ -31,13 +78,14 @@ pub async fn serve(
     listen: SocketAddr,
     control_listen: SocketAddr,
 ) -> std::io::Result<Servers> {
-    let data = TcpListener::bind(listen).await?;
-    let control = TcpListener::bind(control_listen).await?;
+    let data = bind(listen)?;
+    let control = bind(control_listen)?;
     Ok(Servers {
         engine,
         admin: None,
         metrics: None,
         reloader: None,
+        descriptors: None,
         data,
         control,
     })
@@ -63,6 +111,13 @@ impl Servers {
         self
     }
 
+    /// Fits the connection caps into this many open files (the process's
+    /// `RLIMIT_NOFILE`): see [`fit_to_descriptors`].
+    pub fn with_descriptor_limit(mut self, descriptors: u64) -> Self {
+        self.descriptors = Some(descriptors);
+        self
+    }
+
     /// The data plane's bound address.
     pub fn data_addr(&self) -> std::io::Result<SocketAddr> {
         self.data.local_addr()
@@ -80,7 +135,11 @@ impl Servers {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let (tx, rx) = watch::channel(false);
-        let proxy = self.engine.policy().upstream.clone().map(Proxy::new);
+        let policy = self.engine.policy();
+        let proxy = policy
+            .upstream
+            .clone()
+            .map(|u| Proxy::new(u, policy.server.upstream));
         let metrics = self
             .metrics
             .unwrap_or_else(|| Arc::new(Metrics::new(&self.engine, None)));
@@ -91,19 +150,14 @@ impl Servers {
             control_app = control_app.merge(crate::admin::router(admin));
         }
 
-        let stop = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|stopped| *stopped).await;
-        };
-        let data = axum::serve(
-            self.data,
-            data_app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(stop(rx.clone()));
-        let control = axum::serve(
-            self.control,
-            control_app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(stop(rx.clone()));
+        let mut settings = self.engine.policy().server;
+        if let Some(n) = self.descriptors {
+            settings = fit_to_descriptors(settings, n);
+        }
+        let data = Listener::new(self.data, settings.data, self.engine.clone());
+        let control = Listener::new(self.control, settings.control, self.engine.clone());
+        let data = data.serve(data_app, rx.clone());
+        let control = control.serve(control_app, rx.clone());
 
         // Forget fully replenished keys in the background.
         let store = self.engine.store().clone();
@@ -120,8 +174,8 @@ impl Servers {
             shutdown.await;
             let _ = tx.send(true);
         });
-        let (a, b) = tokio::join!(data.into_future(), control.into_future());
+        tokio::join!(data, control);
         purge.abort();
-        a.and(b)
+        Ok(())
     }
 }

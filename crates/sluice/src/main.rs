@@ -204,6 +204,12 @@ async fn serve(
         .with_context(|| format!("cannot bind {listen} and {control_listen}"))?
         .with_metrics(metrics)
         .with_reloader(reloader.clone());
+    // As many open files as the hard limit allows, and connection caps
+    // that fit in them.
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => servers = servers.with_descriptor_limit(n),
+        Err(e) => tracing::warn!(error = %e, "cannot read the open-file limit"),
+    }
     match std::env::var("SLUICE_ADMIN_TOKEN") {
         Ok(token) if !token.trim().is_empty() => {
             servers = servers.with_admin(Admin {

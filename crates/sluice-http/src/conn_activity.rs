@@ -1,0 +1,190 @@
+//! What one connection is doing, seen from its socket and its requests, so
+//! that a watchdog can close it when it is slow or idle for too long.
+//!
+//! A connection is in one of three states:
+//!
+//! - **idle**: no request in flight, and no byte since the last response
+//!   (or since it opened): it may stay so for `idle_timeout` (for a fresh
+//!   connection, `header_read_timeout`: a silent connection is closed as
+//!   soon as a slow one);
+//! - **reading a head**: bytes have come since it was idle, but no request
+//!   has started yet: the head must be complete within
+//!   `header_read_timeout` of its first byte (this is what closes a client
+//!   that sends one header byte every few seconds);
+//! - **busy**: a request is in flight, until its response body is sent.
+//!
+//! The socket wrapper ([`WatchedIo`]) notes the first byte after idle; the
+//! request guard ([`InFlight`]) notes when requests start and end. Each
+//! note is a relaxed atomic, and the clock is read once per request.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+/// What one connection is doing.
+#[derive(Debug)]
+pub struct Activity {
+    start: Instant,
+    in_flight: AtomicU32,
+    served: AtomicU64,
+    /// Milliseconds from `start` to when the connection last became idle.
+    idle_since: AtomicU64,
+    /// Whether bytes have arrived since it became idle.
+    reading: AtomicBool,
+    /// Milliseconds from `start` to the first of those bytes.
+    reading_since: AtomicU64,
+}
+
+/// Why the watchdog closes a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    /// A request head took longer than `header_read_timeout`.
+    Header,
+    /// No request for `idle_timeout`.
+    Idle,
+}
+
+impl Activity {
+    /// A connection opened now.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            start: Instant::now(),
+            in_flight: AtomicU32::new(0),
+            served: AtomicU64::new(0),
+            idle_since: AtomicU64::new(0),
+            reading: AtomicBool::new(false),
+            reading_since: AtomicU64::new(0),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.start + Duration::from_millis(ms)
+    }
+
+    /// Notes bytes read from the socket.
+    fn read_some(&self) {
+        if self.in_flight.load(Ordering::Relaxed) == 0 && !self.reading.load(Ordering::Relaxed) {
+            self.reading_since.store(self.now_ms(), Ordering::Relaxed);
+            self.reading.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Notes a request's start; the guard notes its end when dropped.
+    pub fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.reading.store(false, Ordering::Relaxed);
+        InFlight {
+            activity: self.clone(),
+        }
+    }
+
+    /// When the connection expires if nothing happens before, and why;
+    /// `None` while a request is in flight.
+    pub fn deadline(&self, header_read: Duration, idle: Duration) -> Option<(Instant, Expired)> {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        if self.reading.load(Ordering::Relaxed) {
+            let since = self.at(self.reading_since.load(Ordering::Relaxed));
+            return Some((since + header_read, Expired::Header));
+        }
+        let since = self.at(self.idle_since.load(Ordering::Relaxed));
+        // A connection that never sent a request gets the header timeout.
+        if self.served.load(Ordering::Relaxed) == 0 {
+            return Some((since + header_read, Expired::Header));
+        }
+        Some((since + idle, Expired::Idle))
+    }
+}
+
+/// A request in flight on a connection; dropped when its response body has
+/// been sent (or abandoned).
+#[derive(Debug)]
+pub struct InFlight {
+    activity: Arc<Activity>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let a = &self.activity;
+        a.served.fetch_add(1, Ordering::Relaxed);
+        a.idle_since.store(a.now_ms(), Ordering::Relaxed);
+        a.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pin_project! {
+    /// A socket that notes when bytes arrive.
+    #[derive(Debug)]
+    pub struct WatchedIo<I> {
+        #[pin]
+        io: I,
+        activity: Arc<Activity>,
+    }
+}
+
+impl<I> WatchedIo<I> {
+    /// Watches `io` for `activity`.
+    pub fn new(io: I, activity: Arc<Activity>) -> Self {
+        Self { io, activity }
+    }
+}
+
+impl<I: AsyncRead> AsyncRead for WatchedIo<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.project();
+        let before = buf.filled().len();
+        let result = this.io.poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.activity.read_some();
+        }
+        result
+    }
+}
+
+impl<I: AsyncWrite> AsyncWrite for WatchedIo<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<Result<usize, std::io::Error>> {
+        self.project().io.poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+        self.project().io.poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), std::io::Error>> {
+        self.project().io.poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<Result<usize, std::io::Error>> {
+        self.project().io.poll_write_vectored(cx, bufs)
+    }
+}

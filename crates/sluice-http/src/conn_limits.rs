@@ -1,0 +1,135 @@
+//! Caps on open connections: in all, and from one client network.
+//!
+//! A listener takes a [`ConnPermit`] for each connection it accepts and
+//! holds it until the connection closes. When either cap is reached, the
+//! connection is refused at once (see [`crate::listener`]): one client
+//! cannot hold every file descriptor, and a flood cannot take more than
+//! the cap. The per-network map has at most one entry per open connection,
+//! so it is bounded by the global cap.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use parking_lot::Mutex;
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The listener holds its most connections.
+    Full,
+    /// This client network holds its most connections.
+    PerClient,
+}
+
+/// The caps of one listener, and the connections it holds.
+#[derive(Debug)]
+pub struct ConnLimits {
+    max: usize,
+    max_per_client: usize,
+    open: Mutex<Open>,
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    total: usize,
+    by_client: HashMap<IpNet, usize>,
+}
+
+/// One open connection; dropping it gives its place back.
+#[derive(Debug)]
+pub struct ConnPermit {
+    limits: Arc<ConnLimits>,
+    /// The client network it counts against, unless exempt.
+    client: Option<IpNet>,
+}
+
+impl ConnLimits {
+    /// At most `max` connections, and `max_per_client` from one network.
+    pub fn new(max: usize, max_per_client: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max,
+            max_per_client,
+            open: Mutex::new(Open::default()),
+        })
+    }
+
+    /// A place for a connection from `client` (`None`: a client exempt from
+    /// the per-client cap, such as a trusted proxy).
+    pub fn try_acquire(self: &Arc<Self>, client: Option<IpNet>) -> Result<ConnPermit, Refused> {
+        let mut open = self.open.lock();
+        if open.total >= self.max {
+            return Err(Refused::Full);
+        }
+        if let Some(net) = client {
+            let n = open.by_client.entry(net).or_insert(0);
+            if *n >= self.max_per_client {
+                return Err(Refused::PerClient);
+            }
+            *n += 1;
+        }
+        open.total += 1;
+        Ok(ConnPermit {
+            limits: self.clone(),
+            client,
+        })
+    }
+
+    /// Open connections.
+    pub fn open(&self) -> usize {
+        self.open.lock().total
+    }
+}
+
+impl Drop for ConnPermit {
+    fn drop(&mut self) {
+        let mut open = self.limits.open.lock();
+        open.total = open.total.saturating_sub(1);
+        if let Some(net) = self.client
+            && let Some(n) = open.by_client.get_mut(&net)
+        {
+            *n -= 1;
+            if *n == 0 {
+                open.by_client.remove(&net);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> Option<IpNet> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn both_caps_hold_and_places_come_back() {
+        let limits = ConnLimits::new(3, 2);
+        let a1 = limits.try_acquire(net("192.0.2.1/32")).unwrap();
+        let _a2 = limits.try_acquire(net("192.0.2.1/32")).unwrap();
+        assert_eq!(
+            limits.try_acquire(net("192.0.2.1/32")).unwrap_err(),
+            Refused::PerClient
+        );
+        let _b = limits.try_acquire(net("192.0.2.2/32")).unwrap();
+        assert_eq!(limits.try_acquire(None).unwrap_err(), Refused::Full);
+        drop(a1);
+        assert_eq!(limits.open(), 2);
+        let _a3 = limits.try_acquire(net("192.0.2.1/32")).unwrap();
+        assert_eq!(limits.open(), 3);
+    }
+
+    #[test]
+    fn exempt_clients_count_only_in_all_and_the_map_empties() {
+        let limits = ConnLimits::new(10, 1);
+        let held: Vec<_> = (0..5).map(|_| limits.try_acquire(None).unwrap()).collect();
+        assert_eq!(limits.open(), 5);
+        let one = limits.try_acquire(net("2001:db8::/64")).unwrap();
+        drop(one);
+        drop(held);
+        assert_eq!(limits.open(), 0);
+        assert!(limits.open.lock().by_client.is_empty());
+    }
+}

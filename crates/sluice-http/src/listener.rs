@@ -1,0 +1,288 @@
+//! Serving a router on a listener without letting slow, idle or piled-up
+//! connections starve it.
+//!
+//! - **Caps.** Each accepted connection takes a place in the listener's
+//!   [`ConnLimits`]: `max_connections` in all and `max_connections_per_ip`
+//!   from one client network (an IPv6 client's /64 by default; trusted
+//!   proxies are exempt). A connection over a cap is answered at once, with
+//!   what fits in the socket's buffer without waiting (`503` when the
+//!   listener is full, `429` when the client is, both with
+//!   `Connection: close` and `Retry-After: 1`), and closed.
+//! - **Timeouts.** A watchdog beside each connection closes it when a
+//!   request head takes longer than `header_read_timeout`, or when it sits
+//!   idle for `idle_timeout` (see [`crate::conn_activity`]). HTTP/2
+//!   connections are also pinged every `http2_keepalive_interval`, and
+//!   closed when a ping goes unanswered for `http2_keepalive_timeout`.
+//! - **Accept errors** (out of file descriptors, say) back off, from 5 ms
+//!   doubling to 1 s, instead of spinning, and are logged at most once a
+//!   second.
+//! - **Shutdown.** When `shutdown` completes, the listener stops
+//!   accepting, every connection is asked to finish its request in flight
+//!   and close, and `serve` returns once they have.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use pin_project_lite::pin_project;
+use sluice_policy::Engine;
+use sluice_policy::server_settings::ConnectionSettings;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::conn_activity::{Activity, InFlight, WatchedIo};
+use crate::conn_limits::{ConnLimits, Refused};
+use crate::guarded_body::Guarded;
+
+/// The first accept-error backoff, doubled up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What a refused connection is sent, if its socket takes it at once.
+const FULL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nretry-after: 1\r\nconnection: close\r\n\r\n";
+const PER_CLIENT: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 0\r\nretry-after: 1\r\nconnection: close\r\n\r\n";
+
+/// One listener, served with its settings.
+#[derive(Debug)]
+pub struct Listener {
+    listener: TcpListener,
+    settings: ConnectionSettings,
+    limits: Arc<ConnLimits>,
+    engine: Arc<Engine>,
+}
+
+impl Listener {
+    /// Serves `listener` with `settings`; `engine`'s policy says which
+    /// peers are trusted proxies and how client networks are told apart.
+    pub fn new(listener: TcpListener, settings: ConnectionSettings, engine: Arc<Engine>) -> Self {
+        let limits = ConnLimits::new(settings.max_connections, settings.max_connections_per_ip);
+        Self {
+            listener,
+            settings,
+            limits,
+            engine,
+        }
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The connection caps and what they hold now.
+    pub fn limits(&self) -> &Arc<ConnLimits> {
+        &self.limits
+    }
+
+    /// Serves `router` until `shutdown` completes, then lets the requests
+    /// in flight finish and returns once every connection has closed.
+    pub async fn serve(self, router: Router, shutdown: watch::Receiver<bool>) {
+        let builder = Arc::new(builder(&self.settings));
+        // Every connection task holds a sender: when the last is gone, all
+        // connections have closed.
+        let (open_tx, mut all_closed) = mpsc::channel::<()>(1);
+        let mut stop = shutdown.clone();
+        let mut backoff = MIN_BACKOFF;
+        let mut last_warning: Option<tokio::time::Instant> = None;
+        loop {
+            let accepted = tokio::select! {
+                accepted = self.listener.accept() => accepted,
+                _ = stop.wait_for(|s| *s) => break,
+            };
+            let (stream, peer) = match accepted {
+                Ok(a) => {
+                    backoff = MIN_BACKOFF;
+                    a
+                }
+                Err(e) if is_per_connection(&e) => continue,
+                Err(e) => {
+                    if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                        tracing::warn!(error = %e, open = self.limits.open(), "cannot accept connections; backing off");
+                        last_warning = Some(tokio::time::Instant::now());
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            };
+            let client = {
+                let policy = self.engine.policy();
+                (!policy.trusts(peer.ip())).then(|| policy.network_of(peer.ip()))
+            };
+            let permit = match self.limits.try_acquire(client) {
+                Ok(p) => p,
+                Err(why) => {
+                    refuse(&stream, why);
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let conn = Connection {
+                builder: builder.clone(),
+                router: router.clone(),
+                settings: self.settings,
+                shutdown: shutdown.clone(),
+            };
+            let open = open_tx.clone();
+            tokio::spawn(async move {
+                conn.run(stream, peer).await;
+                drop(permit);
+                drop(open);
+            });
+        }
+        drop(self.listener);
+        drop(open_tx);
+        let _ = all_closed.recv().await;
+    }
+}
+
+/// Accept errors that concern one connection only (it was reset before it
+/// was accepted, say): the next accept may succeed at once.
+fn is_per_connection(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionReset | ConnectionRefused | Interrupted | WouldBlock
+    )
+}
+
+/// Tells a refused client why, if its socket takes the answer at once, and
+/// closes the connection.
+fn refuse(stream: &TcpStream, why: Refused) {
+    let answer = match why {
+        Refused::Full => FULL,
+        Refused::PerClient => PER_CLIENT,
+    };
+    let _ = stream.try_write(answer);
+    tracing::debug!(?why, "connection refused");
+}
+
+fn builder(settings: &ConnectionSettings) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // HTTP/1 head and idle timeouts are the watchdog's (hyper's own header
+    // timer would also close idle keep-alive connections early).
+    builder.http1().keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(settings.http2_keepalive_interval)
+        .keep_alive_timeout(settings.http2_keepalive_timeout);
+    builder
+}
+
+/// One accepted connection.
+struct Connection {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    router: Router,
+    settings: ConnectionSettings,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Connection {
+    async fn run(mut self, stream: TcpStream, peer: SocketAddr) {
+        let activity = Activity::new();
+        let io = TokioIo::new(WatchedIo::new(stream, activity.clone()));
+        let service = ConnService {
+            router: self.router.clone(),
+            peer,
+            activity: activity.clone(),
+        };
+        let conn = self.builder.serve_connection(io, service);
+        tokio::pin!(conn);
+        let (header_read, idle) = (
+            self.settings.header_read_timeout,
+            self.settings.idle_timeout,
+        );
+        // Checked again this often while a request is in flight.
+        let busy_recheck = header_read.min(idle);
+        let mut stopping = false;
+        loop {
+            let (wake, expires) = match activity.deadline(header_read, idle) {
+                Some((at, why)) => (at, Some(why)),
+                None => (tokio::time::Instant::now() + busy_recheck, None),
+            };
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                () = tokio::time::sleep_until(wake) => {
+                    // Expired only if nothing changed while it slept.
+                    if let (Some(why), Some((at, again))) = (expires, activity.deadline(header_read, idle))
+                        && again == why
+                        && at <= tokio::time::Instant::now()
+                    {
+                        tracing::debug!(%peer, ?why, "closing a slow or idle connection");
+                        return;
+                    }
+                }
+                // On shutdown, the request in flight finishes, then the
+                // connection closes; the watchdog still closes it if it is
+                // slow or idle.
+                _ = self.shutdown.wait_for(|s| *s), if !stopping => {
+                    stopping = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+/// The router, for one connection: each request carries the peer address
+/// (`ConnectInfo<SocketAddr>`, as `axum::serve` would put it) and counts as
+/// in flight until its response body is sent.
+#[derive(Clone)]
+struct ConnService {
+    router: Router,
+    peer: SocketAddr,
+    activity: Arc<Activity>,
+}
+
+impl hyper::service::Service<Request<Incoming>> for ConnService {
+    type Response = Response<GuardedBody>;
+    type Error = Infallible;
+    type Future = ConnFuture;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let guard = self.activity.begin();
+        let mut req = req.map(Body::new);
+        req.extensions_mut().insert(ConnectInfo(self.peer));
+        let mut router = self.router.clone();
+        ConnFuture {
+            inner: tower_service::Service::call(&mut router, req),
+            guard: Some(guard),
+        }
+    }
+}
+
+/// A response body that keeps its request in flight until it is sent or
+/// dropped.
+type GuardedBody = Guarded<Body, Option<InFlight>>;
+
+pin_project! {
+    /// The router's response future; its body takes the request's guard.
+    struct ConnFuture {
+        #[pin]
+        inner: axum::routing::future::RouteFuture<Infallible>,
+        guard: Option<InFlight>,
+    }
+}
+
+impl Future for ConnFuture {
+    type Output = Result<Response<GuardedBody>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = std::task::ready!(this.inner.poll(cx))?;
+        let guard = this.guard.take();
+        Poll::Ready(Ok(response.map(|body| Guarded::new(body, guard))))
+    }
+}
