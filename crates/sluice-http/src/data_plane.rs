@@ -5,7 +5,8 @@
 //! handler; an admitted request is held for its smoothing delay, if any
 //! (without holding a thread), then forwarded to the upstream, or answered
 //! with a small JSON of the decision when there is none. Every limited
-//! response carries the rate-limit fields.
+//! response carries the rate-limit fields. The proxy answers `CONNECT`
+//! with 405: it opens no tunnels.
 
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ use sluice_policy::{Engine, Verdict};
 use crate::layer::RateLimitLayer;
 use crate::metrics::Metrics;
 use crate::problem::Problem;
-use crate::proxy::Proxy;
+use crate::proxy::{Proxy, ProxyError};
 use crate::verdict_json::VerdictJson;
 
 /// The data plane's router: the rate-limit layer around the echo or the
@@ -45,15 +46,57 @@ async fn echo(req: Request<Body>) -> Response {
 }
 
 async fn forward(State(proxy): State<Proxy>, req: Request<Body>) -> Response {
-    match proxy.forward(req).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(error = %e, "upstream unreachable");
-            Problem::new(
-                StatusCode::BAD_GATEWAY,
-                "The upstream service could not be reached.",
-            )
-            .into_response()
-        }
+    if req.method() == http::Method::CONNECT {
+        return no_tunnel();
     }
+    let e = match proxy.forward(req).await {
+        Ok(r) => return r,
+        Err(e) => e,
+    };
+    let (status, detail) = match &e {
+        ProxyError::BadBody(_) => (StatusCode::BAD_REQUEST, "The request body is malformed."),
+        ProxyError::Timeout => (
+            StatusCode::GATEWAY_TIMEOUT,
+            "The upstream service did not answer in time.",
+        ),
+        ProxyError::Busy => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Too many requests are waiting on the upstream service; retry in a moment.",
+        ),
+        ProxyError::Uri(_) | ProxyError::Upstream(_) => (
+            StatusCode::BAD_GATEWAY,
+            "The upstream service could not be reached.",
+        ),
+    };
+    match &e {
+        ProxyError::BadBody(_) => tracing::debug!(error = %e, "malformed request body"),
+        _ => tracing::warn!(error = %e, "upstream failed"),
+    }
+    let mut problem = Problem::new(status, detail);
+    let busy = matches!(e, ProxyError::Busy);
+    if busy {
+        problem.retry_after = Some(1);
+    }
+    let mut response = problem.into_response();
+    if busy {
+        response.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("1"),
+        );
+    }
+    response
+}
+
+/// `CONNECT` asks for a tunnel, which the proxy does not open: 405.
+fn no_tunnel() -> Response {
+    let mut r = Problem::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "CONNECT is not supported: this proxy opens no tunnels.",
+    )
+    .into_response();
+    r.headers_mut().insert(
+        http::header::ALLOW,
+        http::HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+    );
+    r
 }

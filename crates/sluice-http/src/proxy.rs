@@ -1,17 +1,36 @@
 //! The reverse proxy to the upstream.
 //!
-//! An admitted request is forwarded with its method, path, query, headers
-//! (less hop-by-hop ones) and body, streamed; the upstream's answer streams
-//! back. An unreachable upstream is a 502 problem.
+//! An admitted request is forwarded with its method, (canonical) path,
+//! query, headers (less hop-by-hop ones) and body, streamed; the upstream's
+//! answer streams back. What can go wrong, and what the client gets (see
+//! [`ProxyError`]):
+//!
+//! - the upstream refuses the connection, or fails mid-request: 502;
+//! - connecting takes longer than `upstream_connect_timeout`, or the
+//!   response head longer than `upstream_response_timeout` after the
+//!   request was sent (its body included): 504;
+//! - `upstream_max_in_flight` requests are already waiting on the
+//!   upstream or streaming its answers: 503 at once, with `Retry-After`;
+//! - the client's own body is malformed (a broken chunked encoding, a
+//!   body shorter than its `Content-Length`): 400.
 
-use std::time::Duration;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 
 use axum::body::Body;
+use bytes::Bytes;
 use http::header::{CONNECTION, HeaderName};
 use http::{HeaderMap, Request, Response, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use pin_project_lite::pin_project;
+use sluice_policy::server_settings::UpstreamSettings;
+use tokio::sync::Semaphore;
+
+use crate::guarded_body::Guarded;
 
 /// Why a request could not be forwarded.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +41,15 @@ pub enum ProxyError {
     /// The upstream could not be reached or failed mid-request.
     #[error("upstream request failed: {0}")]
     Upstream(#[from] hyper_util::client::legacy::Error),
+    /// The upstream took too long to accept the connection or to answer.
+    #[error("the upstream did not answer in time")]
+    Timeout,
+    /// Too many requests are in flight to the upstream already.
+    #[error("too many requests are in flight to the upstream")]
+    Busy,
+    /// The client's request body is malformed.
+    #[error("the request body is malformed: {0}")]
+    BadBody(String),
 }
 
 /// A reverse proxy to one upstream.
@@ -29,6 +57,8 @@ pub enum ProxyError {
 pub struct Proxy {
     client: Client<HttpConnector, Body>,
     upstream: Uri,
+    settings: UpstreamSettings,
+    in_flight: Arc<Semaphore>,
 }
 
 const HOP_BY_HOP: [&str; 8] = [
@@ -62,15 +92,21 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 impl Proxy {
-    /// A proxy to `upstream` (an `http://host:port[/base]` URI).
-    pub fn new(upstream: Uri) -> Self {
+    /// A proxy to `upstream` (an `http://host:port[/base]` URI), with its
+    /// timeouts and in-flight cap.
+    pub fn new(upstream: Uri, settings: UpstreamSettings) -> Self {
         let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        connector.set_connect_timeout(Some(settings.connect_timeout));
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(std::time::Duration::from_secs(30))
             .build(connector);
-        Self { client, upstream }
+        Self {
+            client,
+            upstream,
+            settings,
+            in_flight: Arc::new(Semaphore::new(settings.max_in_flight)),
+        }
     }
 
     fn target(&self, uri: &Uri) -> Result<Uri, http::Error> {
@@ -81,18 +117,95 @@ impl Proxy {
         Uri::from_parts(parts).map_err(http::Error::from)
     }
 
-    /// Forwards a request and returns the upstream's response.
+    /// Forwards a request and returns the upstream's response, whose body
+    /// holds a place under the in-flight cap until it has streamed.
     pub async fn forward(&self, req: Request<Body>) -> Result<Response<Body>, ProxyError> {
+        let permit = self
+            .in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ProxyError::Busy)?;
         let (mut parts, body) = req.into_parts();
         parts.uri = self.target(&parts.uri)?;
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
-        let response = self
-            .client
-            .request(Request::from_parts(parts, body))
-            .await?;
+        let body_failed = Arc::new(AtomicBool::new(false));
+        let body = Body::new(Watched {
+            body,
+            failed: body_failed.clone(),
+        });
+        let sent = self.client.request(Request::from_parts(parts, body));
+        let response = match tokio::time::timeout(self.settings.response_timeout, sent).await {
+            Err(_) => return Err(ProxyError::Timeout),
+            Ok(Err(e)) if body_failed.load(Ordering::Relaxed) => {
+                return Err(ProxyError::BadBody(source_text(&e)));
+            }
+            Ok(Err(e)) if timed_out(&e) => return Err(ProxyError::Timeout),
+            Ok(r) => r?,
+        };
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
-        Ok(Response::from_parts(parts, Body::new(body)))
+        Ok(Response::from_parts(
+            parts,
+            Body::new(Guarded::new(body, permit)),
+        ))
+    }
+}
+
+/// Whether an upstream error is a timeout (the connect timeout's).
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
+/// The innermost cause of an error, as text.
+fn source_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut inner = e;
+    while let Some(next) = inner.source() {
+        inner = next;
+    }
+    inner.to_string()
+}
+
+pin_project! {
+    /// The client's request body, noting whether reading it failed (so a
+    /// malformed body is the client's fault, not the upstream's).
+    struct Watched {
+        #[pin]
+        body: Body,
+        failed: Arc<AtomicBool>,
+    }
+}
+
+impl http_body::Body for Watched {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = self.project();
+        let frame = std::task::ready!(this.body.poll_frame(cx));
+        if let Some(Err(_)) = &frame {
+            this.failed.store(true, Ordering::Relaxed);
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
