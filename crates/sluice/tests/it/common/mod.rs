@@ -97,6 +97,15 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// The binary under test: this build's, or `SLUICE_TEST_BINARY` (to show
+/// that a new test fails on an older build).
+pub fn sluice_binary() -> PathBuf {
+    std::env::var_os("SLUICE_TEST_BINARY").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_sluice")),
+        PathBuf::from,
+    )
+}
+
 /// A running `sluice serve`.
 #[derive(Debug)]
 pub struct Sluice {
@@ -170,7 +179,7 @@ impl Sluice {
 
     /// Like [`Sluice::start`], with extra arguments and environment.
     pub fn start_env(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        let child = Command::new(sluice_binary())
             .envs(env.iter().copied())
             .arg("serve")
             .arg("--config")
@@ -597,4 +606,40 @@ pub fn proxy_config(url: &str) -> String {
         "upstream = \"http://127.0.0.1:8000\"",
         &format!("upstream = \"{url}\""),
     )
+}
+
+/// A response read off a raw socket.
+#[derive(Debug, Clone)]
+pub struct RawReply {
+    /// The status code (0 if the connection closed without one).
+    pub status: u16,
+    /// Everything the server sent.
+    pub text: String,
+}
+
+/// Sends `request` as it is (for spellings an HTTP client would tidy up)
+/// on a fresh connection, and reads until the server closes it. The
+/// request should say `Connection: close`.
+pub async fn raw_http(addr: SocketAddr, request: &str) -> RawReply {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(REQUEST_TIMEOUT, stream.read_to_end(&mut out)).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    RawReply { status, text }
+}
+
+/// A `GET` of `path` exactly as written, with `X-Api-Key: key`.
+pub async fn raw_get(addr: SocketAddr, path: &str, key: &str) -> RawReply {
+    raw_http(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: sluice.test\r\nX-Api-Key: {key}\r\nConnection: close\r\n\r\n"),
+    )
+    .await
 }
