@@ -18,7 +18,8 @@
 //!
 //! They exist only when `SLUICE_ADMIN_TOKEN` is set, and demand
 //! `Authorization: Bearer <token>`: 401 without it, 403 with another token.
-//! The token is never logged.
+//! The scheme is case-insensitive (`bearer`, `BEARER`), and spaces may
+//! separate it from the token (RFC 9110 §11.1). The token is never logged.
 
 use std::sync::Arc;
 
@@ -70,12 +71,24 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The token of an `Authorization` value of the `Bearer` scheme: the scheme
+/// is matched case-insensitively and may be followed by several spaces
+/// (RFC 9110 §11.1, §11.4); `None` for another scheme or no token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = rest.trim();
+    (!token.is_empty()).then_some(token)
+}
+
 /// `None` when the request carries the token, else the refusal.
 fn refuse_unauthorized(admin: &Admin, headers: &HeaderMap) -> Option<Response> {
     let Some(given) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer_token)
     else {
         let mut r = Problem::new(
             StatusCode::UNAUTHORIZED,
@@ -88,7 +101,7 @@ fn refuse_unauthorized(admin: &Admin, headers: &HeaderMap) -> Option<Response> {
         );
         return Some(r);
     };
-    if same(given.trim().as_bytes(), admin.token.as_bytes()) {
+    if same(given.as_bytes(), admin.token.as_bytes()) {
         None
     } else {
         Some(Problem::new(StatusCode::FORBIDDEN, "That token is not allowed here.").into_response())
@@ -257,4 +270,32 @@ async fn put_credits(
     }
     tracing::info!(credits = body.credits, "a key's burst credits were set");
     Json(serde_json::json!({ "credits": body.credits })).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in [
+            "Bearer t0k",
+            "bearer t0k",
+            "BEARER t0k",
+            "Bearer   t0k",
+            "bearer t0k  ",
+        ] {
+            assert_eq!(bearer_token(v), Some("t0k"), "{v:?}");
+        }
+        for v in [
+            "Basic t0k",
+            "Bearer",
+            "Bearer   ",
+            "Bearert0k",
+            "",
+            "Bear t0k",
+        ] {
+            assert_eq!(bearer_token(v), None, "{v:?}");
+        }
+    }
 }

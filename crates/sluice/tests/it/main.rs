@@ -12,6 +12,7 @@ mod dashboard;
 mod envoy_rls;
 mod envoy_rls_redis;
 mod graceful_shutdown;
+mod hostile_admin;
 mod hostile_control;
 mod hot_reload;
 mod legacy_headers;
