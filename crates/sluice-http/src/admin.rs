@@ -20,20 +20,36 @@
 //! `Authorization: Bearer <token>`: 401 without it, 403 with another token.
 //! The scheme is case-insensitive (`bearer`, `BEARER`), and spaces may
 //! separate it from the token (RFC 9110 §11.1). The token is never logged.
+//!
+//! Failed authentications (401 and 403) are limited per peer address: 10 at
+//! once, then one more every 6 s (10 a minute). A peer with none left gets
+//! 429 with `Retry-After` (a problem+json body) **before its token is
+//! compared**, until one more failure would fit; a right token from a peer
+//! with failures left works as before, and successes cost nothing. The peer
+//! is the connection's address (`ConnectInfo<SocketAddr>` in the request's
+//! extensions); requests without one share a single budget. At most 4,096
+//! peers are remembered at once (a [`KeyedLimiter`](sluice_store::KeyedLimiter):
+//! a full table forgets refilled peers first, then those closest to
+//! refilling).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::Path;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 use sluice_policy::{Engine, PlanSource, RuntimeError, SaveError};
 
+use crate::headers::retry_after_secs;
 use crate::problem::Problem;
 use crate::reload::{Reloaded, Reloader};
+
+mod failures;
+
+use failures::{Failed, Failures};
 
 /// What the admin routes need.
 #[derive(Debug, Clone)]
@@ -60,10 +76,20 @@ pub fn router(admin: Admin) -> axum::Router {
             get(get_credits).put(put_credits),
         )
         .route_layer(axum::middleware::from_fn_with_state(
-            admin.clone(),
+            Guard {
+                admin: admin.clone(),
+                failures: Arc::new(Failures::new()),
+            },
             require_token,
         ))
         .with_state(admin)
+}
+
+/// The token check's state: the routes' settings and the failures so far.
+#[derive(Debug, Clone)]
+struct Guard {
+    admin: Admin,
+    failures: Arc<Failures>,
 }
 
 /// Compares without stopping at the first difference.
@@ -108,16 +134,51 @@ fn refuse_unauthorized(admin: &Admin, headers: &HeaderMap) -> Option<Response> {
     }
 }
 
-/// Every admin route demands the token.
+/// Every admin route demands the token; a peer that has failed too often
+/// is refused before it is compared.
 async fn require_token(
-    State(admin): State<Admin>,
+    State(guard): State<Guard>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match refuse_unauthorized(&admin, req.headers()) {
-        Some(refusal) => refusal,
-        None => next.run(req).await,
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip().to_canonical());
+    if let Some(wait) = guard.failures.locked_out(peer) {
+        return too_many_failures(wait);
     }
+    let Some(refusal) = refuse_unauthorized(&guard.admin, req.headers()) else {
+        return next.run(req).await;
+    };
+    match guard.failures.fail(peer) {
+        Failed::Counted { last: false } => refusal,
+        Failed::Counted { last: true } => {
+            tracing::warn!(
+                peer = %peer.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string()),
+                "too many failed admin authentications: this peer is refused for a while"
+            );
+            refusal
+        }
+        Failed::Over(wait) => too_many_failures(wait),
+    }
+}
+
+/// 429 for a peer with no failed authentication left.
+fn too_many_failures(wait: sluice_core::Nanos) -> Response {
+    let secs = retry_after_secs(wait);
+    let mut problem = Problem::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "Too many failed admin authentications from this address; \
+             the token is not checked again for {secs} s."
+        ),
+    );
+    problem.retry_after = Some(secs);
+    let mut r = problem.into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, http::HeaderValue::from(secs));
+    r
 }
 
 async fn reload(State(admin): State<Admin>) -> Response {
