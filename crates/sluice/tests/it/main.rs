@@ -14,6 +14,7 @@ mod envoy_rls_redis;
 mod graceful_shutdown;
 mod hostile_admin;
 mod hostile_control;
+mod hostile_rls;
 mod hot_reload;
 mod legacy_headers;
 mod metrics;
