@@ -21,10 +21,13 @@
 //! anything is decided or counted ([`InvalidRequest`]): an empty `domain`,
 //! an empty descriptor list (as envoyproxy/ratelimit refuses both), more
 //! than [`MAX_DESCRIPTORS`] descriptors, or a descriptor of more than
-//! [`MAX_ENTRIES`] entries.
+//! [`MAX_ENTRIES`] entries. [`serve`] reads messages of at most
+//! [`MAX_MESSAGE_BYTES`] and keeps idle connections checked with HTTP/2
+//! and TCP keepalives.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -54,6 +57,23 @@ pub const MAX_DESCRIPTORS: usize = 64;
 /// matched one per level of the config's nesting, which is rarely more than
 /// a few deep.
 pub const MAX_ENTRIES: usize = 32;
+
+/// The largest request message the server decodes, in bytes (tonic's default
+/// is 4 MiB). A `ShouldRateLimit` request is usually a few hundred bytes;
+/// one past this limit is refused with `OUT_OF_RANGE` from its length
+/// prefix, before it is buffered.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// How often the server pings an HTTP/2 connection, to find dead peers.
+pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How long the server waits for a ping's answer before it closes the
+/// connection.
+pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an accepted TCP connection stays idle before the kernel sends
+/// keepalive probes.
+pub const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
 /// Why a `ShouldRateLimit` request is refused before anything is decided:
 /// answered with gRPC status `INVALID_ARGUMENT`.
@@ -378,7 +398,10 @@ impl RateLimitService for EnvoyRls {
 }
 
 /// Serves the Rate Limit Service and `grpc.health.v1` on `listener` until
-/// `shutdown` completes.
+/// `shutdown` completes: messages of at most [`MAX_MESSAGE_BYTES`], HTTP/2
+/// pings every [`HTTP2_KEEPALIVE_INTERVAL`] (a connection that does not
+/// answer within [`HTTP2_KEEPALIVE_TIMEOUT`] is closed) and TCP keepalive
+/// after [`TCP_KEEPALIVE`] idle on every accepted connection.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     service: EnvoyRls,
@@ -388,13 +411,18 @@ pub async fn serve(
     reporter
         .set_serving::<RateLimitServiceServer<EnvoyRls>>()
         .await;
+    // The builder's own `tcp_keepalive` applies only to listeners it binds
+    // itself: the accepted connections get it from the incoming stream.
+    let incoming =
+        tonic::transport::server::TcpIncoming::from(listener).with_keepalive(Some(TCP_KEEPALIVE));
     tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(RateLimitServiceServer::new(service))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
-            shutdown,
+        .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
+        .add_service(health.max_decoding_message_size(MAX_MESSAGE_BYTES))
+        .add_service(
+            RateLimitServiceServer::new(service).max_decoding_message_size(MAX_MESSAGE_BYTES),
         )
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }
 

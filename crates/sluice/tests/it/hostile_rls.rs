@@ -1,7 +1,8 @@
 //! Hostile input to the Envoy Rate Limit Service, over real gRPC against
 //! the real binary: too many descriptors, too many entries in one, an empty
 //! domain and an empty descriptor list are `INVALID_ARGUMENT` (and decide
-//! nothing); a normal call afterwards is still `OK`.
+//! nothing); a message past the server's decoding limit is refused; a
+//! normal call afterwards is still `OK`.
 
 use crate::common;
 
@@ -141,4 +142,20 @@ async fn an_empty_descriptor_list_is_invalid_argument() {
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     assert!(status.message().contains("descriptor"), "{status:?}");
     assert_eq!(normal_call(&mut c, "hostile-d").await, 59);
+}
+
+#[tokio::test]
+async fn a_message_past_the_decoding_limit_is_refused() {
+    let (sluice, mut c) = start().await;
+    // One descriptor whose value alone is 100 KiB: past the 64 KiB limit.
+    let big = "x".repeat(100 * 1024);
+    let status = refusal(
+        &mut c,
+        request(vec![descriptor(&[("api_key", big.as_str())])], 1),
+    )
+    .await;
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert!(status.message().contains("too large"), "{status:?}");
+    assert_eq!(normal_call(&mut c, "hostile-e").await, 59);
+    assert!(!sluice.log().contains("panicked"), "{}", sluice.log());
 }
