@@ -14,4 +14,4 @@ pub mod service;
 pub mod yaml_config;
 
 pub use rules::{Rules, RulesError};
-pub use service::{EnvoyRls, serve};
+pub use service::{EnvoyRls, InvalidRequest, serve, validate};

@@ -16,9 +16,18 @@
 //!   answer carries `Sluice-Fallback: local|allow|deny`; the `deny`
 //!   fallback answers `OVER_LIMIT` for every enforced descriptor (Envoy
 //!   then refuses with 429), whatever the filter's `failure_mode_deny`.
+//!
+//! Hostile or broken requests are refused with `INVALID_ARGUMENT` before
+//! anything is decided or counted ([`InvalidRequest`]): an empty `domain`,
+//! an empty descriptor list (as envoyproxy/ratelimit refuses both), more
+//! than [`MAX_DESCRIPTORS`] descriptors, or a descriptor of more than
+//! [`MAX_ENTRIES`] entries. [`serve`] reads messages of at most
+//! [`MAX_MESSAGE_BYTES`] and keeps idle connections checked with HTTP/2
+//! and TCP keepalives.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -38,6 +47,93 @@ use tonic::{Request, Response, Status};
 
 use crate::counters::{Count, Counters};
 use crate::rules::{Rule, Rules};
+
+/// The most descriptors one `ShouldRateLimit` request may carry. Envoy
+/// sends one per matched rate-limit action, a handful in practice; each
+/// costs a match and a counter.
+pub const MAX_DESCRIPTORS: usize = 64;
+
+/// The most entries one descriptor may carry. A descriptor's entries are
+/// matched one per level of the config's nesting, which is rarely more than
+/// a few deep.
+pub const MAX_ENTRIES: usize = 32;
+
+/// The largest request message the server decodes, in bytes (tonic's default
+/// is 4 MiB). A `ShouldRateLimit` request is usually a few hundred bytes;
+/// one past this limit is refused with `OUT_OF_RANGE` from its length
+/// prefix, before it is buffered.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// How often the server pings an HTTP/2 connection, to find dead peers.
+pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How long the server waits for a ping's answer before it closes the
+/// connection.
+pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an accepted TCP connection stays idle before the kernel sends
+/// keepalive probes.
+pub const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+
+/// Why a `ShouldRateLimit` request is refused before anything is decided:
+/// answered with gRPC status `INVALID_ARGUMENT`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidRequest {
+    /// The request names no domain.
+    #[error("rate limit domain must not be empty")]
+    EmptyDomain,
+    /// The request carries no descriptor.
+    #[error("rate limit descriptor list must not be empty")]
+    NoDescriptors,
+    /// The request carries more than [`MAX_DESCRIPTORS`] descriptors.
+    #[error("{given} rate limit descriptors: at most {MAX_DESCRIPTORS} are allowed in one request")]
+    TooManyDescriptors {
+        /// How many the request carries.
+        given: usize,
+    },
+    /// A descriptor carries more than [`MAX_ENTRIES`] entries.
+    #[error(
+        "rate limit descriptor {index} has {given} entries: at most {MAX_ENTRIES} are allowed in one descriptor"
+    )]
+    TooManyEntries {
+        /// The descriptor's position in the request, from 0.
+        index: usize,
+        /// How many entries it carries.
+        given: usize,
+    },
+}
+
+impl From<InvalidRequest> for Status {
+    fn from(e: InvalidRequest) -> Self {
+        Status::invalid_argument(e.to_string())
+    }
+}
+
+/// Checks a request's shape: [`InvalidRequest`] says what is wrong.
+pub fn validate(req: &RateLimitRequest) -> Result<(), InvalidRequest> {
+    if req.domain.is_empty() {
+        return Err(InvalidRequest::EmptyDomain);
+    }
+    if req.descriptors.is_empty() {
+        return Err(InvalidRequest::NoDescriptors);
+    }
+    if req.descriptors.len() > MAX_DESCRIPTORS {
+        return Err(InvalidRequest::TooManyDescriptors {
+            given: req.descriptors.len(),
+        });
+    }
+    match req
+        .descriptors
+        .iter()
+        .position(|d| d.entries.len() > MAX_ENTRIES)
+    {
+        Some(index) => Err(InvalidRequest::TooManyEntries {
+            index,
+            given: req.descriptors[index].entries.len(),
+        }),
+        None => Ok(()),
+    }
+}
 
 /// The Rate Limit Service.
 #[derive(Debug)]
@@ -74,8 +170,13 @@ impl EnvoyRls {
         self
     }
 
-    /// Decides one `ShouldRateLimit` request.
-    pub async fn decide(&self, req: &RateLimitRequest) -> RateLimitResponse {
+    /// Decides one `ShouldRateLimit` request, once it passes [`validate`]:
+    /// a request that does not is refused before any match or count.
+    pub async fn decide(
+        &self,
+        req: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, InvalidRequest> {
+        validate(req)?;
         let request_hits = if req.hits_addend == 0 {
             1
         } else {
@@ -229,12 +330,12 @@ impl EnvoyRls {
                 sluice_http::headers::retry_after_secs(retry).to_string(),
             );
         }
-        RateLimitResponse {
+        Ok(RateLimitResponse {
             overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
             statuses,
             response_headers_to_add: headers,
             ..Default::default()
-        }
+        })
     }
 
     fn match_one<'a>(
@@ -286,12 +387,21 @@ impl RateLimitService for EnvoyRls {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        Ok(Response::new(self.decide(request.get_ref()).await))
+        match self.decide(request.get_ref()).await {
+            Ok(response) => Ok(Response::new(response)),
+            Err(e) => {
+                tracing::debug!(error = %e, "ShouldRateLimit refused: invalid request");
+                Err(e.into())
+            }
+        }
     }
 }
 
 /// Serves the Rate Limit Service and `grpc.health.v1` on `listener` until
-/// `shutdown` completes.
+/// `shutdown` completes: messages of at most [`MAX_MESSAGE_BYTES`], HTTP/2
+/// pings every [`HTTP2_KEEPALIVE_INTERVAL`] (a connection that does not
+/// answer within [`HTTP2_KEEPALIVE_TIMEOUT`] is closed) and TCP keepalive
+/// after [`TCP_KEEPALIVE`] idle on every accepted connection.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     service: EnvoyRls,
@@ -301,12 +411,78 @@ pub async fn serve(
     reporter
         .set_serving::<RateLimitServiceServer<EnvoyRls>>()
         .await;
+    // The builder's own `tcp_keepalive` applies only to listeners it binds
+    // itself: the accepted connections get it from the incoming stream.
+    let incoming =
+        tonic::transport::server::TcpIncoming::from(listener).with_keepalive(Some(TCP_KEEPALIVE));
     tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(RateLimitServiceServer::new(service))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
-            shutdown,
+        .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
+        .add_service(health.max_decoding_message_size(MAX_MESSAGE_BYTES))
+        .add_service(
+            RateLimitServiceServer::new(service).max_decoding_message_size(MAX_MESSAGE_BYTES),
         )
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+
+    use super::*;
+
+    fn descriptor(entries: usize) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: (0..entries)
+                .map(|i| Entry {
+                    key: format!("k{i}"),
+                    value: "v".into(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: domain.into(),
+            descriptors,
+            hits_addend: 0,
+        }
+    }
+
+    #[test]
+    fn the_shape_of_a_request_is_checked() {
+        assert_eq!(validate(&request("d", vec![descriptor(1)])), Ok(()));
+        assert_eq!(
+            validate(&request("", vec![descriptor(1)])),
+            Err(InvalidRequest::EmptyDomain)
+        );
+        assert_eq!(
+            validate(&request("d", Vec::new())),
+            Err(InvalidRequest::NoDescriptors)
+        );
+        let at_cap = vec![descriptor(MAX_ENTRIES); MAX_DESCRIPTORS];
+        assert_eq!(validate(&request("d", at_cap)), Ok(()));
+        assert_eq!(
+            validate(&request("d", vec![descriptor(1); MAX_DESCRIPTORS + 1])),
+            Err(InvalidRequest::TooManyDescriptors {
+                given: MAX_DESCRIPTORS + 1
+            })
+        );
+        assert_eq!(
+            validate(&request(
+                "d",
+                vec![descriptor(1), descriptor(MAX_ENTRIES + 1)]
+            )),
+            Err(InvalidRequest::TooManyEntries {
+                index: 1,
+                given: MAX_ENTRIES + 1
+            })
+        );
+        let status = Status::from(InvalidRequest::EmptyDomain);
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(status.message(), "rate limit domain must not be empty");
+    }
 }

@@ -18,21 +18,38 @@
 //!
 //! They exist only when `SLUICE_ADMIN_TOKEN` is set, and demand
 //! `Authorization: Bearer <token>`: 401 without it, 403 with another token.
-//! The token is never logged.
+//! The scheme is case-insensitive (`bearer`, `BEARER`), and spaces may
+//! separate it from the token (RFC 9110 §11.1). The token is never logged.
+//!
+//! Failed authentications (401 and 403) are limited per peer address: 10 at
+//! once, then one more every 6 s (10 a minute). A peer with none left gets
+//! 429 with `Retry-After` (a problem+json body) **before its token is
+//! compared**, until one more failure would fit; a right token from a peer
+//! with failures left works as before, and successes cost nothing. The peer
+//! is the connection's address (`ConnectInfo<SocketAddr>` in the request's
+//! extensions); requests without one share a single budget. At most 4,096
+//! peers are remembered at once (a [`KeyedLimiter`](sluice_store::KeyedLimiter):
+//! a full table forgets refilled peers first, then those closest to
+//! refilling).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::Path;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 use sluice_policy::{Engine, PlanSource, RuntimeError, SaveError};
 
+use crate::headers::retry_after_secs;
 use crate::problem::Problem;
 use crate::reload::{Reloaded, Reloader};
+
+mod failures;
+
+use failures::{Failed, Failures};
 
 /// What the admin routes need.
 #[derive(Debug, Clone)]
@@ -59,10 +76,20 @@ pub fn router(admin: Admin) -> axum::Router {
             get(get_credits).put(put_credits),
         )
         .route_layer(axum::middleware::from_fn_with_state(
-            admin.clone(),
+            Guard {
+                admin: admin.clone(),
+                failures: Arc::new(Failures::new()),
+            },
             require_token,
         ))
         .with_state(admin)
+}
+
+/// The token check's state: the routes' settings and the failures so far.
+#[derive(Debug, Clone)]
+struct Guard {
+    admin: Admin,
+    failures: Arc<Failures>,
 }
 
 /// Compares without stopping at the first difference.
@@ -70,12 +97,24 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The token of an `Authorization` value of the `Bearer` scheme: the scheme
+/// is matched case-insensitively and may be followed by several spaces
+/// (RFC 9110 §11.1, §11.4); `None` for another scheme or no token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = rest.trim();
+    (!token.is_empty()).then_some(token)
+}
+
 /// `None` when the request carries the token, else the refusal.
 fn refuse_unauthorized(admin: &Admin, headers: &HeaderMap) -> Option<Response> {
     let Some(given) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(bearer_token)
     else {
         let mut r = Problem::new(
             StatusCode::UNAUTHORIZED,
@@ -88,23 +127,58 @@ fn refuse_unauthorized(admin: &Admin, headers: &HeaderMap) -> Option<Response> {
         );
         return Some(r);
     };
-    if same(given.trim().as_bytes(), admin.token.as_bytes()) {
+    if same(given.as_bytes(), admin.token.as_bytes()) {
         None
     } else {
         Some(Problem::new(StatusCode::FORBIDDEN, "That token is not allowed here.").into_response())
     }
 }
 
-/// Every admin route demands the token.
+/// Every admin route demands the token; a peer that has failed too often
+/// is refused before it is compared.
 async fn require_token(
-    State(admin): State<Admin>,
+    State(guard): State<Guard>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match refuse_unauthorized(&admin, req.headers()) {
-        Some(refusal) => refusal,
-        None => next.run(req).await,
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip().to_canonical());
+    if let Some(wait) = guard.failures.locked_out(peer) {
+        return too_many_failures(wait);
     }
+    let Some(refusal) = refuse_unauthorized(&guard.admin, req.headers()) else {
+        return next.run(req).await;
+    };
+    match guard.failures.fail(peer) {
+        Failed::Counted { last: false } => refusal,
+        Failed::Counted { last: true } => {
+            tracing::warn!(
+                peer = %peer.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string()),
+                "too many failed admin authentications: this peer is refused for a while"
+            );
+            refusal
+        }
+        Failed::Over(wait) => too_many_failures(wait),
+    }
+}
+
+/// 429 for a peer with no failed authentication left.
+fn too_many_failures(wait: sluice_core::Nanos) -> Response {
+    let secs = retry_after_secs(wait);
+    let mut problem = Problem::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "Too many failed admin authentications from this address; \
+             the token is not checked again for {secs} s."
+        ),
+    );
+    problem.retry_after = Some(secs);
+    let mut r = problem.into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, http::HeaderValue::from(secs));
+    r
 }
 
 async fn reload(State(admin): State<Admin>) -> Response {
@@ -269,4 +343,32 @@ async fn put_credits(
     }
     tracing::info!(credits = body.credits, "a key's burst credits were set");
     Json(serde_json::json!({ "credits": body.credits })).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in [
+            "Bearer t0k",
+            "bearer t0k",
+            "BEARER t0k",
+            "Bearer   t0k",
+            "bearer t0k  ",
+        ] {
+            assert_eq!(bearer_token(v), Some("t0k"), "{v:?}");
+        }
+        for v in [
+            "Basic t0k",
+            "Bearer",
+            "Bearer   ",
+            "Bearert0k",
+            "",
+            "Bear t0k",
+        ] {
+            assert_eq!(bearer_token(v), None, "{v:?}");
+        }
+    }
 }

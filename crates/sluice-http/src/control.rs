@@ -22,8 +22,13 @@
 //! described request came from; trusted-proxy rules then apply to it and to
 //! its `X-Forwarded-For`. `cost`, when given, replaces every matched limit's
 //! configured cost.
+//!
+//! `headers` holds at most [`MAX_CHECK_HEADERS`] entries, the most header
+//! fields the data plane accepts (hyper's default): a body with more is a
+//! 400 problem, refused while it is read, before any map is built.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -34,6 +39,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
 use sluice_policy::{Engine, RequestInfo};
 
 use crate::headers::add_headers;
@@ -51,8 +57,8 @@ pub struct CheckRequest {
     pub method: String,
     /// The path (a query, if any, is ignored).
     pub path: String,
-    /// Request header fields.
-    #[serde(default)]
+    /// Request header fields: at most [`MAX_CHECK_HEADERS`] entries.
+    #[serde(default, deserialize_with = "bounded_headers")]
     pub headers: BTreeMap<String, String>,
     /// The address the request came from.
     pub client_ip: Option<IpAddr>,
@@ -62,6 +68,51 @@ pub struct CheckRequest {
 
 fn default_method() -> String {
     "GET".into()
+}
+
+/// The most entries the `headers` object of a check request may hold: the
+/// most header fields the data plane accepts in one request (hyper's
+/// default). Past it, `http::HeaderMap` would grow without need, and past
+/// about 32,000 entries it panics.
+pub const MAX_CHECK_HEADERS: usize = 100;
+
+/// Reads the `headers` object, failing at its entry number
+/// [`MAX_CHECK_HEADERS`]` + 1`: the rest of the object is never read into a
+/// map. Entries are counted as read, so repeated names count each time.
+fn bounded_headers<'de, D>(deserializer: D) -> Result<BTreeMap<String, String>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    struct Bounded;
+
+    impl<'de> Visitor<'de> for Bounded {
+        type Value = BTreeMap<String, String>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(
+                f,
+                "an object of at most {MAX_CHECK_HEADERS} header fields (name: value)"
+            )
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut headers = BTreeMap::new();
+            let mut read = 0usize;
+            while let Some((name, value)) = map.next_entry::<String, String>()? {
+                read += 1;
+                if read > MAX_CHECK_HEADERS {
+                    return Err(serde::de::Error::custom(format_args!(
+                        "`headers` may hold at most {MAX_CHECK_HEADERS} header fields \
+                         (the most a request to the data plane may carry)"
+                    )));
+                }
+                headers.insert(name, value);
+            }
+            Ok(headers)
+        }
+    }
+
+    deserializer.deserialize_map(Bounded)
 }
 
 /// The control API's router.
@@ -163,4 +214,32 @@ async fn check(
     let mut response = (status, Json(VerdictJson::new(&verdict))).into_response();
     add_headers(&verdict, response.headers_mut());
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(n: usize) -> String {
+        let fields: Vec<String> = (0..n).map(|i| format!("\"h{i}\":\"v\"")).collect();
+        format!("{{\"path\":\"/\",\"headers\":{{{}}}}}", fields.join(","))
+    }
+
+    #[test]
+    fn the_headers_object_is_capped_while_it_is_read() {
+        let ok: CheckRequest = serde_json::from_str(&body(MAX_CHECK_HEADERS)).unwrap();
+        assert_eq!(ok.headers.len(), MAX_CHECK_HEADERS);
+        let Err(e) = serde_json::from_str::<CheckRequest>(&body(MAX_CHECK_HEADERS + 1)) else {
+            panic!("101 header fields were accepted");
+        };
+        assert!(e.to_string().contains("at most 100 header fields"), "{e}");
+        // Repeated names count each time they are read.
+        let repeated = format!(
+            "{{\"path\":\"/\",\"headers\":{{{}}}}}",
+            vec!["\"a\":\"v\""; MAX_CHECK_HEADERS + 1].join(",")
+        );
+        assert!(serde_json::from_str::<CheckRequest>(&repeated).is_err());
+        let none: CheckRequest = serde_json::from_str(r#"{"path":"/"}"#).unwrap();
+        assert!(none.headers.is_empty());
+    }
 }
