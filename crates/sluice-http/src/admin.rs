@@ -26,7 +26,7 @@
 //! 429 with `Retry-After` (a problem+json body) **before its token is
 //! compared**, until one more failure would fit; a right token from a peer
 //! with failures left works as before, and successes cost nothing. The peer
-//! is the connection's address (`ConnectInfo<SocketAddr>` in the request's
+//! is the connection's address, an IPv6 peer's /64 (`ConnectInfo<SocketAddr>` in the request's
 //! extensions); requests without one share a single budget. At most 4,096
 //! peers are remembered at once (a [`KeyedLimiter`](sluice_store::KeyedLimiter):
 //! a full table forgets refilled peers first, then those closest to
@@ -144,7 +144,14 @@ async fn require_token(
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.ip().to_canonical());
+        // An IPv6 peer is its /64, as everywhere a client is counted.
+        .map(|ConnectInfo(addr)| {
+            sluice_policy::client_ip::client_network(
+                addr.ip(),
+                sluice_policy::client_ip::DEFAULT_IPV6_PREFIX,
+            )
+            .addr()
+        });
     if let Some(wait) = guard.failures.locked_out(peer) {
         return too_many_failures(wait);
     }
