@@ -86,6 +86,9 @@ impl ServerSettings {
                 };
                 let at =
                     |m: String| source.error_at(Some(text.span()), format!("server.{name}: {m}"));
+                if zero && matches!(text.get_ref().trim(), "0" | "0s" | "off") {
+                    return Ok(Duration::ZERO);
+                }
                 let value = sluice_core::parse_duration(text.get_ref())
                     .map(Duration::from_nanos)
                     .map_err(|e| at(format!("`{}`: {e}", text.get_ref())))?;

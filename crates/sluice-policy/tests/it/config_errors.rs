@@ -116,13 +116,56 @@ fn a_bad_redis_url_and_timeout_are_located() {
 }
 
 #[test]
+fn a_config_without_limits_is_refused_unless_it_says_so() {
+    let e = error("");
+    assert!(e.starts_with("test.toml:1:1: no_limits"), "{e}");
+    let e = error("[client]\nkey = \"ip\"\n");
+    assert!(e.contains("no_limits = true"), "{e}");
+    let p = sluice_policy::Policy::from_toml("test.toml", "no_limits = true\n").unwrap();
+    assert!(p.limits().is_empty());
+}
+
+#[test]
+fn server_settings_are_checked_and_located() {
+    let e =
+        error("[server]\nheader_read_timeout = \"0s\"\n[[limits]]\nkey = \"ip\"\nrate = \"1/s\"\n");
+    assert!(
+        e.starts_with("test.toml:2:23: server.header_read_timeout"),
+        "{e}"
+    );
+    let e = error("[server]\nmax_connections = 0\n[[limits]]\nkey = \"ip\"\nrate = \"1/s\"\n");
+    assert!(
+        e.starts_with("test.toml:2:19: server.max_connections"),
+        "{e}"
+    );
+    let e = error("[client]\nipv6_prefix = 129\n[[limits]]\nkey = \"ip\"\nrate = \"1/s\"\n");
+    assert!(e.starts_with("test.toml:2:15: client.ipv6_prefix"), "{e}");
+    let p = sluice_policy::Policy::from_toml(
+        "test.toml",
+        "[server]\nidle_timeout = \"5s\"\nhttp2_keepalive_interval = \"0s\"\n[[limits]]\nkey = \"ip\"\nrate = \"1/s\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        p.server.data.idle_timeout,
+        std::time::Duration::from_secs(5)
+    );
+    assert_eq!(
+        p.server.control.idle_timeout,
+        std::time::Duration::from_secs(5)
+    );
+    assert_eq!(p.server.data.http2_keepalive_interval, None);
+}
+
+#[test]
 fn store_urls_and_fallbacks_are_accepted() {
     for text in [
         "[store]\nurl = \"redis://u:p@127.0.0.1:6379/2\"\nfallback = \"deny\"\n",
         "[store]\nurl = \"redis+cluster://a:1,b:2\"\ntimeout = \"5ms\"\n",
         "[store]\nurl = \"redis+sentinel://s:26379/main\"\nfallback = \"allow\"\n",
     ] {
-        sluice_policy::Policy::from_toml("test.toml", text).unwrap();
+        // These configs test the store alone: they say no limits is meant.
+        sluice_policy::Policy::from_toml("test.toml", &format!("no_limits = true\n{text}"))
+            .unwrap();
     }
     let e = error("[store]\nfallback = \"maybe\"\n");
     assert!(e.starts_with("test.toml:2:"), "{e}");
