@@ -9,7 +9,11 @@ use std::time::Duration;
 
 use common::{Sluice, Upstream, UpstreamReply, proxy_config, raw_http};
 
+/// The proxy example in front of `url`, with `[server]` settings if any.
 fn proxy(url: &str, server: &str) -> String {
+    if server.is_empty() {
+        return proxy_config(url);
+    }
     format!("{}\n[server]\n{server}\n", proxy_config(url))
 }
 
