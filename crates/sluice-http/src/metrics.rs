@@ -13,6 +13,9 @@
 //! | `sluice_store_errors_total` | `kind` | failed Redis calls: `error`, `timeout` |
 //! | `sluice_store_over_limit_cache_hits_total` | — | refusals answered by the over-limit cache |
 //! | `sluice_store_breaker_state` | — | 0 closed, 1 open (fallback deciding), 2 half-open |
+//! | `sluice_store_fallback_settled_total` | — | cost the fallback admitted during an outage, charged to Redis after it |
+//! | `sluice_store_fallback_unrecorded_total` | — | fallback admissions not recorded for charging (the ledger was full) |
+//! | `sluice_store_fallback_owed_keys` | — | (limit, key) pairs still owed to Redis |
 //! | `sluice_store_info` | `store` | 1, labelled `memory` or `redis` |
 //! | `sluice_config_reloads_total` | `result` | `success`, `failure` |
 //! | `sluice_config_removed_total` | `kind` | limits and plans that reloads removed: `limit`, `plan` |
@@ -452,6 +455,25 @@ fn encode_shared(
         "sluice_store_over_limit_cache_hits",
         "Refusals answered by the over-limit cache without a Redis call",
         &[(&[], load(&c.cache_hits))],
+    )?;
+    let (owed, settled, dropped) = shared.owed();
+    counter(
+        encoder,
+        "sluice_store_fallback_settled",
+        "Cost the fallback admitted during an outage and charged to Redis after it",
+        &[(&[], settled)],
+    )?;
+    counter(
+        encoder,
+        "sluice_store_fallback_unrecorded",
+        "Fallback admissions not recorded for charging to Redis (the ledger was full)",
+        &[(&[], dropped)],
+    )?;
+    gauge(
+        encoder,
+        "sluice_store_fallback_owed_keys",
+        "(limit, key) pairs whose fallback admissions Redis has not been charged yet",
+        &[(Vec::new(), i64::try_from(owed).unwrap_or(i64::MAX))],
     )?;
     let state = match shared.breaker_state() {
         sluice_redis::breaker::BreakerState::Closed => 0,

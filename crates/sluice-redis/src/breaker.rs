@@ -13,7 +13,10 @@
 //! once), and every `open_for` one call is let through as a probe. So a dead
 //! store costs one failed call per `open_for`, not one per request, and a
 //! recovered store is back in use within `open_for` plus one round trip.
-//! The state is three atomics: the closed path is one relaxed load.
+//! While the probe is out, other callers are told to [wait](Admit::Wait)
+//! for its outcome (the caller bounds the wait) rather than fall back: the
+//! store is likely back, and what a fallback admits is only charged to it
+//! later. The state is three atomics: the closed path is one relaxed load.
 
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -49,6 +52,8 @@ pub enum Admit {
     Probe,
     /// Do not call the store; use the fallback.
     Skip,
+    /// A probe is out: wait for its outcome, then ask again.
+    Wait,
 }
 
 /// A state change worth one log line.
@@ -125,9 +130,10 @@ impl Breaker {
                     Ordering::Acquire,
                 ) {
                     Ok(_) => Admit::Probe,
-                    Err(_) => Admit::Skip,
+                    Err(_) => Admit::Wait,
                 }
             }
+            HALF_OPEN => Admit::Wait,
             _ => Admit::Skip,
         }
     }
@@ -204,7 +210,11 @@ mod tests {
         assert_eq!(b.failure(), Some(Transition::Opened));
         assert_eq!(b.admit(), Admit::Probe);
         assert_eq!(b.state(), BreakerState::HalfOpen);
-        assert_eq!(b.admit(), Admit::Skip, "one probe at a time");
+        assert_eq!(
+            b.admit(),
+            Admit::Wait,
+            "one probe at a time: the others wait for its outcome"
+        );
         assert_eq!(b.success(), Some(Transition::Closed));
         assert_eq!(b.admit(), Admit::Call);
     }

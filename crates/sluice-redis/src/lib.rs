@@ -16,6 +16,7 @@
 
 pub mod breaker;
 pub mod error;
+pub mod ledger;
 pub mod local;
 pub mod over_limit;
 pub mod runtime_state;

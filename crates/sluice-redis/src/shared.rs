@@ -21,6 +21,12 @@
 //!
 //! Only store *errors* trigger the fallback, never over-limit answers. The
 //! breaker opening and closing is logged once each, not per request.
+//!
+//! **Coming back from an outage.** While the breaker's probe is out, other
+//! requests wait for its outcome (within the timeout) instead of falling
+//! back. What the fallback admitted during the outage is kept in a bounded
+//! [ledger](crate::ledger) and charged to Redis when it is back: for a key,
+//! before Redis decides for it again; for the rest, in the background.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -31,6 +37,7 @@ use sluice_store::{Checked, KeyId};
 use smallvec::SmallVec;
 
 use crate::breaker::{Admit, Breaker, BreakerState, Transition};
+use crate::ledger::{Ledger, Owed};
 use crate::local::LocalFallback;
 use crate::over_limit::{OverLimitCache, Part};
 use crate::store::{RedisCheck, RedisStore};
@@ -160,6 +167,9 @@ pub struct SharedStore {
     breaker: Breaker,
     cache: Option<OverLimitCache>,
     local: LocalFallback,
+    ledger: Ledger,
+    /// Told when a probe's outcome is known.
+    probe_done: tokio::sync::Notify,
     opts: SharedOptions,
     counters: SharedCounters,
     observer: std::sync::OnceLock<CallObserver>,
@@ -190,11 +200,14 @@ impl SharedStore {
             breaker: Breaker::new_open(opts.breaker_failures, opts.breaker_open),
             cache: opts.over_limit_cache.then(|| OverLimitCache::new(100_000)),
             local: LocalFallback::new(opts.expected_instances, opts.local_max_keys),
+            ledger: Ledger::new(opts.local_max_keys),
+            probe_done: tokio::sync::Notify::new(),
             opts,
             counters: SharedCounters::default(),
             observer: std::sync::OnceLock::new(),
         });
         tokio::spawn(connect_loop(Arc::downgrade(&this)));
+        tokio::spawn(settle_loop(Arc::downgrade(&this)));
         this
     }
 
@@ -287,85 +300,252 @@ impl SharedStore {
                 by: DecidedBy::Cache,
             };
         }
-        match self.breaker.admit() {
-            Admit::Skip => {}
-            Admit::Call | Admit::Probe => match self.observed_call(checks).await {
-                Ok(checked) => {
-                    if self.breaker.success() == Some(Transition::Closed) {
-                        tracing::warn!(store = %self.url, "shared store is back: Redis decides again");
-                    }
-                    self.counters
-                        .store_decisions
-                        .fetch_add(1, Ordering::Relaxed);
-                    if !checked.allowed
-                        && let Some(cache) = &self.cache
-                    {
-                        cache.remember(&parts, &checked.decisions);
-                    }
-                    return SharedChecked {
-                        checked,
-                        by: DecidedBy::Store,
-                    };
-                }
-                Err(RedisStoreError::Check(_)) => {
-                    // Redis answered: the cost can never pass. Not a store
-                    // failure; a refusal that no wait can lift.
-                    self.breaker.success();
-                    return SharedChecked {
-                        checked: Checked {
-                            allowed: false,
-                            decisions: checks
-                                .iter()
-                                .map(|c| Decision {
-                                    allowed: c.cost <= c.spec.burst,
-                                    limit: c.spec.burst,
-                                    remaining: 0,
-                                    reset_after: 0,
-                                    retry_after: (c.cost > c.spec.burst).then_some(u64::MAX),
-                                    delay: 0,
-                                })
-                                .collect(),
-                        },
-                        by: DecidedBy::Store,
-                    };
-                }
-                Err(e) => {
-                    let counter = match e {
-                        RedisStoreError::Timeout(_) => &self.counters.store_timeouts,
-                        _ => &self.counters.store_errors,
-                    };
-                    counter.fetch_add(1, Ordering::Relaxed);
-                    if self.breaker.failure() == Some(Transition::Opened) {
-                        tracing::warn!(
-                            store = %self.url,
-                            error = %e,
-                            fallback = self.opts.fallback.name(),
-                            "shared store failing: the fallback decides until it recovers"
-                        );
-                    }
-                }
-            },
+        let deadline = tokio::time::Instant::now() + self.opts.timeout;
+        let admit = match self.breaker.admit() {
+            Admit::Wait => self.wait_for_probe(deadline).await,
+            admit => admit,
+        };
+        if admit != Admit::Skip {
+            let result = self.settle_then_call(checks, deadline).await;
+            let decided = self.on_result(checks, &parts, result);
+            if admit == Admit::Probe {
+                // Callers that waited for the probe ask the breaker again.
+                self.probe_done.notify_waiters();
+            }
+            if let Some(decided) = decided {
+                return decided;
+            }
         }
         self.counters
             .fallback_decisions
             .fetch_add(1, Ordering::Relaxed);
+        let checked = self.fallback(checks);
+        if checked.allowed && self.opts.fallback != Fallback::Deny {
+            // Owed to Redis, and charged there when it is back.
+            self.ledger.owe(checks);
+        }
         SharedChecked {
-            checked: self.fallback(checks),
+            checked,
             by: DecidedBy::Fallback(self.opts.fallback),
         }
     }
 
-    async fn observed_call(&self, checks: &[SharedCheck<'_>]) -> Result<Checked, RedisStoreError> {
+    /// Waits, until `deadline` at the latest, for the probe that is out,
+    /// then says what to do: call the store if it closed the breaker, else
+    /// fall back.
+    async fn wait_for_probe(&self, deadline: tokio::time::Instant) -> Admit {
+        let notified = self.probe_done.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.breaker.state() == BreakerState::HalfOpen {
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+        match self.breaker.state() {
+            BreakerState::Closed => Admit::Call,
+            _ => Admit::Skip,
+        }
+    }
+
+    /// What Redis's answer means for the request: its decision, or `None`
+    /// for the fallback (the store failed).
+    fn on_result(
+        &self,
+        checks: &[SharedCheck<'_>],
+        parts: &[Part],
+        result: Result<Checked, RedisStoreError>,
+    ) -> Option<SharedChecked> {
+        match result {
+            Ok(checked) => {
+                if self.breaker.success() == Some(Transition::Closed) {
+                    tracing::warn!(store = %self.url, "shared store is back: Redis decides again");
+                }
+                self.counters
+                    .store_decisions
+                    .fetch_add(1, Ordering::Relaxed);
+                if !checked.allowed
+                    && let Some(cache) = &self.cache
+                {
+                    cache.remember(parts, &checked.decisions);
+                }
+                Some(SharedChecked {
+                    checked,
+                    by: DecidedBy::Store,
+                })
+            }
+            Err(RedisStoreError::Check(_)) => {
+                // Redis answered: the cost can never pass. Not a store
+                // failure; a refusal that no wait can lift.
+                self.breaker.success();
+                Some(SharedChecked {
+                    checked: Checked {
+                        allowed: false,
+                        decisions: checks
+                            .iter()
+                            .map(|c| Decision {
+                                allowed: c.cost <= c.spec.burst,
+                                limit: c.spec.burst,
+                                remaining: 0,
+                                reset_after: 0,
+                                retry_after: (c.cost > c.spec.burst).then_some(u64::MAX),
+                                delay: 0,
+                            })
+                            .collect(),
+                    },
+                    by: DecidedBy::Store,
+                })
+            }
+            Err(e) => {
+                let counter = match e {
+                    RedisStoreError::Timeout(_) => &self.counters.store_timeouts,
+                    _ => &self.counters.store_errors,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                if self.breaker.failure() == Some(Transition::Opened) {
+                    tracing::warn!(
+                        store = %self.url,
+                        error = %e,
+                        fallback = self.opts.fallback.name(),
+                        "shared store failing: the fallback decides until it recovers"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Charges what the fallback admitted for these checks' keys during an
+    /// outage, then decides the checks; both before `deadline`. What could
+    /// not be charged is owed again.
+    async fn settle_then_call(
+        &self,
+        checks: &[SharedCheck<'_>],
+        deadline: tokio::time::Instant,
+    ) -> Result<Checked, RedisStoreError> {
+        if !self.ledger.is_empty() {
+            let owed = self.ledger.take_for(checks);
+            if !owed.is_empty() {
+                // On a timeout, what was owed is owed again whole: charging
+                // a part twice errs towards refusing, never admitting.
+                let copy = owed.clone();
+                match tokio::time::timeout_at(deadline, self.settle(owed)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err((e, back))) => {
+                        self.ledger.put_back(back);
+                        return Err(e);
+                    }
+                    Err(_) => {
+                        self.ledger.put_back(copy);
+                        return Err(RedisStoreError::Timeout(self.opts.timeout));
+                    }
+                }
+            }
+        }
+        let budget = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.observed_call(checks, budget).await
+    }
+
+    /// Charges owed costs to Redis, each clamped at what its limit has
+    /// left: the whole cost if it fits, else what is left. On a store
+    /// failure, the entries not yet charged come back with the error.
+    async fn settle(&self, owed: Vec<Owed>) -> Result<(), (RedisStoreError, Vec<Owed>)> {
+        let Some(store) = self.store.load_full() else {
+            return Err((RedisStoreError::NotConnected, owed));
+        };
+        let mut rest = owed.into_iter();
+        while let Some(o) = rest.next() {
+            match self.settle_one(&store, &o).await {
+                Ok(charged) => {
+                    self.ledger.settled.fetch_add(charged, Ordering::Relaxed);
+                }
+                // A cost Redis can never take: nothing to charge.
+                Err(RedisStoreError::Check(_)) => {}
+                Err(e) => {
+                    let mut back = vec![o];
+                    back.extend(rest);
+                    return Err((e, back));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Charges one owed cost; returns what was charged.
+    async fn settle_one(&self, store: &RedisStore, o: &Owed) -> Result<u64, RedisStoreError> {
+        let check = |cost| RedisCheck {
+            limit_id: &o.limit_id,
+            limiter: &o.limiter,
+            key: o.key,
+            cost,
+            reserve: 0,
+        };
+        let cost = o.cost.min(o.burst);
+        let first = store.check(&[check(cost)]).await?;
+        let charged = if first.allowed {
+            cost
+        } else {
+            let left = first.decisions.first().map_or(0, |d| d.remaining).min(cost);
+            if left > 0 && store.check(&[check(left)]).await?.allowed {
+                left
+            } else {
+                0
+            }
+        };
+        tracing::debug!(
+            limit = %o.limit_id,
+            owed = o.cost,
+            charged,
+            first = ?first,
+            "fallback admissions charged to Redis"
+        );
+        Ok(charged)
+    }
+
+    /// Charges everything still owed, a batch at a time, while Redis is
+    /// deciding (after an outage, for keys no request has come back for).
+    async fn settle_some(&self) {
+        if self.ledger.is_empty() || self.breaker.state() != BreakerState::Closed {
+            return;
+        }
+        let owed = self.ledger.take_some(SETTLE_BATCH);
+        let copy = owed.clone();
+        let timeout = self.opts.timeout.max(Duration::from_millis(100)) * 4;
+        match tokio::time::timeout(timeout, self.settle(owed)).await {
+            Ok(Ok(())) => {}
+            Ok(Err((_, back))) => self.ledger.put_back(back),
+            Err(_) => self.ledger.put_back(copy),
+        }
+    }
+
+    /// What the fallback admitted that Redis has not been told yet: (limit,
+    /// key) pairs owed, cost charged since, and pairs dropped because the
+    /// ledger was full.
+    pub fn owed(&self) -> (usize, u64, u64) {
+        (
+            self.ledger.len(),
+            self.ledger.settled.load(Ordering::Relaxed),
+            self.ledger.dropped.load(Ordering::Relaxed),
+        )
+    }
+
+    async fn observed_call(
+        &self,
+        checks: &[SharedCheck<'_>],
+        budget: Duration,
+    ) -> Result<Checked, RedisStoreError> {
         let Some(observer) = self.observer.get() else {
-            return self.call_store(checks).await;
+            return self.call_store(checks, budget).await;
         };
         let started = std::time::Instant::now();
-        let result = self.call_store(checks).await;
+        let result = self.call_store(checks, budget).await;
         observer(started.elapsed(), result.is_ok());
         result
     }
 
-    async fn call_store(&self, checks: &[SharedCheck<'_>]) -> Result<Checked, RedisStoreError> {
+    async fn call_store(
+        &self,
+        checks: &[SharedCheck<'_>],
+        budget: Duration,
+    ) -> Result<Checked, RedisStoreError> {
         let Some(store) = self.store.load_full() else {
             return Err(RedisStoreError::NotConnected);
         };
@@ -379,7 +559,7 @@ impl SharedStore {
                 reserve: c.reserve,
             })
             .collect();
-        tokio::time::timeout(self.opts.timeout, store.check(&redis_checks))
+        tokio::time::timeout(budget, store.check(&redis_checks))
             .await
             .map_err(|_| RedisStoreError::Timeout(self.opts.timeout))?
     }
@@ -462,6 +642,19 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h
+}
+
+/// Owed entries charged per round of [`settle_loop`].
+const SETTLE_BATCH: usize = 256;
+
+/// Charges what the fallback admitted during an outage, a batch every
+/// 100 ms, once Redis decides again; ends with the store.
+async fn settle_loop(this: Weak<SharedStore>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let Some(store) = this.upgrade() else { return };
+        store.settle_some().await;
+    }
 }
 
 async fn connect_loop(this: Weak<SharedStore>) {

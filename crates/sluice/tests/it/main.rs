@@ -32,6 +32,7 @@ mod quickstart_one_key;
 mod quickstart_plans;
 mod redis_degradation;
 mod redis_policy_parity;
+mod redis_recovery;
 mod redis_shared;
 mod redis_tls;
 mod rollout;

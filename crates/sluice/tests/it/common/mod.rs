@@ -167,6 +167,11 @@ impl Sluice {
         s
     }
 
+    /// Keeps `config` (a file the process reads) as long as the process.
+    pub fn keep_config(&mut self, config: TempConfig) {
+        self.config = Some(config);
+    }
+
     /// The config file written by [`Sluice::start_with`].
     pub fn config_path(&self) -> &Path {
         self.config.as_ref().expect("started from text").path()
@@ -180,13 +185,13 @@ impl Sluice {
     /// Like [`Sluice::start`], with extra arguments and environment.
     pub fn start_env(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let child = Command::new(sluice_binary())
+            .env("SLUICE_LOG", "info")
             .envs(env.iter().copied())
             .arg("serve")
             .arg("--config")
             .arg(config)
             .args(["--listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0"])
             .args(extra)
-            .env("SLUICE_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
