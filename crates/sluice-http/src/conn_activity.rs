@@ -14,7 +14,10 @@
 //! - **busy**: a request is in flight, until its response body is sent.
 //!
 //! The socket wrapper ([`WatchedIo`]) notes the first byte after idle; the
-//! request guard ([`InFlight`]) notes when requests start and end. Each
+//! request guard ([`InFlight`]) notes when requests start and end. On an
+//! HTTP/2 connection, bytes between requests are pings and settings as
+//! often as heads, so after its first request only the idle timeout
+//! applies (and its own keep-alive pings find dead peers). Each
 //! note is a relaxed atomic, and the clock is read once per request.
 
 use std::pin::Pin;
@@ -39,6 +42,10 @@ pub struct Activity {
     reading: AtomicBool,
     /// Milliseconds from `start` to the first of those bytes.
     reading_since: AtomicU64,
+    /// Whether it speaks HTTP/2, whose pings and settings are bytes that
+    /// start no request head: once it has served a request, only the idle
+    /// timeout applies.
+    http2: AtomicBool,
 }
 
 /// Why the watchdog closes a connection.
@@ -60,6 +67,7 @@ impl Activity {
             idle_since: AtomicU64::new(0),
             reading: AtomicBool::new(false),
             reading_since: AtomicU64::new(0),
+            http2: AtomicBool::new(false),
         })
     }
 
@@ -73,14 +81,21 @@ impl Activity {
 
     /// Notes bytes read from the socket.
     fn read_some(&self) {
-        if self.in_flight.load(Ordering::Relaxed) == 0 && !self.reading.load(Ordering::Relaxed) {
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && !self.reading.load(Ordering::Relaxed)
+            && !self.http2.load(Ordering::Relaxed)
+        {
             self.reading_since.store(self.now_ms(), Ordering::Relaxed);
             self.reading.store(true, Ordering::Relaxed);
         }
     }
 
-    /// Notes a request's start; the guard notes its end when dropped.
-    pub fn begin(self: &Arc<Self>) -> InFlight {
+    /// Notes a request's start (`http2`: it came over HTTP/2); the guard
+    /// notes its end when dropped.
+    pub fn begin(self: &Arc<Self>, http2: bool) -> InFlight {
+        if http2 {
+            self.http2.store(true, Ordering::Relaxed);
+        }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.reading.store(false, Ordering::Relaxed);
         InFlight {

@@ -252,7 +252,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     type Future = ConnFuture;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let guard = self.activity.begin();
+        let guard = self.activity.begin(req.version() == http::Version::HTTP_2);
         let mut req = req.map(Body::new);
         req.extensions_mut().insert(ConnectInfo(self.peer));
         let mut router = self.router.clone();
