@@ -67,11 +67,10 @@ async fn two_thousand_slow_header_connections_are_closed_while_a_normal_client_i
                     break;
                 }
                 let mut probe = [0u8; 64];
-                match tokio::time::timeout(Duration::from_millis(300), stream.read(&mut probe))
-                    .await
-                {
-                    Ok(Ok(0) | Err(_)) => break,
-                    _ => {}
+                let read =
+                    tokio::time::timeout(Duration::from_millis(300), stream.read(&mut probe)).await;
+                if let Ok(Ok(0) | Err(_)) = read {
+                    break;
                 }
                 if start.elapsed() > Duration::from_secs(30) {
                     return None;
