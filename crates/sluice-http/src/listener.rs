@@ -88,6 +88,9 @@ impl Listener {
     /// Serves `router` until `shutdown` completes, then lets the requests
     /// in flight finish and returns once every connection has closed.
     pub async fn serve(self, router: Router, shutdown: watch::Receiver<bool>) {
+        // Turn every handler into a route once, not on every request (what
+        // `into_make_service` does for `axum::serve`).
+        let router: Router = router.with_state(());
         let builder = Arc::new(builder(&self.settings));
         // Every connection task holds a sender: when the last is gone, all
         // connections have closed.
