@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ipnet::IpNet;
 use parking_lot::Mutex;
@@ -22,12 +23,21 @@ pub enum Refused {
     PerClient,
 }
 
-/// The caps of one listener, and the connections it holds.
+/// The caps of one listener, the connections it holds, and what it
+/// refused or closed (for metrics).
 #[derive(Debug)]
 pub struct ConnLimits {
     max: usize,
     max_per_client: usize,
     open: Mutex<Open>,
+    /// Connections refused because the listener was full.
+    pub refused_full: AtomicU64,
+    /// Connections refused because their client held its share.
+    pub refused_per_client: AtomicU64,
+    /// Connections closed for a request head slower than the timeout.
+    pub closed_slow_head: AtomicU64,
+    /// Connections closed for sitting idle too long.
+    pub closed_idle: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -51,6 +61,10 @@ impl ConnLimits {
             max,
             max_per_client,
             open: Mutex::new(Open::default()),
+            refused_full: AtomicU64::new(0),
+            refused_per_client: AtomicU64::new(0),
+            closed_slow_head: AtomicU64::new(0),
+            closed_idle: AtomicU64::new(0),
         })
     }
 
@@ -59,11 +73,13 @@ impl ConnLimits {
     pub fn try_acquire(self: &Arc<Self>, client: Option<IpNet>) -> Result<ConnPermit, Refused> {
         let mut open = self.open.lock();
         if open.total >= self.max {
+            self.refused_full.fetch_add(1, Ordering::Relaxed);
             return Err(Refused::Full);
         }
         if let Some(net) = client {
             let n = open.by_client.entry(net).or_insert(0);
             if *n >= self.max_per_client {
+                self.refused_per_client.fetch_add(1, Ordering::Relaxed);
                 return Err(Refused::PerClient);
             }
             *n += 1;

@@ -41,7 +41,7 @@ use sluice_policy::server_settings::ConnectionSettings;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::conn_activity::{Activity, InFlight, WatchedIo};
+use crate::conn_activity::{Activity, Expired, InFlight, WatchedIo};
 use crate::conn_limits::{ConnLimits, Refused};
 use crate::guarded_body::Guarded;
 
@@ -136,6 +136,7 @@ impl Listener {
                 router: router.clone(),
                 settings: self.settings,
                 shutdown: shutdown.clone(),
+                limits: self.limits.clone(),
             };
             let open = open_tx.clone();
             tokio::spawn(async move {
@@ -190,6 +191,8 @@ struct Connection {
     router: Router,
     settings: ConnectionSettings,
     shutdown: watch::Receiver<bool>,
+    /// Where closures are counted.
+    limits: Arc<ConnLimits>,
 }
 
 impl Connection {
@@ -224,6 +227,11 @@ impl Connection {
                         && at <= tokio::time::Instant::now()
                     {
                         tracing::debug!(%peer, ?why, "closing a slow or idle connection");
+                        let counter = match why {
+                            Expired::Header => &self.limits.closed_slow_head,
+                            Expired::Idle => &self.limits.closed_idle,
+                        };
+                        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return;
                     }
                 }

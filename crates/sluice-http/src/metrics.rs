@@ -17,6 +17,9 @@
 //! | `sluice_store_fallback_unrecorded_total` | — | fallback admissions not recorded for charging (the ledger was full) |
 //! | `sluice_store_fallback_owed_keys` | — | (limit, key) pairs still owed to Redis |
 //! | `sluice_store_info` | `store` | 1, labelled `memory` or `redis` |
+//! | `sluice_connections_open` | `listener` | open connections: `data`, `control` |
+//! | `sluice_connections_refused_total` | `listener`, `reason` | connections refused at accept: `full`, `per_client` |
+//! | `sluice_connections_closed_total` | `listener`, `reason` | connections closed by a timeout: `slow_head`, `idle` |
 //! | `sluice_config_reloads_total` | `result` | `success`, `failure` |
 //! | `sluice_config_removed_total` | `kind` | limits and plans that reloads removed: `limit`, `plan` |
 //! | `sluice_config_info` | `version` | 1, labelled with the config's hash |
@@ -44,6 +47,7 @@ use sluice_policy::{DecideError, Engine, LimitLabels, Verdict};
 use sluice_redis::{Fallback, SharedStore};
 
 use crate::account_events::AccountEvents;
+use crate::conn_limits::ConnLimits;
 use crate::rejection_log::RejectionLog;
 use crate::reload::Reloader;
 use crate::top_keys::TopKeys;
@@ -115,7 +119,11 @@ pub struct Metrics {
     top: Arc<TopKeys>,
     rejections: RejectionLog,
     events: Arc<AccountEvents>,
+    listeners: Listeners,
 }
+
+/// The listeners whose connections are reported, by name.
+type Listeners = Arc<parking_lot::Mutex<Vec<(&'static str, Arc<ConnLimits>)>>>;
 
 fn seconds_histogram() -> Histogram {
     // 1 ms to about 18 h.
@@ -170,11 +178,13 @@ impl Metrics {
         );
         let top = Arc::new(TopKeys::new(64, Duration::from_secs(60)));
         let events = Arc::new(AccountEvents::new(engine.clone()));
+        let listeners = Listeners::default();
         registry.register_collector(Box::new(LiveState {
             engine: engine.clone(),
             reloader,
             top: top.clone(),
             events: events.clone(),
+            listeners: listeners.clone(),
         }));
         Self {
             registry,
@@ -186,7 +196,14 @@ impl Metrics {
             top,
             rejections: RejectionLog::default(),
             events,
+            listeners,
         }
+    }
+
+    /// Reports a listener's open, refused and closed connections, as
+    /// `listener="<name>"`.
+    pub fn watch_listener(&self, name: &'static str, limits: Arc<ConnLimits>) {
+        self.listeners.lock().push((name, limits));
     }
 
     /// Records a decided request.
@@ -309,6 +326,72 @@ struct LiveState {
     reloader: Option<Arc<Reloader>>,
     top: Arc<TopKeys>,
     events: Arc<AccountEvents>,
+    listeners: Listeners,
+}
+
+/// Each listener's connections: open now, refused and closed so far.
+fn encode_listeners(
+    encoder: &mut DescriptorEncoder,
+    listeners: &[(&'static str, Arc<ConnLimits>)],
+) -> Result<(), std::fmt::Error> {
+    if listeners.is_empty() {
+        return Ok(());
+    }
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    gauge(
+        encoder,
+        "sluice_connections_open",
+        "Open connections, by listener",
+        &listeners
+            .iter()
+            .map(|(name, l)| {
+                let open = i64::try_from(l.open()).unwrap_or(i64::MAX);
+                (vec![("listener".to_owned(), (*name).to_owned())], open)
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    let series = |f: &dyn Fn(&ConnLimits) -> [(&'static str, u64); 2]| {
+        listeners
+            .iter()
+            .flat_map(|(name, l)| f(l).map(|(reason, n)| (*name, reason, n)))
+            .collect::<Vec<_>>()
+    };
+    let refused = series(&|l| {
+        [
+            ("full", load(&l.refused_full)),
+            ("per_client", load(&l.refused_per_client)),
+        ]
+    });
+    let closed = series(&|l| {
+        [
+            ("slow_head", load(&l.closed_slow_head)),
+            ("idle", load(&l.closed_idle)),
+        ]
+    });
+    for (metric, help, rows) in [
+        (
+            "sluice_connections_refused",
+            "Connections refused at accept, by listener and cap",
+            &refused,
+        ),
+        (
+            "sluice_connections_closed",
+            "Connections closed by a timeout, by listener and reason",
+            &closed,
+        ),
+    ] {
+        let labels: Vec<[(&str, &str); 2]> = rows
+            .iter()
+            .map(|(name, reason, _)| [("listener", *name), ("reason", *reason)])
+            .collect();
+        let values: Vec<(&[(&str, &str)], u64)> = labels
+            .iter()
+            .zip(rows.iter())
+            .map(|(l, (_, _, n))| (&l[..], *n))
+            .collect();
+        counter(encoder, metric, help, &values)?;
+    }
+    Ok(())
 }
 
 fn counter(
@@ -367,6 +450,7 @@ impl Collector for LiveState {
         if let Some(shared) = self.engine.shared() {
             encode_shared(&mut encoder, shared)?;
         }
+        encode_listeners(&mut encoder, &self.listeners.lock())?;
         if let Some(r) = &self.reloader {
             counter(
                 &mut encoder,

@@ -144,6 +144,7 @@ impl Servers {
             .metrics
             .unwrap_or_else(|| Arc::new(Metrics::new(&self.engine, None)));
         let data_app = data_plane::router(self.engine.clone(), proxy, metrics.clone());
+        let metrics_for_listeners = metrics.clone();
         let mut control_app =
             crate::control::router_with(self.engine.clone(), metrics, self.reloader);
         if let Some(admin) = self.admin {
@@ -156,6 +157,8 @@ impl Servers {
         }
         let data = Listener::new(self.data, settings.data, self.engine.clone());
         let control = Listener::new(self.control, settings.control, self.engine.clone());
+        metrics_for_listeners.watch_listener("data", data.limits().clone());
+        metrics_for_listeners.watch_listener("control", control.limits().clone());
         let data = data.serve(data_app, rx.clone());
         let control = control.serve(control_app, rx.clone());
 

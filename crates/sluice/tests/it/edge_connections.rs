@@ -38,6 +38,14 @@ async fn closed_within(stream: &mut TcpStream, guard: Duration) -> bool {
     }
 }
 
+/// A sample of `/metrics` on the control listener.
+async fn metric(s: &Sluice, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let r = send(client().get(s.control_url("/metrics"))).await;
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    let samples = common::prom::parse(&text)?;
+    common::prom::value(&samples, name, labels)
+}
+
 /// A normal request, with its latency.
 async fn timed_get(s: &Sluice) -> (u16, Duration) {
     let start = Instant::now();
@@ -141,6 +149,20 @@ async fn a_silent_connection_and_an_idle_keep_alive_one_are_closed() {
         closed_within(&mut control, Duration::from_secs(10)).await,
         "a silent control connection stays open"
     );
+    // Each closure is counted, by listener and reason.
+    for (listener, reason) in [
+        ("data", "slow_head"),
+        ("data", "idle"),
+        ("control", "slow_head"),
+    ] {
+        let n = metric(
+            &s,
+            "sluice_connections_closed_total",
+            &[("listener", listener), ("reason", reason)],
+        )
+        .await;
+        assert!(n.is_none_or(|n| n >= 1.0), "{listener} {reason}: {n:?}");
+    }
 }
 
 #[tokio::test]
@@ -180,6 +202,15 @@ async fn connections_over_the_per_ip_cap_are_refused_and_the_control_api_stays_u
     // ...but the control listener has its own cap.
     let health = send(client().get(s.control_url("/healthz"))).await;
     assert_eq!(health.status, 200);
+    let refused = metric(
+        &s,
+        "sluice_connections_refused_total",
+        &[("listener", "data"), ("reason", "per_client")],
+    )
+    .await;
+    assert!(refused.is_none_or(|n| n >= 1.0), "{refused:?}");
+    let open = metric(&s, "sluice_connections_open", &[("listener", "data")]).await;
+    assert!(open.is_none_or(|n| n >= 20.0), "{open:?}");
     // Places come back when connections close.
     held.clear();
     let deadline = Instant::now() + Duration::from_secs(10);
