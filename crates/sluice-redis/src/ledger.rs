@@ -81,28 +81,33 @@ impl Ledger {
     pub(crate) fn owe(&self, checks: &[SharedCheck<'_>]) {
         let mut owed = self.owed.lock();
         for c in checks.iter().filter(|c| c.cost > 0) {
-            let full = owed.len() >= self.max;
-            match owed.entry((limit_tag(c.limit_id), c.key)) {
-                Entry::Occupied(mut e) => {
-                    let o = e.get_mut();
-                    o.cost = o.cost.saturating_add(c.cost);
-                }
-                Entry::Vacant(_) if full => {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                }
-                Entry::Vacant(e) => {
-                    e.insert(Owed {
-                        limit_id: c.limit_id.into(),
-                        limiter: *c.limiter,
-                        burst: c.spec.burst,
-                        key: c.key,
-                        cost: c.cost,
-                    });
-                }
-            }
+            self.add(&mut owed, c.cost, || Owed {
+                limit_id: c.limit_id.into(),
+                limiter: *c.limiter,
+                burst: c.spec.burst,
+                key: c.key,
+                cost: 0,
+            });
         }
-        if !owed.is_empty() {
-            self.any.store(true, Ordering::Release);
+        self.any.store(!owed.is_empty(), Ordering::Release);
+    }
+
+    /// Adds `cost` to a pair's entry (made by `entry` if new), or counts it
+    /// dropped when a new pair finds the ledger full.
+    fn add(&self, owed: &mut HashMap<(u64, KeyId), Owed>, cost: u64, entry: impl FnOnce() -> Owed) {
+        let new = entry();
+        let full = owed.len() >= self.max;
+        match owed.entry((limit_tag(&new.limit_id), new.key)) {
+            Entry::Occupied(mut e) => {
+                let o = e.get_mut();
+                o.cost = o.cost.saturating_add(cost);
+            }
+            Entry::Vacant(_) if full => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            Entry::Vacant(e) => {
+                e.insert(Owed { cost, ..new });
+            }
         }
     }
 
@@ -130,24 +135,9 @@ impl Ledger {
     pub(crate) fn put_back(&self, entries: Vec<Owed>) {
         let mut owed = self.owed.lock();
         for o in entries {
-            let pair = (limit_tag(&o.limit_id), o.key);
-            let full = owed.len() >= self.max;
-            match owed.entry(pair) {
-                Entry::Occupied(mut e) => {
-                    let existing = e.get_mut();
-                    existing.cost = existing.cost.saturating_add(o.cost);
-                }
-                Entry::Vacant(_) if full => {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                }
-                Entry::Vacant(e) => {
-                    e.insert(o);
-                }
-            }
+            self.add(&mut owed, o.cost, || o);
         }
-        if !owed.is_empty() {
-            self.any.store(true, Ordering::Release);
-        }
+        self.any.store(!owed.is_empty(), Ordering::Release);
     }
 
     /// How many (limit, key) pairs are owed.

@@ -4,32 +4,17 @@
 //! nothing); a message past the server's decoding limit is refused; a
 //! normal call afterwards is still `OK`.
 
-use crate::common;
-
-use common::{Sluice, example_path};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tonic::transport::Channel;
 
-use crate::envoy_rls::{descriptor, request};
+use crate::envoy_rls::{descriptor, request, start};
 
 /// The caps `sluice-envoy` documents.
 const MAX_DESCRIPTORS: usize = 64;
 const MAX_ENTRIES: usize = 32;
-
-async fn start() -> (Sluice, RateLimitServiceClient<Channel>) {
-    let sluice = Sluice::start_args(
-        &example_path("envoy.toml"),
-        &["--grpc-listen", "127.0.0.1:0"],
-    );
-    let grpc = sluice.grpc.expect("a grpc address");
-    let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .unwrap();
-    (sluice, client)
-}
 
 /// The status of a call that must fail.
 async fn refusal(c: &mut RateLimitServiceClient<Channel>, r: RateLimitRequest) -> tonic::Status {

@@ -39,7 +39,8 @@ pub fn request(descriptors: Vec<RateLimitDescriptor>, hits: u32) -> RateLimitReq
     }
 }
 
-async fn start() -> (Sluice, RateLimitServiceClient<Channel>) {
+/// Sluice with `examples/envoy.toml`, and a gRPC client of its RLS.
+pub(crate) async fn start() -> (Sluice, RateLimitServiceClient<Channel>) {
     let sluice = Sluice::start_args(
         &example_path("envoy.toml"),
         &["--grpc-listen", "127.0.0.1:0"],
