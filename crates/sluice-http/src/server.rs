@@ -33,26 +33,66 @@ pub struct Servers {
 /// and keys files, Redis connections, logs, the gRPC listener.
 const RESERVED_DESCRIPTORS: u64 = 256;
 
-/// The settings, with the data plane's connection cap lowered if the caps
-/// together do not fit in `descriptors` open files (and a warning said).
-/// The control listener keeps its own cap, so that `/healthz`, `/metrics`
-/// and reloads are served while the data plane is flooded.
+/// The settings, with connection caps that fit in `descriptors` open files
+/// (and a warning said when they had to be lowered). The data plane's cap is
+/// lowered first; only when the control API's and the upstream's caps
+/// alone do not fit are they lowered too, to a quarter of what there is
+/// each. The control listener keeps a cap of its own, so that `/healthz`,
+/// `/metrics` and reloads are served while the data plane is flooded.
 pub fn fit_to_descriptors(mut settings: ServerSettings, descriptors: u64) -> ServerSettings {
-    let others = settings.control.max_connections as u64
-        + settings.upstream.max_in_flight as u64
-        + RESERVED_DESCRIPTORS;
-    let room = descriptors.saturating_sub(others).max(64);
-    let data = settings.data.max_connections as u64;
-    if data > room {
-        tracing::warn!(
-            descriptors,
-            configured = data,
-            lowered_to = room,
-            "server.max_connections does not fit in the open-file limit (ulimit -n) beside the control listener and the upstream; lowered"
-        );
-        settings.data.max_connections = usize::try_from(room).unwrap_or(usize::MAX);
+    let budget = descriptors.saturating_sub(RESERVED_DESCRIPTORS).max(64);
+    let (data, control, upstream) = (
+        settings.data.max_connections as u64,
+        settings.control.max_connections as u64,
+        settings.upstream.max_in_flight as u64,
+    );
+    if data + control + upstream <= budget {
+        return settings;
     }
+    let (control, upstream) = if control + upstream + 16 > budget {
+        (
+            control.min(budget / 4).max(1),
+            upstream.min(budget / 4).max(1),
+        )
+    } else {
+        (control, upstream)
+    };
+    let data = data.min(budget - control - upstream).max(1);
+    tracing::warn!(
+        descriptors,
+        max_connections = data,
+        control_max_connections = control,
+        upstream_max_in_flight = upstream,
+        "the connection caps do not fit in the open-file limit (ulimit -n); lowered"
+    );
+    let to = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    settings.data.max_connections = to(data);
+    settings.control.max_connections = to(control);
+    settings.upstream.max_in_flight = to(upstream);
     settings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_that_fit_are_kept_and_others_are_lowered_to_fit() {
+        let d = ServerSettings::default();
+        assert_eq!(fit_to_descriptors(d, 1_000_000), d);
+        // 20,000 files: the data plane gives way to the other caps.
+        let f = fit_to_descriptors(d, 20_000);
+        assert_eq!(f.control.max_connections, 1_024);
+        assert_eq!(f.upstream.max_in_flight, 1_024);
+        assert_eq!(f.data.max_connections, 10_000);
+        let f = fit_to_descriptors(d, 5_000);
+        assert_eq!(f.data.max_connections, 5_000 - 256 - 2 * 1_024);
+        // 300 files: every cap shrinks, and together they fit.
+        let f = fit_to_descriptors(d, 300);
+        let total = f.data.max_connections + f.control.max_connections + f.upstream.max_in_flight;
+        assert!(total as u64 <= 300_u64.saturating_sub(256).max(64), "{f:?}");
+        assert!(f.control.max_connections >= 1 && f.data.max_connections >= 1);
+    }
 }
 
 /// How many connections the kernel may queue before they are accepted: a

@@ -277,3 +277,65 @@ async fn a_full_data_plane_leaves_the_control_api_and_reloads_working() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The CPU time (user and system, in clock ticks) a process has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name (in parentheses, which may hold
+    // spaces): utime and stime are the 12th and 13th of those.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[tokio::test]
+async fn out_of_file_descriptors_it_backs_off_and_recovers() {
+    // 48 open files: fewer than the caps and the reserve, so accepting
+    // runs out of descriptors (EMFILE) under the connections below.
+    let s = Sluice::start_with_nofile("emfile", &config("header_read_timeout = \"30s\""), 48);
+    let mut held = Vec::new();
+    for _ in 0..80 {
+        for addr in [s.data, s.control] {
+            if let Ok(Ok(c)) =
+                tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await
+            {
+                held.push(c);
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !s.log().contains("cannot accept connections; backing off") {
+        assert!(
+            Instant::now() < deadline,
+            "never ran out of descriptors; log:\n{}",
+            s.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // While the kernel's queue still holds connections it cannot accept,
+    // the accept loop sleeps rather than spins: far less than a core.
+    let before = cpu_ticks(s.pid());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = cpu_ticks(s.pid()) - before;
+    assert!(
+        used < 60,
+        "{used} ticks of CPU in 2 s while out of descriptors"
+    );
+    let warnings = s.log().matches("cannot accept connections").count();
+    assert!(warnings <= 5, "{warnings} warnings: at most one a second");
+    // Once the connections go, it serves again.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ok = client().get(s.control_url("/healthz")).send().await;
+        if ok.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never recovered; log:\n{}",
+            s.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

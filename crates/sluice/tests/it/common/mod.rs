@@ -184,9 +184,31 @@ impl Sluice {
 
     /// Like [`Sluice::start`], with extra arguments and environment.
     pub fn start_env(config: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let child = Command::new(sluice_binary())
-            .env("SLUICE_LOG", "info")
-            .envs(env.iter().copied())
+        let mut cmd = Command::new(sluice_binary());
+        cmd.envs(env.iter().copied());
+        Self::launch(cmd, config, extra)
+    }
+
+    /// Starts `sluice serve` on a config written from `text`, with at most
+    /// `nofile` open files (`ulimit -n`, soft and hard).
+    pub fn start_with_nofile(label: &str, text: &str, nofile: u32) -> Self {
+        let config = TempConfig::new(label, text);
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("ulimit -n {nofile} && exec \"$0\" \"$@\""))
+            .arg(sluice_binary());
+        let mut s = Self::launch(cmd, config.path(), &[]);
+        s.config = Some(config);
+        s
+    }
+
+    /// Runs `cmd` (the binary, or a wrapper that execs it) as `serve` on
+    /// ephemeral ports and waits for its listening line.
+    fn launch(mut cmd: Command, config: &Path, extra: &[&str]) -> Self {
+        if !cmd.get_envs().any(|(k, _)| k == "SLUICE_LOG") {
+            cmd.env("SLUICE_LOG", "info");
+        }
+        let child = cmd
             .arg("serve")
             .arg("--config")
             .arg(config)
