@@ -1,7 +1,7 @@
 //! One `redis-server` process on a loopback port.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -63,6 +63,11 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// The address it listens on: 127.0.0.1, or a test namespace's.
+    host: IpAddr,
+    /// A command that runs `redis-server` (e.g. `ip netns exec NAME`);
+    /// empty to run it directly.
+    wrapper: Vec<String>,
 }
 
 impl RedisServer {
@@ -79,6 +84,14 @@ impl RedisServer {
 
     /// Starts a server on `port`.
     pub fn start_on(port: u16, extra: &[&str]) -> Self {
+        Self::start_wrapped(IpAddr::V4(Ipv4Addr::LOCALHOST), &[], port, extra)
+    }
+
+    /// Starts a server listening on `host:port`, run through `wrapper`
+    /// (`["ip", "netns", "exec", "NAME"]` runs it in a network namespace;
+    /// see [`NetNs::start_redis`](crate::NetNs::start_redis)). A server on
+    /// an address other than loopback runs with `--protected-mode no`.
+    pub fn start_wrapped(host: IpAddr, wrapper: &[&str], port: u16, extra: &[&str]) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "sluice-redis-{}-{port}-{}",
             std::process::id(),
@@ -90,15 +103,28 @@ impl RedisServer {
             port,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            host,
+            wrapper: wrapper.iter().map(|s| s.to_string()).collect(),
         };
         server.spawn();
         server
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let mut command = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg("redis-server");
+                c
+            }
+            None => Command::new("redis-server"),
+        };
+        if !self.host.is_loopback() {
+            command.args(["--protected-mode", "no"]);
+        }
+        let child = command
             .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1"])
+            .args(["--bind", &self.host.to_string()])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
             .args(["--dir", &self.dir.to_string_lossy()])
@@ -145,12 +171,13 @@ impl RedisServer {
 
     /// The server's address.
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
+        SocketAddr::new(self.host, self.port)
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://HOST:PORT` (`redis://127.0.0.1:PORT` unless it runs in a
+    /// namespace).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        format!("redis://{}", self.addr())
     }
 
     /// Kills the server (SIGKILL), as a crash would.
