@@ -5,8 +5,7 @@
 use crate::common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Sluice, TempConfig, client, example, example_path, replace_once, send};
 use sluice_testkit::redis_cluster::RedisCluster;
@@ -168,9 +167,8 @@ async fn two_instances_admit_exactly_one_global_limit_behind_sentinel() {
 }
 
 /// Fifty clients, split over two instances, hammer one key of a token
-/// bucket (50/s, burst 20) for about three seconds. Admitted requests must
-/// fit what the bucket allows over the run, and fall short of it by at most
-/// one refill interval.
+/// bucket (50/s, burst 20) for about three seconds: the exactness check
+/// ([`common::two_instances_admit_exactly`]).
 async fn two_instances_admit_exactly_one_global_limit(url: &str) {
     let text = replace_once(
         &quickstart_patient(),
@@ -180,76 +178,7 @@ async fn two_instances_admit_exactly_one_global_limit(url: &str) {
     let config = TempConfig::new("redis-two-instances", &text);
     let a = Arc::new(start_url(url, config.path()));
     let b = Arc::new(start_url(url, config.path()));
-    let client = client();
-
-    let admitted = Arc::new(AtomicU64::new(0));
-    let refused = Arc::new(AtomicU64::new(0));
-    let fallback = Arc::new(AtomicU64::new(0));
-    let first_reply = Arc::new(std::sync::Mutex::new(None::<Instant>));
-    let last_send = Arc::new(std::sync::Mutex::new(None::<Instant>));
-    let begin = Instant::now();
-    let run_for = Duration::from_secs(3);
-    let mut tasks = Vec::new();
-    for c in 0..50 {
-        let s = if c % 2 == 0 { a.clone() } else { b.clone() };
-        let (client, admitted, refused, fallback) = (
-            client.clone(),
-            admitted.clone(),
-            refused.clone(),
-            fallback.clone(),
-        );
-        let (first_reply, last_send) = (first_reply.clone(), last_send.clone());
-        tasks.push(tokio::spawn(async move {
-            while begin.elapsed() < run_for {
-                let sent = Instant::now();
-                *last_send.lock().unwrap() = Some(sent);
-                let r = send(client.get(s.url("/")).header("X-Api-Key", "shared")).await;
-                first_reply.lock().unwrap().get_or_insert_with(Instant::now);
-                if r.has("sluice-fallback") {
-                    fallback.fetch_add(1, Ordering::Relaxed);
-                }
-                match r.status {
-                    200 => admitted.fetch_add(1, Ordering::Relaxed),
-                    429 => refused.fetch_add(1, Ordering::Relaxed),
-                    s => panic!("unexpected status {s}"),
-                };
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let end = Instant::now();
-    let admitted = admitted.load(Ordering::Relaxed);
-    assert_eq!(
-        fallback.load(Ordering::Relaxed),
-        0,
-        "Redis decided every request"
-    );
-    assert!(
-        refused.load(Ordering::Relaxed) > 0,
-        "the load exceeded the limit"
-    );
-
-    // Every decision happened between the first send and the last reply
-    // (outer), and the decisions spanned at least from the first reply to
-    // the last send (inner).
-    let outer = (end - begin).as_secs_f64();
-    let inner =
-        (last_send.lock().unwrap().unwrap() - first_reply.lock().unwrap().unwrap()).as_secs_f64();
-    let most = 20 + (50.0 * outer).floor() as u64;
-    let least = (20 + (50.0 * inner).floor() as u64).saturating_sub(1);
-    eprintln!(
-        "admitted {admitted}; allowed between {least} and {most} (inner {inner:.3}s, outer {outer:.3}s)"
-    );
-    assert!(
-        admitted <= most,
-        "admitted {admitted} > {most}: more than the global limit"
-    );
-    assert!(
-        admitted >= least,
-        "admitted {admitted} < {least}: quota within the limit was refused"
-    );
+    common::two_instances_admit_exactly(&a, &b, "shared", 50, 20).await;
 }
 
 /// Script calls Redis has run since its stats were reset.

@@ -670,3 +670,92 @@ pub async fn raw_get(addr: SocketAddr, path: &str, key: &str) -> RawReply {
     )
     .await
 }
+
+/// The two-instance exactness check: fifty clients, split over `a` and `b`
+/// (two instances on one store), hammer `key`, whose plan is a token bucket
+/// of `rate` per second and `burst`, for about three seconds. Admitted
+/// requests must fit what the bucket allows over the run, and fall short of
+/// it by at most one refill interval; Redis must decide every request (the
+/// instances need a store timeout generous enough for a busy machine).
+/// Returns how many were admitted.
+pub async fn two_instances_admit_exactly(
+    a: &Arc<Sluice>,
+    b: &Arc<Sluice>,
+    key: &str,
+    rate: u64,
+    burst: u64,
+) -> u64 {
+    use std::sync::atomic::AtomicU64;
+    let client = client();
+    let admitted = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let fallback = Arc::new(AtomicU64::new(0));
+    let first_reply = Arc::new(Mutex::new(None::<Instant>));
+    let last_send = Arc::new(Mutex::new(None::<Instant>));
+    let begin = Instant::now();
+    let run_for = Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for c in 0..50 {
+        let s = if c % 2 == 0 { a.clone() } else { b.clone() };
+        let (client, admitted, refused, fallback) = (
+            client.clone(),
+            admitted.clone(),
+            refused.clone(),
+            fallback.clone(),
+        );
+        let (first_reply, last_send) = (first_reply.clone(), last_send.clone());
+        let key = key.to_owned();
+        tasks.push(tokio::spawn(async move {
+            while begin.elapsed() < run_for {
+                let sent = Instant::now();
+                *last_send.lock().unwrap() = Some(sent);
+                let r = send(client.get(s.url("/")).header("X-Api-Key", &key)).await;
+                first_reply.lock().unwrap().get_or_insert_with(Instant::now);
+                if r.has("sluice-fallback") {
+                    fallback.fetch_add(1, Ordering::Relaxed);
+                }
+                match r.status {
+                    200 => admitted.fetch_add(1, Ordering::Relaxed),
+                    429 => refused.fetch_add(1, Ordering::Relaxed),
+                    s => panic!("unexpected status {s}"),
+                };
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let end = Instant::now();
+    let admitted = admitted.load(Ordering::Relaxed);
+    assert_eq!(
+        fallback.load(Ordering::Relaxed),
+        0,
+        "Redis decided every request"
+    );
+    assert!(
+        refused.load(Ordering::Relaxed) > 0,
+        "the load exceeded the limit"
+    );
+
+    // Every decision happened between the first send and the last reply
+    // (outer), and the decisions spanned at least from the first reply to
+    // the last send (inner).
+    let outer = (end - begin).as_secs_f64();
+    let inner =
+        (last_send.lock().unwrap().unwrap() - first_reply.lock().unwrap().unwrap()).as_secs_f64();
+    let rate_f = rate as f64;
+    let most = burst + (rate_f * outer).floor() as u64;
+    let least = (burst + (rate_f * inner).floor() as u64).saturating_sub(1);
+    eprintln!(
+        "admitted {admitted}; allowed between {least} and {most} (inner {inner:.3}s, outer {outer:.3}s)"
+    );
+    assert!(
+        admitted <= most,
+        "admitted {admitted} > {most}: more than the global limit"
+    );
+    assert!(
+        admitted >= least,
+        "admitted {admitted} < {least}: quota within the limit was refused"
+    );
+    admitted
+}
