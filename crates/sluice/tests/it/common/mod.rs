@@ -671,6 +671,8 @@ pub async fn raw_get(addr: SocketAddr, path: &str, key: &str) -> RawReply {
     .await
 }
 
+pub mod faults;
+
 /// The two-instance exactness check: fifty clients, split over `a` and `b`
 /// (two instances on one store), hammer `key`, whose plan is a token bucket
 /// of `rate` per second and `burst`, for about three seconds. Admitted
