@@ -19,6 +19,7 @@ mod edge_reload;
 mod edge_rls;
 mod envoy_rls;
 mod envoy_rls_redis;
+mod faults_cluster;
 mod faults_network;
 mod graceful_shutdown;
 mod hot_reload;
