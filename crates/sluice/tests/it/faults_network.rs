@@ -13,35 +13,38 @@
 //! two-instance exactness check. Each prints a `fault summary:` line per
 //! timeout (docs/faults.md collects them).
 //!
-//! These run against a single Redis node: for Cluster, the client learns
-//! the nodes' own addresses from `CLUSTER SLOTS` and `MOVED`, and would go
-//! around the proxy. The Cluster faults are in `faults_cluster`.
+//! Latency is tested against a single node and against a Cluster: there,
+//! the client learns the nodes' addresses from `CLUSTER SLOTS` and
+//! `MOVED`, so each node announces its own proxy's port. Loss is tested
+//! against a single node in the namespace (a whole Cluster in it would
+//! test the same TCP retransmissions). The Cluster's own faults are in
+//! `faults_cluster`.
 
 use crate::common;
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::faults::{DEFAULT_TIMEOUT, DelayProxy, EXACT_KEYS, Instances, Sample};
-use sluice_testkit::{RedisServer, require_netns, require_redis};
+use sluice_testkit::redis_server::wait_until;
+use sluice_testkit::resp::Reply;
+use sluice_testkit::{RedisCluster, RedisServer, require_netns, require_redis};
 
-/// Added round-trip latency `rtt` for three seconds, under load.
-async fn latency(rtt: Duration) {
-    let fault = format!("latency {} ms", rtt.as_millis());
-    let redis = RedisServer::start();
-    let proxy = DelayProxy::start(redis.addr());
-    let url = proxy.url();
+/// Added round-trip latency `rtt` for three seconds, under load, on the
+/// store at `url`, through the proxies that `set_delay` sets (each way).
+async fn latency(fault: &str, url: &str, rtt: Duration, set_delay: &dyn Fn(Duration)) {
     let patient = Duration::from_millis(300);
     assert!(patient > rtt);
-    let instances = Instances::start("faults-latency", &url, patient);
+    let instances = Instances::start("faults-latency", url, patient);
     instances.wait_redis_decides(Duration::from_secs(20)).await;
 
     let running = instances.start_load().await;
-    proxy.set_delay(rtt / 2);
+    set_delay(rtt / 2);
     let onset = Instant::now();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    proxy.set_delay(Duration::ZERO);
+    set_delay(Duration::ZERO);
     let cleared = Instant::now();
-    let samples = instances.finish(running, &fault, onset, cleared).await;
+    let samples = instances.finish(running, fault, onset, cleared).await;
 
     // A request sent and answered while the delay was in force had any
     // Redis call of its own delayed by the whole round trip.
@@ -83,12 +86,20 @@ async fn latency(rtt: Duration) {
         .await;
 }
 
+/// Added latency between Sluice and one Redis node.
+async fn latency_to_one_node(rtt: Duration) {
+    let redis = RedisServer::start();
+    let proxy = DelayProxy::start(redis.addr());
+    let fault = format!("latency {} ms", rtt.as_millis());
+    latency(&fault, &proxy.url(), rtt, &|d| proxy.set_delay(d)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn latency_50ms_between_sluice_and_redis() {
     if !require_redis() {
         return;
     }
-    latency(Duration::from_millis(50)).await;
+    latency_to_one_node(Duration::from_millis(50)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -96,7 +107,64 @@ async fn latency_200ms_between_sluice_and_redis() {
     if !require_redis() {
         return;
     }
-    latency(Duration::from_millis(200)).await;
+    latency_to_one_node(Duration::from_millis(200)).await;
+}
+
+/// 50 ms of added round trip between Sluice and every node of a Redis
+/// Cluster (three primaries). Each node gets a delaying proxy of its own
+/// and announces the proxy's port (`cluster-announce-port`), so that the
+/// slot map and `MOVED` replies send the client through the proxies too.
+/// The cluster bus between the nodes is not delayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn latency_50ms_between_sluice_and_a_cluster() {
+    if !require_redis() {
+        return;
+    }
+    let cluster = RedisCluster::start(3);
+    let proxies: Vec<DelayProxy> = (0..cluster.len())
+        .map(|i| DelayProxy::start(cluster.node(i).addr()))
+        .collect();
+    for (i, proxy) in proxies.iter().enumerate() {
+        let port = proxy.addr.port().to_string();
+        let reply = cluster.command(i, &["CONFIG", "SET", "cluster-announce-port", &port]);
+        assert!(reply.is_ok(), "{reply:?}");
+    }
+    let ports: BTreeSet<i64> = proxies.iter().map(|p| i64::from(p.addr.port())).collect();
+    wait_until(
+        "every node announces its proxy",
+        Duration::from_secs(30),
+        || (0..cluster.len()).all(|i| primary_ports(&cluster, i).is_subset(&ports)),
+    );
+    let seeds: Vec<String> = proxies.iter().map(|p| p.addr.to_string()).collect();
+    let url = format!("redis+cluster://{}", seeds.join(","));
+    let set_delay = |d: Duration| proxies.iter().for_each(|p| p.set_delay(d));
+    latency(
+        "latency 50 ms, Cluster",
+        &url,
+        Duration::from_millis(50),
+        &set_delay,
+    )
+    .await;
+}
+
+/// The client ports of the primaries in node `i`'s `CLUSTER SLOTS`.
+fn primary_ports(cluster: &RedisCluster, i: usize) -> BTreeSet<i64> {
+    let Reply::Array(Some(ranges)) = cluster.command(i, &["CLUSTER", "SLOTS"]) else {
+        return BTreeSet::new();
+    };
+    ranges
+        .iter()
+        .filter_map(|range| match range {
+            Reply::Array(Some(items)) => match items.get(2) {
+                Some(Reply::Array(Some(primary))) => match primary.get(1) {
+                    Some(Reply::Int(port)) => Some(*port),
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }
 
 /// 5 % of the packets between Sluice and Redis dropped, each way, for four
