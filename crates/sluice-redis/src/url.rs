@@ -64,6 +64,15 @@ pub struct NodeAddr {
     pub db: i64,
 }
 
+/// The socket options of every connection to Redis: `TCP_NODELAY`, as
+/// Redis itself sets on its side. A connection carries many small commands
+/// pipelined; with Nagle's algorithm, a command written while an earlier
+/// one is unacknowledged waits for that acknowledgement, so under network
+/// latency a decision could take two round trips instead of one.
+pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
 impl NodeAddr {
     /// A plain-TCP node without credentials, database 0.
     pub fn new(host: impl Into<String>, port: u16) -> Self {
@@ -102,7 +111,10 @@ impl NodeAddr {
         if let Some(pass) = &self.password {
             settings = settings.set_password(pass);
         }
-        Ok(addr.into_connection_info()?.set_redis_settings(settings))
+        Ok(addr
+            .into_connection_info()?
+            .set_redis_settings(settings)
+            .set_tcp_settings(tcp_settings()))
     }
 
     /// A redis-rs client for this node. A TLS node is checked against the
@@ -621,6 +633,21 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn every_connection_sets_tcp_nodelay() {
+        assert!(tcp_settings().nodelay());
+        for node in [
+            NodeAddr::new("h", 1),
+            NodeAddr {
+                tls: true,
+                ..NodeAddr::new("h", 2)
+            },
+        ] {
+            let info = node.connection_info().unwrap();
+            assert!(info.tcp_settings().nodelay(), "{node}");
+        }
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub(crate) async fn connect_cluster(
         .map(NodeAddr::connection_info)
         .collect::<Result<Vec<_>, _>>()?;
     let client = ClusterClientBuilder::new(seeds)
+        // The connections to the nodes it discovers take their socket
+        // options from here, not from the seeds.
+        .tcp_settings(crate::url::tcp_settings())
         .connection_timeout(options.connect_timeout)
         .response_timeout(options.response_timeout)
         // Redirections and reconnections share one request budget.
