@@ -3,8 +3,10 @@
 //! replica (`CLUSTER FAILOVER`), and a primary killed (SIGKILL) until its
 //! replica takes over.
 //!
-//! As in `faults_network`, three instances share the cluster: one with the
-//! default store timeout (10 ms) and a pair with a longer one. The guards:
+//! As in `faults_network`, several instances share the cluster: one with
+//! the default store timeout (10 ms), one with 500 ms, and a pair with 2 s
+//! (for the exactness check), besides a control on the memory store. The
+//! guards:
 //! every answer is a 200 or a 429 (the `local` fallback's), none takes
 //! longer than the timeout plus a margin; after the fault, Redis decides
 //! again on all three, and the pair passes the two-instance exactness check
@@ -16,14 +18,14 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::faults::{EXACT_BURST, EXACT_KEYS, Instances};
+use common::faults::{DEFAULT_TIMEOUT, EXACT_BURST, EXACT_KEYS, Instances};
 use common::{Sluice, client, send};
 use sluice_testkit::resp::Reply;
 use sluice_testkit::{RedisCluster, require_redis};
 
-/// The pair's store timeout: far above a healthy cluster's round trip on a
-/// busy machine, so that only the fault sends decisions to the fallback.
-const PATIENT: Duration = Duration::from_millis(500);
+/// The timeouts of the single instances: the default, and one far above
+/// a healthy cluster's round trip.
+const TIMEOUTS: [Duration; 2] = [DEFAULT_TIMEOUT, Duration::from_millis(500)];
 
 /// Every key on the cluster's live primaries.
 fn all_keys(cluster: &RedisCluster) -> BTreeSet<String> {
@@ -72,7 +74,7 @@ async fn a_slot_migration_with_redis_cli_reshard_under_load() {
         return;
     }
     let cluster = RedisCluster::start(3);
-    let instances = Instances::start("faults-reshard", &cluster.url(), PATIENT);
+    let instances = Instances::start("faults-reshard", &cluster.url(), &TIMEOUTS);
     instances.wait_redis_decides(Duration::from_secs(20)).await;
 
     let mut best: Option<(&str, u16, usize, u16)> = None;
@@ -136,7 +138,7 @@ async fn a_primary_failing_over_to_its_replica_under_load() {
         return;
     }
     let cluster = RedisCluster::start_with_replicas(3, 1);
-    let instances = Instances::start("faults-failover", &cluster.url(), PATIENT);
+    let instances = Instances::start("faults-failover", &cluster.url(), &TIMEOUTS);
     instances.wait_redis_decides(Duration::from_secs(20)).await;
     let key = EXACT_KEYS[0];
     let slot = slot_of(&cluster, &instances.a, key).await;
@@ -169,7 +171,7 @@ async fn a_primary_killed_under_load_is_replaced_by_its_replica() {
         return;
     }
     let mut cluster = RedisCluster::start_with_replicas(3, 1);
-    let instances = Instances::start("faults-kill", &cluster.url(), PATIENT);
+    let instances = Instances::start("faults-kill", &cluster.url(), &TIMEOUTS);
     instances.wait_redis_decides(Duration::from_secs(20)).await;
     let key = EXACT_KEYS[0];
     let slot = slot_of(&cluster, &instances.a, key).await;
