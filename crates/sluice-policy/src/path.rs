@@ -18,7 +18,7 @@
 //! they mean and no single canonical form is safe:
 //!
 //! - an encoded `/` (`%2F`), an encoded `\` (`%5C`) or an encoded NUL
-//!   (`%00`);
+//!   (`%00`), and a literal NUL (whose canonical form would be `%00`);
 //! - a literal `\` (some servers read it as `/`);
 //! - a `..` that climbs above the root (`/../etc`), as nginx refuses it;
 //! - a malformed escape (`%zz`, `%4`), or a path that does not start with
@@ -48,7 +48,8 @@ pub enum PathError {
     /// A `%` not followed by two hex digits.
     #[error("the path has a malformed percent-escape")]
     BadEscape,
-    /// `%2F`, `%5C` or `%00`: upstreams read them differently.
+    /// `%2F`, `%5C` or `%00`: upstreams read them differently. A literal
+    /// NUL is refused the same way, as its canonical form would be `%00`.
     #[error("the path has an encoded `/`, `\\` or NUL, which servers read differently")]
     EncodedSeparator,
     /// A literal `\`, which some servers read as `/`.
@@ -224,6 +225,10 @@ fn normalize_segment(part: &str, out: &mut String) -> Result<(), PathError> {
             i += 3;
         } else if b == b'\\' {
             return Err(PathError::Backslash);
+        } else if b == 0 {
+            // Escaped, it would be `%00`, which is refused above: the
+            // canonical form must itself be canonical.
+            return Err(PathError::EncodedSeparator);
         } else {
             if literal(b) {
                 out.push(char::from(b));
@@ -280,6 +285,10 @@ mod tests {
             ("/a%2fb", PathError::EncodedSeparator),
             ("/a%5cb", PathError::EncodedSeparator),
             ("/a%00", PathError::EncodedSeparator),
+            // Found by the `path` fuzz target: a literal NUL was escaped to
+            // `%00`, a canonical form that was itself refused.
+            ("/a\0", PathError::EncodedSeparator),
+            ("/expor\0//", PathError::EncodedSeparator),
             ("/a\\b", PathError::Backslash),
             ("/..", PathError::AboveRoot),
             ("/../etc/passwd", PathError::AboveRoot),

@@ -1,0 +1,5 @@
+
+
+edge_proxy
+
+remote_address	192.0.2.1

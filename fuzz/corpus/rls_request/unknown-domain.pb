@@ -1,0 +1,4 @@
+
+other&
+
+remote_address	192.0.2.1€€€€€ 
