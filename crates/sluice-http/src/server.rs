@@ -72,28 +72,6 @@ pub fn fit_to_descriptors(mut settings: ServerSettings, descriptors: u64) -> Ser
     settings
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn caps_that_fit_are_kept_and_others_are_lowered_to_fit() {
-        let d = ServerSettings::default();
-        assert_eq!(fit_to_descriptors(d, 1_000_000), d);
-        // 20,000 files: the data plane gives way to the other caps.
-        let f = fit_to_descriptors(d, 20_000);
-        assert_eq!(f.control.max_connections, 1_024);
-        assert_eq!(f.upstream.max_in_flight, 1_024);
-        assert_eq!(f.data.max_connections, 10_000);
-        let f = fit_to_descriptors(d, 5_000);
-        assert_eq!(f.data.max_connections, 5_000 - 256 - 2 * 1_024);
-        // 300 files: every cap shrinks, and together they fit.
-        let f = fit_to_descriptors(d, 300);
-        let total = f.data.max_connections + f.control.max_connections + f.upstream.max_in_flight;
-        assert!(total as u64 <= 300_u64.saturating_sub(256).max(64), "{f:?}");
-        assert!(f.control.max_connections >= 1 && f.data.max_connections >= 1);
-    }
-}
 
 /// How many connections the kernel may queue before they are accepted: a
 /// burst of new connections (a flood, or many clients at once) waits there
@@ -220,5 +198,28 @@ impl Servers {
         tokio::join!(data, control);
         purge.abort();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_that_fit_are_kept_and_others_are_lowered_to_fit() {
+        let d = ServerSettings::default();
+        assert_eq!(fit_to_descriptors(d, 1_000_000), d);
+        // 20,000 files: the data plane gives way to the other caps.
+        let f = fit_to_descriptors(d, 20_000);
+        assert_eq!(f.control.max_connections, 1_024);
+        assert_eq!(f.upstream.max_in_flight, 1_024);
+        assert_eq!(f.data.max_connections, 10_000);
+        let f = fit_to_descriptors(d, 5_000);
+        assert_eq!(f.data.max_connections, 5_000 - 256 - 2 * 1_024);
+        // 300 files: every cap shrinks, and together they fit.
+        let f = fit_to_descriptors(d, 300);
+        let total = f.data.max_connections + f.control.max_connections + f.upstream.max_in_flight;
+        assert!(total as u64 <= 300_u64.saturating_sub(256).max(64), "{f:?}");
+        assert!(f.control.max_connections >= 1 && f.data.max_connections >= 1);
     }
 }

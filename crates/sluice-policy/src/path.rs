@@ -50,7 +50,7 @@ pub enum PathError {
     BadEscape,
     /// `%2F`, `%5C` or `%00`: upstreams read them differently. A literal
     /// NUL is refused the same way, as its canonical form would be `%00`.
-    #[error("the path has an encoded `/`, `\\` or NUL, which servers read differently")]
+    #[error("the path has an encoded `/` or `\\`, or a NUL, which servers read differently")]
     EncodedSeparator,
     /// A literal `\`, which some servers read as `/`.
     #[error("the path has a `\\`, which some servers read as `/`")]
