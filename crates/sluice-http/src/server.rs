@@ -72,7 +72,6 @@ pub fn fit_to_descriptors(mut settings: ServerSettings, descriptors: u64) -> Ser
     settings
 }
 
-
 /// How many connections the kernel may queue before they are accepted: a
 /// burst of new connections (a flood, or many clients at once) waits there
 /// instead of having its SYNs dropped and retried a second later. The
