@@ -29,7 +29,7 @@ use std::sync::{Arc, OnceLock};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use prost::Message;
 use sluice_core::{AlgorithmKind, Rate, parse_duration};
 use sluice_envoy::yaml_config::{YamlConfig, YamlDescriptor};
@@ -288,10 +288,9 @@ fn check_engine() -> &'static Engine {
 /// built (a body whose fields do not convert is skipped, as the handler
 /// answers it with 400), the query cut off the path, and the request
 /// decided with [`Engine::decide_local`] on an engine built once from
-/// `examples/quickstart.toml`. The handler's steps are private to
-/// `sluice-http`, so they are replicated here from its public parts; the
-/// verdict is then rendered as the handler renders it (JSON body and
-/// header fields).
+/// `examples/quickstart.toml`: the handler's own steps
+/// ([`CheckRequest::parts`]); the verdict is then rendered as the handler
+/// renders it (JSON body and header fields).
 ///
 /// Properties: no panic; a body never yields more than
 /// [`MAX_CHECK_HEADERS`] header fields.
@@ -300,20 +299,10 @@ pub fn check_json(data: &[u8]) {
         return;
     };
     assert!(req.headers.len() <= MAX_CHECK_HEADERS);
-    let Ok(method) = Method::from_bytes(req.method.to_ascii_uppercase().as_bytes()) else {
+    // The handler's own steps; a check they refuse is answered with 400.
+    let Ok((method, headers, path)) = req.parts() else {
         return;
     };
-    let mut headers = HeaderMap::new();
-    for (name, value) in &req.headers {
-        let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
-        ) else {
-            return;
-        };
-        headers.append(n, v);
-    }
-    let path = req.path.split('?').next().unwrap_or("/");
     let decided = check_engine().decide_local(&RequestInfo {
         method: &method,
         path,

@@ -66,6 +66,29 @@ pub struct CheckRequest {
     pub cost: Option<u64>,
 }
 
+impl CheckRequest {
+    /// What the check describes, as the engine takes it: the method, the
+    /// header fields and the path without its query; or why it cannot be
+    /// (the `detail` of a 400).
+    pub fn parts(&self) -> Result<(Method, HeaderMap, &str), String> {
+        let Ok(method) = Method::from_bytes(self.method.to_ascii_uppercase().as_bytes()) else {
+            return Err(format!("`{}` is not an HTTP method", self.method));
+        };
+        let mut headers = HeaderMap::new();
+        for (name, value) in &self.headers {
+            let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) else {
+                return Err(format!("invalid header field `{name}`"));
+            };
+            headers.append(n, v);
+        }
+        let path = self.path.split('?').next().unwrap_or("/");
+        Ok((method, headers, path))
+    }
+}
+
 fn default_method() -> String {
     "GET".into()
 }
@@ -178,20 +201,10 @@ async fn check(
         Ok(r) => r,
         Err(e) => return bad_request(format!("invalid check request: {e}")),
     };
-    let Ok(method) = Method::from_bytes(req.method.to_ascii_uppercase().as_bytes()) else {
-        return bad_request(format!("`{}` is not an HTTP method", req.method));
+    let (method, headers, path) = match req.parts() {
+        Ok(parts) => parts,
+        Err(e) => return bad_request(e),
     };
-    let mut headers = HeaderMap::new();
-    for (name, value) in &req.headers {
-        let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
-        ) else {
-            return bad_request(format!("invalid header field `{name}`"));
-        };
-        headers.append(n, v);
-    }
-    let path = req.path.split('?').next().unwrap_or("/");
     let decided = engine
         .decide(&RequestInfo {
             method: &method,
