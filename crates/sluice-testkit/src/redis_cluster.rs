@@ -201,29 +201,10 @@ impl RedisCluster {
 
     /// Which node owns `slot`, as node `asked` sees it.
     pub fn owner_of(&self, slot: u16, asked: usize) -> Option<usize> {
-        let Reply::Array(Some(ranges)) = self.command(asked, &["CLUSTER", "SLOTS"]) else {
-            return None;
-        };
-        for range in ranges {
-            let Reply::Array(Some(items)) = range else {
-                continue;
-            };
-            let (
-                Some(Reply::Int(first)),
-                Some(Reply::Int(last)),
-                Some(Reply::Array(Some(primary))),
-            ) = (items.first(), items.get(1), items.get(2))
-            else {
-                continue;
-            };
-            if (*first..=*last).contains(&i64::from(slot)) {
-                let Some(Reply::Int(port)) = primary.get(1) else {
-                    return None;
-                };
-                return self.nodes.iter().position(|n| i64::from(n.port()) == *port);
-            }
-        }
-        None
+        self.slot_map(asked)
+            .into_iter()
+            .find(|(first, last, _)| (*first..=*last).contains(&slot))
+            .and_then(|(_, _, owner)| owner)
     }
 
     /// Moves `slot` (and its keys) to node `to`, the way
