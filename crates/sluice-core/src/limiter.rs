@@ -91,6 +91,39 @@ impl LimitSpec {
         let a = u128::from(self.rate.amount());
         u64::try_from(w.div_ceil(a)).unwrap_or(u64::MAX)
     }
+
+    /// One instance's share of this limit when `n` instances enforce it
+    /// each on its own (a shared store's local fallback): rate and burst
+    /// divided by `n`, the burst rounded up and at least 1, so the window
+    /// stays the same.
+    ///
+    /// ```
+    /// use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+    /// let spec = LimitSpec {
+    ///     algorithm: AlgorithmKind::TokenBucket,
+    ///     rate: Rate::per_second(100),
+    ///     burst: 300,
+    ///     nodelay: false,
+    /// };
+    /// let share = spec.share(4);
+    /// assert_eq!(share.burst, 75);
+    /// assert_eq!(share.window(), spec.window());
+    /// assert_eq!(spec.share(1), spec);
+    /// ```
+    pub fn share(&self, n: u32) -> LimitSpec {
+        let n64 = u64::from(n.max(1));
+        let rate = self
+            .rate
+            .period()
+            .checked_mul(n64)
+            .and_then(|p| Rate::new(self.rate.amount(), p))
+            .unwrap_or(self.rate);
+        LimitSpec {
+            rate,
+            burst: self.burst.div_ceil(n64).max(1),
+            ..*self
+        }
+    }
 }
 
 /// Any of the six algorithms, chosen at run time.

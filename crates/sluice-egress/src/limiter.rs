@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use sluice_core::{Decision, LimitError, LimitSpec, Limiter};
-use sluice_redis::{SharedCheck, SharedStore};
-use sluice_store::{Check, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
+use sluice_core::{Decision, LimitError, LimitSpec};
+use sluice_store::seam::{Check, Counter, CounterDef, Store};
+use sluice_store::{KeyHasher, KeyId, MemoryStore, MemoryStoreConfig};
 
 /// Why an outbound call may not go.
 #[derive(Debug, thiserror::Error)]
@@ -35,84 +35,63 @@ pub enum EgressError {
     Http(#[from] reqwest::Error),
 }
 
-/// One target's limit: its identity, definition, and local state.
-#[derive(Debug)]
-struct TargetLimit {
-    id: String,
-    spec: LimitSpec,
-    limiter: Limiter,
-    local: Arc<Limit>,
-}
-
 /// Limits on outbound calls, by target. See the crate docs.
 #[derive(Debug)]
 pub struct EgressLimiter {
-    store: MemoryStore,
+    store: Arc<dyn Store>,
     hasher: KeyHasher,
-    default: TargetLimit,
-    targets: HashMap<String, TargetLimit>,
+    /// The default limit's counter: each target gets its own quota of it.
+    default: Counter,
+    targets: HashMap<String, Counter>,
     paused: Mutex<HashMap<String, Instant>>,
-    /// When set, the quota is counted in Redis, shared by every process
-    /// that uses the same store and secret.
-    shared: Option<Arc<SharedStore>>,
 }
 
 impl EgressLimiter {
-    /// Every target gets `spec` (each its own quota).
+    /// Every target gets `spec` (each its own quota), counted in this
+    /// process.
     pub fn new(spec: &LimitSpec) -> Result<Self, LimitError> {
-        let store = MemoryStore::new(MemoryStoreConfig::default());
-        let default = target_limit(&store, "egress:default".into(), spec)?;
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryStoreConfig::default()));
+        let default = store.counter(CounterDef::new("egress:default", *spec)?);
         Ok(Self {
             store,
             hasher: KeyHasher::random(),
             default,
             targets: HashMap::new(),
             paused: Mutex::new(HashMap::new()),
-            shared: None,
         })
     }
 
     /// Gives `target` its own limit instead of the default.
     pub fn with_target(mut self, target: &str, spec: &LimitSpec) -> Result<Self, LimitError> {
-        let limit = target_limit(&self.store, format!("egress:{target}"), spec)?;
-        self.targets.insert(target.to_owned(), limit);
+        let def = CounterDef::new(&format!("egress:{target}"), *spec)?;
+        self.targets
+            .insert(target.to_owned(), self.store.counter(def));
         Ok(self)
     }
 
-    /// Counts the quota in a shared store (Redis), so that every process
-    /// using the same store and `secret` respects one quota together.
-    /// While Redis cannot decide, the store's fallback does (by default a
-    /// local share of the quota).
-    pub fn with_shared_store(mut self, store: Arc<SharedStore>, secret: &[u8]) -> Self {
-        self.shared = Some(store);
+    /// Counts the quota in a shared store (Redis behind its protection),
+    /// so that every process using the same store and `secret` respects
+    /// one quota together. While Redis cannot decide, the store's fallback
+    /// does (by default a local share of the quota).
+    pub fn with_shared_store(mut self, store: Arc<dyn Store>, secret: &[u8]) -> Self {
+        self.default = store.counter(self.default.def().clone());
+        for counter in self.targets.values_mut() {
+            *counter = store.counter(counter.def().clone());
+        }
+        self.store = store;
         self.hasher = KeyHasher::from_secret(secret);
         self
     }
 
-    async fn check(&self, limit: &TargetLimit, key: KeyId) -> Option<Decision> {
-        match &self.shared {
-            None => self
-                .store
-                .check_one(&Check {
-                    limit: &limit.local,
-                    key,
-                    cost: 1,
-                })
-                .ok(),
-            Some(shared) => {
-                let decided = shared
-                    .check(&[SharedCheck {
-                        limit_id: &limit.id,
-                        spec: &limit.spec,
-                        limiter: &limit.limiter,
-                        key,
-                        cost: 1,
-                        reserve: 0,
-                    }])
-                    .await;
-                decided.checked.decisions.first().copied()
-            }
-        }
+    async fn check(&self, counter: &Counter, key: KeyId) -> Option<Decision> {
+        let check = Check {
+            counter,
+            key,
+            cost: 1,
+            reserve: 0,
+        };
+        let checked = self.store.check(&[check]).await.ok()?;
+        checked.decisions.first().copied()
     }
 
     /// Stops calls to `target` for `pause` (the upstream said so).
@@ -171,18 +150,4 @@ impl EgressLimiter {
             tokio::time::sleep(wait).await;
         }
     }
-}
-
-fn target_limit(
-    store: &MemoryStore,
-    id: String,
-    spec: &LimitSpec,
-) -> Result<TargetLimit, LimitError> {
-    let limiter = spec.build()?;
-    Ok(TargetLimit {
-        local: store.limit(&id, limiter),
-        id,
-        spec: *spec,
-        limiter,
-    })
 }

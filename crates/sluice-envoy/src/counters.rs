@@ -1,18 +1,16 @@
-//! Where the Rate Limit Service counts: the in-process memory store, or the
-//! shared store (Redis), so that every Sluice instance behind Envoy enforces
-//! one global limit.
+//! Where the Rate Limit Service counts: any [`Store`], the in-process
+//! memory store or the shared store (Redis behind its protection), so that
+//! every Sluice instance behind Envoy enforces one global limit.
 //!
-//! On the shared store the decisions go through [`SharedStore::check`]: the
-//! same timeout, circuit breaker, over-limit cache and fallback
-//! (`local`, `allow`, `deny`) as the HTTP engine's. Redis key names are
-//! `sluice:{<keyed hash of the descriptor's entries>}:<limit tag>`: no raw
-//! descriptor value ever reaches Redis.
+//! On the shared store Redis key names are `sluice:{<keyed hash of the
+//! descriptor's entries>}:<limit tag>`: no raw descriptor value ever
+//! reaches Redis.
 
 use std::sync::Arc;
 
 use sluice_core::Decision;
-use sluice_redis::{DecidedBy, Fallback, SharedCheck, SharedStore};
-use sluice_store::{Check, Checked, KeyId, MemoryStore};
+use sluice_store::KeyId;
+use sluice_store::seam::{Check, Fallback, Store};
 use smallvec::SmallVec;
 
 use crate::rules::Limited;
@@ -36,20 +34,27 @@ pub struct Counted {
     /// One decision per count, in order; missing ones mean the store could
     /// not decide.
     pub decisions: Vec<Decision>,
-    /// Set when the shared store could not decide and its fallback did.
+    /// Set when the store could not decide and its fallback did.
     pub fallback: Option<Fallback>,
 }
 
 /// The store the service's limits live in.
 #[derive(Debug, Clone)]
-pub enum Counters {
-    /// This process's memory.
-    Memory(Arc<MemoryStore>),
-    /// Redis, shared by every instance, behind its fallback.
-    Shared(Arc<SharedStore>),
-}
+pub struct Counters(pub Arc<dyn Store>);
 
 impl Counters {
+    fn checks<'a>(counts: &[Count<'a>]) -> SmallVec<[Check<'a>; 4]> {
+        counts
+            .iter()
+            .map(|c| Check {
+                counter: &c.limited.counter,
+                key: c.key,
+                cost: c.cost,
+                reserve: 0,
+            })
+            .collect()
+    }
+
     /// Decides every count together, all or nothing. No counts, no call.
     pub async fn check(&self, counts: &[Count<'_>]) -> Counted {
         if counts.is_empty() {
@@ -59,52 +64,19 @@ impl Counters {
                 fallback: None,
             };
         }
-        match self {
-            Self::Memory(store) => {
-                let checks: SmallVec<[Check<'_>; 4]> = counts
-                    .iter()
-                    .map(|c| Check {
-                        limit: &c.limited.limit,
-                        key: c.key,
-                        cost: c.cost,
-                    })
-                    .collect();
-                match store.check(&checks) {
-                    Ok(Checked { allowed, decisions }) => Counted {
-                        allowed,
-                        decisions,
-                        fallback: None,
-                    },
-                    Err(e) => {
-                        tracing::error!(error = %e, "ShouldRateLimit: cannot decide");
-                        Counted {
-                            allowed: true,
-                            decisions: Vec::new(),
-                            fallback: None,
-                        }
-                    }
-                }
-            }
-            Self::Shared(shared) => {
-                let checks: SmallVec<[SharedCheck<'_>; 4]> = counts
-                    .iter()
-                    .map(|c| SharedCheck {
-                        limit_id: c.limited.limit.id(),
-                        spec: &c.limited.spec,
-                        limiter: &c.limited.limiter,
-                        key: c.key,
-                        cost: c.cost,
-                        reserve: 0,
-                    })
-                    .collect();
-                let decided = shared.check(&checks).await;
+        let checks = Self::checks(counts);
+        match self.0.check(&checks).await {
+            Ok(checked) => Counted {
+                allowed: checked.allowed,
+                fallback: checked.fallback(),
+                decisions: checked.decisions.into_vec(),
+            },
+            Err(e) => {
+                tracing::error!(error = %e, "ShouldRateLimit: cannot decide");
                 Counted {
-                    allowed: decided.checked.allowed,
-                    decisions: decided.checked.decisions,
-                    fallback: match decided.by {
-                        DecidedBy::Fallback(f) => Some(f),
-                        DecidedBy::Store | DecidedBy::Cache => None,
-                    },
+                    allowed: true,
+                    decisions: Vec::new(),
+                    fallback: None,
                 }
             }
         }
@@ -114,22 +86,23 @@ impl Counters {
     /// (shadow-mode counts). On the shared store they go out together, so
     /// that its batching can put them in one round trip.
     pub async fn check_each(&self, counts: &[Count<'_>]) -> Counted {
-        let each = counts.iter().map(|c| self.check(std::slice::from_ref(c)));
-        let all = futures_util::future::join_all(each).await;
+        let checks = Self::checks(counts);
+        let all = self.0.check_each(&checks).await;
         Counted {
-            allowed: all.iter().all(|c| c.allowed),
+            allowed: all.iter().all(|c| c.as_ref().is_ok_and(|c| c.allowed)),
             decisions: counts
                 .iter()
                 .zip(&all)
-                .map(|(c, counted)| {
-                    counted
-                        .decisions
-                        .first()
-                        .copied()
+                .map(|(c, one)| {
+                    one.as_ref()
+                        .ok()
+                        .and_then(|checked| checked.decisions.first().copied())
                         .unwrap_or(Decision::full(c.limited.spec.burst))
                 })
                 .collect(),
-            fallback: all.iter().find_map(|c| c.fallback),
+            fallback: all
+                .iter()
+                .find_map(|c| c.as_ref().ok().and_then(|c| c.fallback())),
         }
     }
 }

@@ -16,9 +16,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use sluice_core::{AlgorithmKind, LimitSpec, Limiter, Rate};
+use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use sluice_policy::LimitLabels;
-use sluice_store::{Limit, MemoryStore};
+use sluice_store::seam::{Counter, CounterDef, Store};
 
 use crate::yaml_config::{YamlConfig, YamlDescriptor};
 
@@ -134,10 +134,8 @@ impl Rule {
 pub struct Limited {
     /// Algorithm, rate and burst.
     pub spec: LimitSpec,
-    /// The algorithm with its parameters (for the shared store).
-    pub limiter: Limiter,
-    /// Its state in the memory store; its id names it in the shared store.
-    pub limit: Arc<Limit>,
+    /// Its counter in the store.
+    pub counter: Counter,
 }
 
 #[derive(Debug)]
@@ -178,7 +176,7 @@ impl Rules {
     /// Loads a YAML file, creating each rule's limit in `store`.
     pub fn load(
         path: &Path,
-        store: &MemoryStore,
+        store: &dyn Store,
         algorithm: AlgorithmKind,
     ) -> Result<Self, RulesError> {
         let file = path.display().to_string();
@@ -193,7 +191,7 @@ impl Rules {
     pub fn from_yaml(
         file: &str,
         text: &str,
-        store: &MemoryStore,
+        store: &dyn Store,
         algorithm: AlgorithmKind,
     ) -> Result<Self, RulesError> {
         let config: YamlConfig = serde_yaml_ng::from_str(text).map_err(|e| {
@@ -246,7 +244,7 @@ impl Rules {
 struct Compile<'a> {
     file: &'a str,
     domain: &'a str,
-    store: &'a MemoryStore,
+    store: &'a dyn Store,
     algorithm: AlgorithmKind,
 }
 
@@ -299,16 +297,15 @@ impl Compile<'_> {
                         burst: rpu,
                         nodelay: true,
                     };
-                    let limiter = spec.build().map_err(|e| err(e.to_string()))?;
                     let id = format!(
                         "envoy:{}/{path}/{}/{rate}/{rpu}",
                         self.domain,
                         self.algorithm.name()
                     );
+                    let def = CounterDef::new(&id, spec).map_err(|e| err(e.to_string()))?;
                     Some(Limited {
                         spec,
-                        limiter,
-                        limit: self.store.limit(&id, limiter),
+                        counter: self.store.counter(def),
                     })
                 };
                 Some(Arc::new(Rule {
@@ -354,7 +351,7 @@ fn sanitize(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_store::MemoryStoreConfig;
+    use sluice_store::{MemoryStore, MemoryStoreConfig};
 
     const YAML: &str = r#"
 domain: edge

@@ -11,7 +11,7 @@
 //!   `duration_until_reset` (for a refused descriptor: until it could pass);
 //!   `response_headers_to_add` carries the `RateLimit-Policy`/`RateLimit`
 //!   fields, and `Retry-After` when over the limit.
-//! - With a shared store ([`EnvoyRls::with_shared`]), the counters live in
+//! - On a shared store (see [`EnvoyRls::new`]), the counters live in
 //!   Redis. When Redis cannot decide, the store's fallback does and the
 //!   answer carries `Sluice-Fallback: local|allow|deny`; the `deny`
 //!   fallback answers `OVER_LIMIT` for every enforced descriptor (Envoy
@@ -41,8 +41,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use sluice_core::{Decision, Nanos};
 use sluice_policy::LimitResult;
-use sluice_redis::SharedStore;
-use sluice_store::{KeyHasher, KeyId, MemoryStore};
+use sluice_store::seam::Store;
+use sluice_store::{KeyHasher, KeyId};
 use tonic::{Request, Response, Status};
 
 use crate::counters::{Count, Counters};
@@ -151,21 +151,20 @@ struct Matched<'a> {
 }
 
 impl EnvoyRls {
-    /// A service over compiled rules whose limits live in `store`.
-    pub fn new(rules: Arc<Rules>, store: Arc<MemoryStore>) -> Self {
+    /// A service over compiled rules whose limits live in `store` (the
+    /// store they were compiled with: see [`Rules::load`]).
+    pub fn new(rules: Arc<Rules>, store: Arc<dyn Store>) -> Self {
         Self {
             rules,
-            counters: Counters::Memory(store),
+            counters: Counters(store),
             hasher: KeyHasher::random(),
         }
     }
 
-    /// Counts on a shared store (Redis) instead of the memory store, with
-    /// its fallback when Redis cannot decide. The hasher must be keyed by
-    /// the secret every instance shares, so that they name a descriptor's
-    /// counters alike.
-    pub fn with_shared(mut self, shared: Arc<SharedStore>, hasher: KeyHasher) -> Self {
-        self.counters = Counters::Shared(shared);
+    /// Names descriptors' counters with `hasher`. On a store shared by
+    /// instances it must be keyed by the secret every instance shares, so
+    /// that they name a descriptor's counters alike.
+    pub fn with_hasher(mut self, hasher: KeyHasher) -> Self {
         self.hasher = hasher;
         self
     }
@@ -318,16 +317,16 @@ impl EnvoyRls {
         if let Some(f) = fallback {
             add("Sluice-Fallback", f.name().to_owned());
         }
-        if let Some(v) = sluice_http::headers::policy_field(&results) {
+        if let Some(v) = sluice_headers::policy_field(&results) {
             add("RateLimit-Policy", v);
         }
-        if let Some(v) = sluice_http::headers::ratelimit_field(&results) {
+        if let Some(v) = sluice_headers::ratelimit_field(&results) {
             add("RateLimit", v);
         }
         if over {
             add(
                 "Retry-After",
-                sluice_http::headers::retry_after_secs(retry).to_string(),
+                sluice_headers::retry_after_secs(retry).to_string(),
             );
         }
         Ok(RateLimitResponse {

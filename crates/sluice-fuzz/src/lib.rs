@@ -287,7 +287,7 @@ fn check_engine() -> &'static Engine {
 /// handler's steps up to its decision: the method parsed, the header map
 /// built (a body whose fields do not convert is skipped, as the handler
 /// answers it with 400), the query cut off the path, and the request
-/// decided with [`Engine::decide_local`] on an engine built once from
+/// decided with [`Engine::decide_now`] on an engine built once from
 /// `examples/quickstart.toml`: the handler's own steps
 /// ([`CheckRequest::parts`]); the verdict is then rendered as the handler
 /// renders it (JSON body and header fields).
@@ -303,14 +303,14 @@ pub fn check_json(data: &[u8]) {
     let Ok((method, headers, path)) = req.parts() else {
         return;
     };
-    let decided = check_engine().decide_local(&RequestInfo {
+    let decided = check_engine().decide_now(&RequestInfo {
         method: &method,
         path,
         headers: &headers,
         peer: req.client_ip,
         cost: req.cost,
     });
-    if let Ok(verdict) = decided {
+    if let Some(Ok(verdict)) = decided {
         let body = serde_json::to_vec(&sluice_http::verdict_json::VerdictJson::new(&verdict));
         assert!(body.is_ok(), "a verdict does not serialize: {body:?}");
         let mut out = HeaderMap::new();
@@ -403,7 +403,7 @@ fn rls() -> &'static (EnvoyRls, tokio::runtime::Runtime) {
             panic!("examples/envoy.toml has no [envoy] table");
         };
         let engine = Engine::new(policy);
-        let rules = match Rules::load(&envoy.config, engine.store(), envoy.algorithm) {
+        let rules = match Rules::load(&envoy.config, engine.store().as_ref(), envoy.algorithm) {
             Ok(r) => r,
             Err(e) => panic!("examples/envoy/ratelimit.yaml does not load: {e}"),
         };

@@ -327,7 +327,7 @@ struct CreditsBody {
 }
 
 async fn get_credits(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
-    Json(serde_json::json!({ "credits": admin.engine.credits_now(&key).await })).into_response()
+    Json(serde_json::json!({ "credits": admin.engine.credits(&key).await })).into_response()
 }
 
 async fn put_credits(

@@ -300,9 +300,8 @@ where
         if let Ok(Cow::Owned(path)) = canonical(req.uri().path()) {
             set_path(req.uri_mut(), &path);
         }
-        if shared.engine.shared().is_none() {
-            // The memory store decides without waiting.
-            let decided = shared.engine.decide_local(&request_info(&req, peer));
+        // A store in this process decides without waiting: no future.
+        if let Some(decided) = shared.engine.decide_now(&request_info(&req, peer)) {
             if let Some(m) = &shared.metrics {
                 m.record_result(&decided);
             }

@@ -26,7 +26,7 @@ pub mod conn_limits;
 pub mod control;
 pub mod data_plane;
 pub mod guarded_body;
-pub mod headers;
+pub use sluice_headers as headers;
 pub mod layer;
 pub mod layer_builder;
 pub mod listener;

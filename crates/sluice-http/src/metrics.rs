@@ -43,8 +43,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use sluice_policy::{DecideError, Engine, LimitLabels, Verdict};
-use sluice_redis::{Fallback, SharedStore};
+use sluice_policy::{DecideError, Engine, LimitLabels, Outcome, Verdict};
+use sluice_store::seam::{BreakerState, RemoteHealth};
 
 use crate::account_events::AccountEvents;
 use crate::conn_limits::ConnLimits;
@@ -71,6 +71,19 @@ pub enum RequestOutcome {
     invalid,
     /// Refused by the `deny` fallback while Redis was down (503).
     store_unavailable,
+}
+
+impl From<Outcome> for RequestOutcome {
+    fn from(o: Outcome) -> Self {
+        match o {
+            Outcome::Allowed | Outcome::Delayed => Self::allowed,
+            Outcome::Limited => Self::limited,
+            Outcome::StoreUnavailable => Self::store_unavailable,
+            Outcome::MissingKey => Self::missing_key,
+            Outcome::Denied => Self::denied,
+            Outcome::Invalid => Self::invalid,
+        }
+    }
 }
 
 /// One limit's outcome for one request.
@@ -167,10 +180,10 @@ impl Metrics {
             queue_wait.clone(),
         );
         let store_latency = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
-        if let Some(shared) = engine.shared() {
-            let h = store_latency.clone();
-            shared.observe_calls(Box::new(move |took, _ok| h.observe(took.as_secs_f64())));
-        }
+        let h = store_latency.clone();
+        engine
+            .store()
+            .observe_calls(Box::new(move |took, _ok| h.observe(took.as_secs_f64())));
         registry.register(
             "sluice_store_latency_seconds",
             "Latency of calls to the shared store (Redis)",
@@ -208,13 +221,7 @@ impl Metrics {
 
     /// Records a decided request.
     pub fn record(&self, verdict: &Verdict) {
-        let outcome = if verdict.allowed {
-            RequestOutcome::allowed
-        } else if verdict.fallback == Some(Fallback::Deny) {
-            RequestOutcome::store_unavailable
-        } else {
-            RequestOutcome::limited
-        };
+        let outcome = RequestOutcome::from(Outcome::of_verdict(verdict));
         self.requests
             .get_or_create(&RequestLabels { outcome })
             .inc();
@@ -276,13 +283,7 @@ impl Metrics {
 
     /// Records a request that could not be decided.
     pub fn record_error(&self, e: &DecideError) {
-        let outcome = match e {
-            DecideError::MissingKey(_) => RequestOutcome::missing_key,
-            DecideError::Denied => RequestOutcome::denied,
-            DecideError::Impossible { .. }
-            | DecideError::Path(_)
-            | DecideError::AmbiguousKey(_) => RequestOutcome::invalid,
-        };
+        let outcome = RequestOutcome::from(Outcome::of_error(e));
         self.requests
             .get_or_create(&RequestLabels { outcome })
             .inc();
@@ -436,19 +437,16 @@ fn gauge(
 
 impl Collector for LiveState {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let store = if self.engine.shared().is_some() {
-            "redis"
-        } else {
-            "memory"
-        };
+        let health = self.engine.remote_health();
+        let store = if health.is_some() { "redis" } else { "memory" };
         gauge(
             &mut encoder,
             "sluice_store_info",
             "The store the limits live in",
             &[(vec![("store".to_owned(), store.to_owned())], 1)],
         )?;
-        if let Some(shared) = self.engine.shared() {
-            encode_shared(&mut encoder, shared)?;
+        if let Some(health) = &health {
+            encode_remote(&mut encoder, health)?;
         }
         encode_listeners(&mut encoder, &self.listeners.lock())?;
         if let Some(r) = &self.reloader {
@@ -512,57 +510,51 @@ impl Collector for LiveState {
     }
 }
 
-fn encode_shared(
-    encoder: &mut DescriptorEncoder,
-    shared: &SharedStore,
-) -> Result<(), std::fmt::Error> {
-    let c = shared.counters();
-    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    let mode = shared.options().fallback.name();
+fn encode_remote(encoder: &mut DescriptorEncoder, h: &RemoteHealth) -> Result<(), std::fmt::Error> {
+    let mode = h.fallback.name();
     counter(
         encoder,
         "sluice_fallback_decisions",
         "Decisions made by the fallback while Redis could not decide",
-        &[(&[("mode", mode)], load(&c.fallback_decisions))],
+        &[(&[("mode", mode)], h.fallback_decisions)],
     )?;
     counter(
         encoder,
         "sluice_store_errors",
         "Failed calls to Redis, by kind",
         &[
-            (&[("kind", "error")], load(&c.store_errors)),
-            (&[("kind", "timeout")], load(&c.store_timeouts)),
+            (&[("kind", "error")], h.store_errors),
+            (&[("kind", "timeout")], h.store_timeouts),
         ],
     )?;
     counter(
         encoder,
         "sluice_store_over_limit_cache_hits",
         "Refusals answered by the over-limit cache without a Redis call",
-        &[(&[], load(&c.cache_hits))],
+        &[(&[], h.cache_hits)],
     )?;
-    let (owed, settled, dropped) = shared.owed();
     counter(
         encoder,
         "sluice_store_fallback_settled",
         "Cost the fallback admitted during an outage and charged to Redis after it",
-        &[(&[], settled)],
+        &[(&[], h.owed_settled)],
     )?;
     counter(
         encoder,
         "sluice_store_fallback_unrecorded",
         "Fallback admissions not recorded for charging to Redis (the ledger was full)",
-        &[(&[], dropped)],
+        &[(&[], h.owed_dropped)],
     )?;
     gauge(
         encoder,
         "sluice_store_fallback_owed_keys",
         "(limit, key) pairs whose fallback admissions Redis has not been charged yet",
-        &[(Vec::new(), i64::try_from(owed).unwrap_or(i64::MAX))],
+        &[(Vec::new(), i64::try_from(h.owed_pairs).unwrap_or(i64::MAX))],
     )?;
-    let state = match shared.breaker_state() {
-        sluice_redis::breaker::BreakerState::Closed => 0,
-        sluice_redis::breaker::BreakerState::Open => 1,
-        sluice_redis::breaker::BreakerState::HalfOpen => 2,
+    let state = match h.breaker {
+        BreakerState::Closed => 0,
+        BreakerState::Open => 1,
+        BreakerState::HalfOpen => 2,
     };
     gauge(
         encoder,

@@ -43,17 +43,14 @@ pub struct Reloader {
     removed_limits: AtomicU64,
     removed_plans: AtomicU64,
     /// `sluice serve --store-url`: replaces every loaded config's store URL.
-    store_url: Option<Option<sluice_redis::StoreUrl>>,
+    store_url: Option<Option<sluice_store_url::StoreUrl>>,
     /// The hash of the config text in force.
     version: Mutex<String>,
 }
 
 /// A short, stable hash of a config's text: its version.
 pub fn config_version(text: &str) -> String {
-    format!(
-        "{:08x}",
-        sluice_redis::shared::fnv1a(text.as_bytes()) as u32
-    )
+    format!("{:08x}", sluice_store::fnv1a(text.as_bytes()) as u32)
 }
 
 /// What a reload did.
@@ -84,7 +81,7 @@ impl Reloader {
 
     /// Applies a `--store-url` override to every reloaded config (`None`
     /// inside: the memory store).
-    pub fn with_store_url(mut self, url: Option<sluice_redis::StoreUrl>) -> Self {
+    pub fn with_store_url(mut self, url: Option<sluice_store_url::StoreUrl>) -> Self {
         self.store_url = Some(url);
         self
     }

@@ -186,7 +186,7 @@ impl Servers {
             loop {
                 tick.tick().await;
                 let store = store.clone();
-                let _ = tokio::task::spawn_blocking(move || store.purge_expired()).await;
+                let _ = tokio::task::spawn_blocking(move || store.purge_idle()).await;
             }
         });
 

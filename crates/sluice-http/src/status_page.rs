@@ -96,24 +96,19 @@ pub async fn status(Extension(state): Extension<StatusState>) -> Json<Status> {
     .into_iter()
     .map(|o| m.requests(o))
     .sum();
-    let store = match state.engine.shared() {
+    let store = match state.engine.remote_health() {
         None => StoreStatus {
             kind: "memory",
             breaker: "closed",
             fallback_decisions: 0,
             errors: 0,
         },
-        Some(s) => {
-            let c = s.counters();
-            let load =
-                |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-            StoreStatus {
-                kind: "redis",
-                breaker: s.breaker_state().name(),
-                fallback_decisions: load(&c.fallback_decisions),
-                errors: load(&c.store_errors) + load(&c.store_timeouts),
-            }
-        }
+        Some(h) => StoreStatus {
+            kind: "redis",
+            breaker: h.breaker.name(),
+            fallback_decisions: h.fallback_decisions,
+            errors: h.store_errors + h.store_timeouts,
+        },
     };
     Json(Status {
         uptime_s: state.started.elapsed().as_secs_f64(),

@@ -82,7 +82,7 @@ fn limit_json(r: &LimitResult) -> LimitJson<'_> {
 
 /// The problem body of a refusal: which limits refused, and when to retry.
 pub fn refusal(verdict: &Verdict) -> Problem {
-    if verdict.fallback == Some(sluice_redis::Fallback::Deny) {
+    if verdict.store_unavailable() {
         let retry = retry_after_secs(verdict.retry_after().unwrap_or(0));
         return Problem {
             kind: STORE_UNAVAILABLE.into(),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use http::{HeaderMap, Method};
 use sluice_core::{LimitSpec, Limiter};
+use sluice_store::seam::CounterDef;
 use toml::Spanned;
 
 use crate::client_ip::TrustedProxies;
@@ -50,6 +51,9 @@ pub struct LimitDef {
     /// Priority classes: the most of the burst (percent, 1 to 99) that the
     /// keys of a plan may use; plans not listed may use all of it.
     pub max_share: BTreeMap<String, u8>,
+    /// What a store counts for it: the extended bucket of a delay limit
+    /// ([`DelayDef`]), else its own, under its identity.
+    pub counted: CounterDef,
 }
 
 impl LimitDef {
@@ -65,11 +69,8 @@ impl LimitDef {
 
     /// The bucket the limit counts on: the extended one of a delay limit
     /// ([`DelayDef`]), else its own.
-    pub fn counter(&self) -> (&LimitSpec, &Limiter) {
-        match &self.delay {
-            Some(d) => (&d.spec, &d.limiter),
-            None => (&self.spec, &self.limiter),
-        }
+    pub fn counter(&self) -> &CounterDef {
+        &self.counted
     }
 }
 
@@ -586,6 +587,16 @@ impl Policy {
         self.client_key.as_ref()
     }
 
+    /// Who a request is from, as the limits name the client: the key its
+    /// `[client] key` gives (the network of its IP for `ip`, the empty key
+    /// for `global`), or, without one, its network. `None` when it lacks
+    /// the key or gives it ambiguously.
+    pub fn client_of<'a>(&self, req: &RequestInfo<'a>) -> Option<KeyText<'a>> {
+        let ip = KeySource::Ip;
+        let source = self.client_key.as_ref().unwrap_or(&ip);
+        key_of(source, req, &self.trusted).ok().flatten()
+    }
+
     /// The limits that apply to a request, with their keys and costs.
     pub fn resolve<'p>(&'p self, req: &RequestInfo<'p>) -> Result<AppliedLimits<'p>, KeyError> {
         self.resolve_with(req, |_| None)
@@ -880,6 +891,9 @@ fn compile_limit(
     if let Some(d) = &delay {
         id.push_str(&format!("/delay:{}", d.max_delay));
     }
+    let counted_spec = delay.as_ref().map_or(spec, |d| d.spec);
+    let counted = CounterDef::new(&id, counted_spec)
+        .map_err(|e| at_span(l.span(), format!("limit `{name}`: {e}")))?;
     let name: Arc<str> = name.into();
     let labels = Arc::new(LimitLabels {
         limit: name.clone(),
@@ -900,6 +914,7 @@ fn compile_limit(
         enforce_percent,
         delay,
         max_share,
+        counted,
     })
 }
 

@@ -127,18 +127,6 @@ impl RuntimePlans {
             .collect()
     }
 
-    /// The same assignments under another hasher (only those whose raw key
-    /// is known can be rehashed; none other exist before a store is
-    /// attached).
-    pub fn rehashed(&self, hasher: &KeyHasher) -> Self {
-        let by_id = self
-            .by_id
-            .values()
-            .filter_map(|a| Some((hasher.key_id(a.key.as_deref()?), a.clone())))
-            .collect();
-        Self { by_id }
-    }
-
     /// The assignments a shared store holds, replacing these; raw keys
     /// known here are kept for the ids that remain.
     pub fn mirrored(&self, remote: HashMap<KeyId, String>) -> Self {
@@ -198,10 +186,13 @@ mod tests {
     }
 
     #[test]
-    fn rehashing_moves_named_assignments_to_the_new_ids() {
+    fn assignments_are_named_by_the_hasher_they_are_loaded_with() {
+        // An engine is built with its final hasher (a shared store's, keyed
+        // by the secret every instance shares): the keys file's
+        // assignments are found under it, and under no other.
         let (a, b) = (KeyHasher::from_secret(b"a"), KeyHasher::from_secret(b"b"));
         let entries = [("alice".to_owned(), "pro".to_owned())];
-        let plans = RuntimePlans::from_keys(&entries, &a).rehashed(&b);
+        let plans = RuntimePlans::from_keys(&entries, &b);
         assert_eq!(plans.plan(b.key_id("alice")), Some("pro"));
         assert_eq!(plans.plan(a.key_id("alice")), None);
         let (none, had) = plans.without(b.key_id("alice"));

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use sluice_redis::{Fallback, SharedOptions, StoreUrl};
+use sluice_store::seam::Fallback;
+use sluice_store_url::StoreUrl;
 
 use crate::ConfigError;
 use crate::config::{FallbackConfig, Source, StoreConfig};
@@ -13,10 +14,48 @@ use crate::config::{FallbackConfig, Source, StoreConfig};
 pub struct StoreSettings {
     /// The shared store, or `None` for the embedded memory store.
     pub url: Option<StoreUrl>,
-    /// How the shared store behaves (ignored for the memory store).
-    pub shared: SharedOptions,
+    /// How the shared store's protection behaves (ignored for the memory
+    /// store).
+    pub shared: SharedSettings,
+    /// Whether concurrent decisions share script calls on the shared store.
+    pub batch: bool,
     /// The most keys the memory store tracks, per limit.
     pub max_keys: usize,
+}
+
+/// How a shared store degrades: `[store]`'s timeout, fallback and
+/// breaker, resolved. (The binary hands them to the store's protection.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedSettings {
+    /// The longest a decision waits for the shared store.
+    pub timeout: Duration,
+    /// Who decides while it cannot.
+    pub fallback: Fallback,
+    /// How many instances share the limits: the local fallback admits
+    /// `1/expected_instances` of each.
+    pub expected_instances: u32,
+    /// Failures in a row that open the breaker.
+    pub breaker_failures: u32,
+    /// How long the breaker stays open before it probes.
+    pub breaker_open: Duration,
+    /// Whether refused requests are cached until their retry time.
+    pub over_limit_cache: bool,
+    /// The most keys the local fallback tracks per limit.
+    pub local_max_keys: usize,
+}
+
+impl Default for SharedSettings {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_millis(10),
+            fallback: Fallback::Local,
+            expected_instances: 1,
+            breaker_failures: 3,
+            breaker_open: Duration::from_millis(500),
+            over_limit_cache: true,
+            local_max_keys: 100_000,
+        }
+    }
 }
 
 /// Parses a store URL: `None` for `memory://`.
@@ -53,8 +92,8 @@ impl StoreSettings {
                     )
                 })
         };
-        let defaults = SharedOptions::default();
-        let shared = SharedOptions {
+        let defaults = SharedSettings::default();
+        let shared = SharedSettings {
             timeout: duration(&store.timeout, "timeout", defaults.timeout)?,
             fallback: match store.fallback {
                 FallbackConfig::Local => Fallback::Local,
@@ -65,12 +104,12 @@ impl StoreSettings {
             breaker_failures: store.breaker_failures.max(1),
             breaker_open: duration(&store.breaker_open, "breaker_open", defaults.breaker_open)?,
             over_limit_cache: store.over_limit_cache,
-            batch: store.batch,
             local_max_keys: store.max_keys,
         };
         Ok(Self {
             url,
             shared,
+            batch: store.batch,
             max_keys: store.max_keys,
         })
     }

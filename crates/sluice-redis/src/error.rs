@@ -6,13 +6,8 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum RedisStoreError {
     /// The store URL is malformed. The message never contains a password.
-    #[error("invalid store URL `{url}`: {reason}")]
-    BadUrl {
-        /// The URL with any password replaced by `***`.
-        url: String,
-        /// What is wrong with it.
-        reason: String,
-    },
+    #[error(transparent)]
+    BadUrl(#[from] sluice_store_url::BadUrl),
     /// Redis answered with an error, or the connection failed.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),

@@ -7,20 +7,17 @@
 //!   holds a key.
 //! - [`store`]: [`RedisStore`], all-or-nothing decisions over several limits
 //!   in one atomic Lua step, on Redis's own clock.
-//! - [`shared`]: [`SharedStore`], Redis as the engine uses it: behind a
-//!   timeout, a [`breaker`], an [`over_limit`] cache and a fallback (the
-//!   [`local`] one enforces each instance's share in memory).
+//! - [`remote`]: [`RedisRemote`], Redis as a
+//!   [`Remote`](sluice_protect::Remote) store, connected in the background,
+//!   for [`Protected`](sluice_protect::Protected) to wrap ([`shared`]).
 //! - [`runtime_state`]: [`RuntimeState`], runtime plan assignments and
 //!   burst credits shared by every instance, and the watcher that keeps
 //!   each instance's copy current.
 
-pub mod breaker;
 pub mod error;
-pub mod ledger;
-pub mod local;
-pub mod over_limit;
+pub mod remote;
+mod runtime_seam;
 pub mod runtime_state;
-pub mod shared;
 pub mod store;
 pub mod topology;
 pub mod url;
@@ -28,9 +25,26 @@ pub mod url;
 mod batch;
 mod script;
 
+use std::sync::Arc;
+
 pub use batch::BatchConfig;
 pub use error::RedisStoreError;
+pub use remote::RedisRemote;
 pub use runtime_state::{RuntimeSink, RuntimeState};
-pub use shared::{DecidedBy, Fallback, SharedCheck, SharedChecked, SharedOptions, SharedStore};
 pub use store::{RedisCheck, RedisStore, key_name};
 pub use url::StoreUrl;
+
+/// Redis behind its protection: the shared store as the engine uses it.
+pub type SharedStore = sluice_protect::Protected<RedisRemote>;
+
+/// The shared store for `url`: Redis (connected in the background) behind
+/// a timeout, a breaker, an over-limit cache and a fallback; `batch`:
+/// whether concurrent decisions share script calls. Must be called within
+/// a tokio runtime.
+pub fn shared(
+    url: StoreUrl,
+    batch: bool,
+    opts: sluice_protect::ProtectOptions,
+) -> Arc<SharedStore> {
+    sluice_protect::Protected::start(RedisRemote::new(url, batch), opts)
+}

@@ -34,9 +34,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use sluice_store::KeyId;
 
-use crate::{RedisStoreError, SharedStore};
+use crate::RedisStoreError;
+use crate::remote::RedisRemote;
 
 /// The hash tag of every runtime key.
 pub const RUNTIME_TAG: &str = "runtime";
@@ -100,24 +102,43 @@ pub struct Versions {
     pub credits: u64,
 }
 
-/// Plans and credits in Redis, through a [`SharedStore`]'s connections.
-/// Cheap to clone.
+/// Plans and credits in Redis, through a [`RedisRemote`]'s connections,
+/// with this instance's copy of the credit balances (kept current by the
+/// watcher). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct RuntimeState {
-    shared: Arc<SharedStore>,
+    remote: Arc<RedisRemote>,
     set_field: Arc<redis::Script>,
     spend: Arc<redis::Script>,
     refund: Arc<redis::Script>,
+    /// The balances as last loaded or changed here: a request spends
+    /// credits (a round trip) only for a key this copy says has enough.
+    pub(crate) mirror: Arc<Mutex<HashMap<KeyId, u64>>>,
 }
 
 impl RuntimeState {
-    /// The runtime state in the Redis deployment of `shared`.
-    pub fn new(shared: Arc<SharedStore>) -> Self {
+    /// The runtime state in the Redis deployment of `remote`.
+    pub fn new(remote: Arc<RedisRemote>) -> Self {
         Self {
-            shared,
+            remote,
             set_field: Arc::new(redis::Script::new(SET_FIELD)),
             spend: Arc::new(redis::Script::new(SPEND)),
             refund: Arc::new(redis::Script::new(REFUND)),
+            mirror: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// A key's balance in this instance's copy.
+    pub fn mirrored_credits(&self, key: KeyId) -> u64 {
+        self.mirror.lock().get(&key).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn mirror_credits(&self, key: KeyId, credits: u64) {
+        let mut all = self.mirror.lock();
+        if credits == 0 {
+            all.remove(&key);
+        } else {
+            all.insert(key, credits);
         }
     }
 
@@ -126,7 +147,7 @@ impl RuntimeState {
         timeout: Duration,
         run: impl AsyncFnOnce(&mut crate::store::Conn) -> redis::RedisResult<T>,
     ) -> Result<T, RedisStoreError> {
-        let mut conn = self.shared.conn(RUNTIME_TAG)?;
+        let mut conn = self.remote.conn(RUNTIME_TAG)?;
         tokio::time::timeout(timeout, run(&mut conn))
             .await
             .map_err(|_| RedisStoreError::Timeout(timeout))?
@@ -318,23 +339,29 @@ pub fn spawn_watch(
         loop {
             tick.tick().await;
             let Some(sink) = sink.upgrade() else { return };
-            match poll_once(&state, &*sink, &mut seen).await {
-                Ok(()) if failing => {
-                    failing = false;
-                    tracing::info!("runtime plans and credits are read from Redis again");
-                }
-                Ok(()) => {}
-                Err(e) if !failing => {
-                    failing = true;
-                    tracing::warn!(
-                        error = %e,
-                        "cannot read runtime plans and credits from Redis: keeping the last ones loaded"
-                    );
-                }
-                Err(_) => {}
-            }
+            let polled = poll_once(&state, &*sink, &mut seen).await;
+            report(&mut failing, polled);
         }
     })
+}
+
+/// Logs a watcher's outage once, and its recovery once.
+pub(crate) fn report(failing: &mut bool, polled: Result<(), RedisStoreError>) {
+    match polled {
+        Ok(()) if *failing => {
+            *failing = false;
+            tracing::info!("runtime plans and credits are read from Redis again");
+        }
+        Ok(()) => {}
+        Err(e) if !*failing => {
+            *failing = true;
+            tracing::warn!(
+                error = %e,
+                "cannot read runtime plans and credits from Redis: keeping the last ones loaded"
+            );
+        }
+        Err(_) => {}
+    }
 }
 
 /// The versions a watcher has loaded (`None`: not loaded yet).

@@ -7,7 +7,7 @@
 //! [`KeyId`] in hex (a keyed hash; the raw key never reaches Redis) as the
 //! hash tag, so all of one client's limits share one Cluster slot, and a
 //! short, stable, non-secret hash of [`RedisCheck::limit_id`]
-//! ([`limit_tag`](crate::shared::limit_tag), in hex). Every key
+//! ([`limit_tag`](sluice_store::limit_tag), in hex). Every key
 //! outlives its state's `idle_at` (sluice-core: when the limit is full
 //! again, and the key can be forgotten) and expires within twice the time
 //! to get there: a write keeps the key's TTL when it still covers the new
@@ -73,7 +73,7 @@ pub struct RedisCheck<'a> {
 
 /// The Redis key holding the state of `limit_id` for `key`:
 /// `sluice:{<key id hex>}:<limit tag>`, the limit tag being
-/// [`limit_tag`](crate::shared::limit_tag) in 16 hex digits.
+/// [`limit_tag`](sluice_store::limit_tag) in 16 hex digits.
 pub fn key_name(limit_id: &str, key: KeyId) -> String {
     use std::fmt::Write;
     let mut name = String::with_capacity(KEY_NAME_LEN);
@@ -82,7 +82,7 @@ pub fn key_name(limit_id: &str, key: KeyId) -> String {
         name,
         "sluice:{{{:032x}}}:{:016x}",
         key.0,
-        crate::shared::limit_tag(limit_id)
+        sluice_store::limit_tag(limit_id)
     );
     name
 }
@@ -557,7 +557,7 @@ mod tests {
             format!(
                 "sluice:{{{}}}:{:016x}",
                 key.to_hex(),
-                crate::shared::limit_tag("api/per-key")
+                sluice_store::limit_tag("api/per-key")
             )
         );
         assert_eq!(hash_tag(&name), key.to_hex());

@@ -4,14 +4,13 @@
 //! and keys then come from the policy's own rules).
 
 use std::io::BufRead;
-use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use sluice_core::{ManualClock, Nanos};
 use sluice_policy::{
-    Config, ConfigError, DecideError, Engine, KeySource, Policy, RequestInfo, Source,
+    Config, ConfigError, DecideError, Engine, KeySource, KeyText, Policy, RequestInfo, Source,
 };
 use sluice_store::{KeyHasher, MemoryStore, MemoryStoreConfig};
 
@@ -61,41 +60,9 @@ pub enum SimError {
     Io(#[from] std::io::Error),
 }
 
-/// What the server would have done with a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    /// Admitted at once.
-    Allowed,
-    /// Admitted after a delay (leaky bucket queueing).
-    Delayed,
-    /// Refused by a limit: 429.
-    Limited,
-    /// A key the limits need is missing: 401.
-    MissingKey,
-    /// The client is on the deny list: 403.
-    Denied,
-    /// Refused as a bad request, 400: it costs more than a limit can ever
-    /// admit, its path has no canonical form, or its key is ambiguous.
-    Impossible,
-}
-
-impl Status {
-    /// The HTTP status `sluice serve` answers with.
-    pub fn http_status(self) -> u16 {
-        match self {
-            Self::Allowed | Self::Delayed => 200,
-            Self::Limited => 429,
-            Self::MissingKey => 401,
-            Self::Denied => 403,
-            Self::Impossible => 400,
-        }
-    }
-
-    /// Whether the request was admitted.
-    pub fn admitted(self) -> bool {
-        matches!(self, Self::Allowed | Self::Delayed)
-    }
-}
+/// What the server would have done with a request: the engine's
+/// [`Outcome`](sluice_policy::Outcome).
+pub use sluice_policy::Outcome as Status;
 
 /// The parser of the chosen format.
 #[derive(Debug)]
@@ -318,25 +285,18 @@ impl Simulator {
             peer: Some(entry.peer),
             cost: entry.cost,
         };
-        let decided = self.engine.decide_local(&req);
-        let status = match &decided {
-            Ok(v) if v.allowed && v.delay() > 0 => Status::Delayed,
-            Ok(v) if v.allowed => Status::Allowed,
-            Ok(_) => Status::Limited,
-            Err(DecideError::MissingKey(_)) => Status::MissingKey,
-            Err(DecideError::Denied) => Status::Denied,
-            Err(
-                DecideError::Impossible { .. }
-                | DecideError::Path(_)
-                | DecideError::AmbiguousKey(_),
-            ) => Status::Impossible,
-        };
-        let client = client_of(
-            self.client_key.as_ref(),
-            &self.policy,
-            entry.peer,
-            &self.headers,
-        );
+        // The memory store answers at once; an engine over any other store
+        // is a bug of the caller, reported as impossible.
+        let decided = self
+            .engine
+            .decide_now(&req)
+            .unwrap_or(Err(DecideError::Impossible {
+                limit: "the simulator needs a store in this process".into(),
+                cost: 0,
+                capacity: 0,
+            }));
+        let status = Status::of(&decided);
+        let client = client_of(self.client_key.as_ref(), &self.policy, &req);
         self.agg.record(time, client, status, decided.as_ref().ok());
         Ok(status)
     }
@@ -349,23 +309,19 @@ impl Simulator {
     }
 }
 
-/// Who a request is from, as the server names the client: its `[client]`
-/// key, or its IP address when the config names clients by IP or not at all.
-fn client_of<'h>(
-    source: Option<&KeySource>,
-    policy: &Policy,
-    peer: IpAddr,
-    headers: &'h HeaderMap,
-) -> Client<'h> {
+/// Who a request is from, as the server names the client (the policy reads
+/// its key): its `[client]` key, or its IP address when the config names
+/// clients by IP or not at all.
+fn client_of<'h>(source: Option<&KeySource>, policy: &Policy, req: &RequestInfo<'h>) -> Client<'h> {
     match source {
-        Some(KeySource::Header(name)) => headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map_or(Client::None, Client::Key),
         Some(KeySource::Global) => Client::Global,
-        Some(KeySource::Ip) | None => Client::Ip(policy.client_net(peer, headers).addr()),
+        Some(KeySource::Header(_)) => match policy.client_of(req) {
+            Some(KeyText::Borrowed(key)) => Client::Key(key),
+            _ => Client::None,
+        },
+        Some(KeySource::Ip) | None => req.peer.map_or(Client::None, |peer| {
+            Client::Ip(policy.client_net(peer, req.headers).addr())
+        }),
     }
 }
 

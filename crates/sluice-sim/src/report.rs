@@ -11,8 +11,8 @@ use sluice_policy::{LimitResult, Verdict};
 use sluice_store::KeyHasher;
 use smallvec::SmallVec;
 
-use crate::replay::Status;
 use crate::time::format_rfc3339;
+use sluice_policy::Outcome as Status;
 
 /// A cheap hasher for the aggregation maps (keys come from logs, not from
 /// attackers of this process).
@@ -50,10 +50,10 @@ impl Counts {
                 self.admitted += 1;
                 self.delayed += 1;
             }
-            Status::Limited => self.limited += 1,
+            Status::Limited | Status::StoreUnavailable => self.limited += 1,
             Status::MissingKey => self.missing_key += 1,
             Status::Denied => self.denied += 1,
-            Status::Impossible => self.impossible += 1,
+            Status::Invalid => self.impossible += 1,
         }
     }
 }

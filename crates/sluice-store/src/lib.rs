@@ -31,12 +31,18 @@ mod key;
 mod keyed;
 mod limit;
 mod memory;
+mod memory_runtime;
+mod memory_seam;
+pub mod seam;
 mod sync;
 mod table;
+mod tag;
 
 pub use direct::DirectLimiter;
 pub use key::{KeyHasher, KeyId};
 pub use keyed::KeyedLimiter;
 pub use limit::Limit;
 pub use memory::{Check, Checked, MemoryStore, MemoryStoreConfig};
+pub use memory_runtime::MemoryRuntime;
 pub use table::Table;
+pub use tag::{fnv1a, limit_tag};

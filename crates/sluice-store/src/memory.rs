@@ -102,14 +102,14 @@ fn same_state(a: &Check<'_>, b: &Check<'_>) -> bool {
 /// else the unique checks and, for each original check, its unique index.
 /// Where a check's state lives: its limit and shard. Locks are taken in
 /// this order.
-fn slot(c: &Check<'_>) -> (u64, usize) {
+pub(crate) fn slot(c: &Check<'_>) -> (u64, usize) {
     (c.limit.serial, c.limit.table.shard_of(c.key))
 }
 
 /// A check's decision once the request's fate is known: committed when the
 /// request is allowed; when it is not, the refusal, or (for a limit that
 /// would have allowed it) the limit as it stands, uncharged.
-fn settle(
+pub(crate) fn settle(
     guard: &mut Guard<'_>,
     check: &Check<'_>,
     outcome: Outcome<Update>,
@@ -306,6 +306,17 @@ impl<C: Clock> MemoryStore<C> {
             decisions.push(settle(&mut guards[guard_of(c)], c, o, allowed, now)?);
         }
         Ok(Checked { allowed, decisions })
+    }
+
+    /// How many limits are registered and alive (some handle to them is
+    /// held).
+    pub fn live_limits(&self) -> usize {
+        self.limits
+            .lock()
+            .by_id
+            .values()
+            .filter(|w| w.strong_count() > 0)
+            .count()
     }
 
     /// Drops every fully replenished key of every live limit. Returns how

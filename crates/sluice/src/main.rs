@@ -18,7 +18,7 @@ use sluice_http::metrics::Metrics;
 use sluice_http::reload::Reloader;
 use sluice_policy::store_settings::parse_store_url;
 use sluice_policy::{Engine, Policy};
-use sluice_redis::{SharedStore, StoreUrl};
+use sluice_redis::{RuntimeState, StoreUrl};
 use sluice_store::KeyHasher;
 
 /// Sluice: rate limits for APIs.
@@ -171,8 +171,7 @@ async fn serve(
     if grpc_listen.is_some() && envoy.is_none() {
         anyhow::bail!("--grpc-listen needs an [envoy] table in the config");
     }
-    let (engine, shared_hasher) = engine_for(policy).await;
-    let engine = Arc::new(engine);
+    let engine = Arc::new(engine_for(policy).await);
     // With Redis, runtime plans and credits changed through any instance
     // apply here within a poll.
     engine.watch_runtime_state(RUNTIME_POLL);
@@ -181,15 +180,13 @@ async fn serve(
     let rls = match &envoy {
         None => None,
         Some(e) => {
-            let rules = sluice_envoy::Rules::load(&e.config, engine.store(), e.algorithm)?;
+            let rules = sluice_envoy::Rules::load(&e.config, engine.store().as_ref(), e.algorithm)?;
             let addr = grpc_listen.unwrap_or(e.grpc_listen);
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot bind {addr}"))?;
-            let mut service = sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.store().clone());
-            if let (Some(shared), Some(hasher)) = (engine.shared(), shared_hasher) {
-                service = service.with_shared(shared.clone(), hasher);
-            }
+            let service = sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.store().clone())
+                .with_hasher(engine.hasher().clone());
             Some((listener, service))
         }
     };
@@ -263,15 +260,26 @@ async fn serve(
     Ok(())
 }
 
-/// The engine over the configured store. With Redis, it first tries to
-/// connect for a moment; if Redis is not there yet, Sluice starts anyway on
-/// the fallback and connects in the background. With Redis, also the keyed
-/// hasher that names keys there (for the Envoy Rate Limit Service).
-async fn engine_for(policy: Policy) -> (Engine, Option<KeyHasher>) {
+/// The engine over the configured store: the one place a store URL turns
+/// into a store. With Redis, it first tries to connect for a moment; if
+/// Redis is not there yet, Sluice starts anyway on the fallback and
+/// connects in the background. Keys are then named by a hasher keyed by
+/// `SLUICE_KEY_SECRET`, which every instance shares.
+async fn engine_for(policy: Policy) -> Engine {
     let Some(url) = policy.store.url.clone() else {
-        return (Engine::new(policy), None);
+        return Engine::new(policy);
     };
-    let shared = SharedStore::start(url.clone(), policy.store.shared.clone());
+    let s = &policy.store.shared;
+    let options = sluice_protect::ProtectOptions {
+        timeout: s.timeout,
+        fallback: s.fallback,
+        expected_instances: s.expected_instances,
+        breaker_failures: s.breaker_failures,
+        breaker_open: s.breaker_open,
+        over_limit_cache: s.over_limit_cache,
+        local_max_keys: s.local_max_keys,
+    };
+    let shared = sluice_redis::shared(url.clone(), policy.store.batch, options);
     match shared.connect(std::time::Duration::from_secs(2)).await {
         Ok(()) => tracing::info!(store = %url, "limits are shared in Redis"),
         Err(e) => tracing::warn!(
@@ -290,10 +298,16 @@ async fn engine_for(policy: Policy) -> (Engine, Option<KeyHasher>) {
             KeyHasher::from_secret(DEFAULT_KEY_SECRET)
         }
     };
-    (
-        Engine::new(policy).with_shared(shared, hasher.clone()),
-        Some(hasher),
+    let runtime = Arc::new(RuntimeState::new(shared.remote().clone()));
+    let wait = policy.store.shared.timeout;
+    Engine::on(
+        policy,
+        shared,
+        runtime,
+        hasher,
+        sluice_core::SystemClock::new(),
     )
+    .with_credit_wait(wait)
 }
 
 /// How often an instance on Redis checks for runtime plan and credit

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use sluice_egress::{EgressLimiter, RateLimitedClient};
-use sluice_redis::{SharedOptions, SharedStore};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -35,7 +34,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut limiter = EgressLimiter::new(&quota)?;
     if let Some(url) = redis {
-        let store = SharedStore::start(url.parse()?, SharedOptions::default());
+        let store = sluice_redis::shared(url.parse()?, true, Default::default());
         store.connect(Duration::from_secs(2)).await?;
         let secret = std::env::var("SLUICE_KEY_SECRET").unwrap_or_default();
         limiter = limiter.with_shared_store(store, secret.as_bytes());

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use crate::DecideHere;
 use std::sync::Arc;
 
 use http::{HeaderMap, Method};
@@ -44,7 +45,7 @@ fn decide(
     if let Some(x) = xff {
         h.insert("x-forwarded-for", x.parse().unwrap());
     }
-    e.decide_local(&RequestInfo {
+    e.decide_here(&RequestInfo {
         method: &Method::GET,
         path: "/",
         headers: &h,

@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use crate::DecideHere;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -50,7 +51,7 @@ fn req<'a>(key: &str, method: Method, path: &'a str, extra: &[(&'static str, &st
 }
 
 fn decide(e: &Engine<ManualClock>, r: &Req<'_>) -> Verdict {
-    e.decide_local(&RequestInfo {
+    e.decide_here(&RequestInfo {
         method: &r.method,
         path: r.path,
         headers: &r.headers,
@@ -254,7 +255,7 @@ fn a_plan_change_carries_the_used_share_over() {
     for _ in 0..15 {
         assert!(get(&e, "alice", "/").allowed);
     }
-    e.assign_plan("alice", "pro").unwrap();
+    crate::now(e.set_plan("alice", "pro")).unwrap();
     let v = get(&e, "alice", "/");
     assert_eq!(names(&v), ["pro"]);
     // 75 % of 300 = 225 used, plus this request.
@@ -262,11 +263,11 @@ fn a_plan_change_carries_the_used_share_over() {
 
     // Back to free: 226/300 used is 75 % (rounded) of 20 = 15, which the free
     // bucket already has: nothing more is charged, nothing refunded.
-    assert!(e.unassign_plan("alice"));
+    assert!(crate::now(e.clear_plan("alice")).unwrap());
     assert_eq!(remaining(&get(&e, "alice", "/"), "free"), 4);
 
     // A fresh key starts the new plan fresh.
-    e.assign_plan("bob", "pro").unwrap();
+    crate::now(e.set_plan("bob", "pro")).unwrap();
     assert_eq!(remaining(&get(&e, "bob", "/"), "pro"), 299);
 }
 
@@ -279,7 +280,7 @@ fn carry_over_reset_starts_fresh() {
     for _ in 0..15 {
         get(&e, "alice", "/");
     }
-    e.assign_plan("alice", "pro").unwrap();
+    crate::now(e.set_plan("alice", "pro")).unwrap();
     assert_eq!(remaining(&get(&e, "alice", "/"), "pro"), 299);
 }
 
@@ -332,7 +333,7 @@ fn delay_holds_what_fits_within_max_delay_and_refuses_the_rest() {
     );
     assert!(v.retry_after().unwrap() <= half, "{:?}", v.retry_after());
     // Half a second later, one more fits (at the back of the queue).
-    e.store().clock().advance(half);
+    e.clock().advance(half);
     assert_eq!(delays(&e, "k", 2), [Some(4 * half), None]);
 }
 
@@ -360,7 +361,7 @@ fn a_full_delay_queue_refuses_without_charging() {
     let v = get(&e, "other", "/");
     assert!(v.retry_after().unwrap() <= half);
     // The first waiter leaves the queue after its delay: one slot frees.
-    e.store().clock().advance(half);
+    e.clock().advance(half);
     let got = delays(&e, "k", 2);
     // k's bucket refilled one during the half second; refused requests
     // were not charged, so the next waits behind the three held ones.
@@ -468,8 +469,8 @@ fn runtime_assignments_are_saved_and_loaded_at_start() {
     std::fs::create_dir_all(dir.0.join("state")).unwrap();
     let e = engine_of(Policy::load(&config).unwrap());
     assert!(e.runtime_assignments().is_empty(), "no file yet: none");
-    e.assign_plan("alice", "pro").unwrap();
-    e.assign_plan("key \"with\" quotes", "pro").unwrap();
+    crate::now(e.set_plan("alice", "pro")).unwrap();
+    crate::now(e.set_plan("key \"with\" quotes", "pro")).unwrap();
     let (path, n) = e.save_runtime_assignments().unwrap();
     assert_eq!((path, n), (dir.0.join("state/runtime-keys.toml"), 2));
 
@@ -485,7 +486,7 @@ fn runtime_assignments_are_saved_and_loaded_at_start() {
         plain.save_runtime_assignments().is_err(),
         "no file configured"
     );
-    assert_eq!(plain.store().clock().now(), 1 << 50);
+    assert_eq!(plain.clock().now(), 1 << 50);
 }
 
 #[test]
@@ -557,8 +558,8 @@ fn a_class_refused_on_a_fixed_window_waits_for_its_reset() {
     );
     // Start at a window's start (windows are aligned to the clock).
     let minute = 60 * SECOND;
-    let into = e.store().clock().now() % minute;
-    e.store().clock().advance(minute - into);
+    let into = e.clock().now() % minute;
+    e.clock().advance(minute - into);
     for _ in 0..5 {
         assert!(get(&e, "f1", "/").allowed);
     }
@@ -571,7 +572,7 @@ fn a_class_refused_on_a_fixed_window_waits_for_its_reset() {
     assert!(!pro.allowed, "the window is full");
     assert_eq!(free.retry_after(), Some(minute));
     assert_eq!(free.retry_after(), pro.retry_after());
-    e.store().clock().advance(minute);
+    e.clock().advance(minute);
     assert!(get(&e, "f1", "/").allowed, "a new window");
 }
 
@@ -586,7 +587,7 @@ fn a_cost_beyond_the_class_share_can_never_pass() {
         h
     });
     let decide_cost = |cost| {
-        e.decide_local(&RequestInfo {
+        e.decide_here(&RequestInfo {
             method: &method,
             path: "/",
             headers: &headers,
@@ -648,24 +649,28 @@ fn burst_credits_pay_once_the_plan_bucket_is_empty() {
         burst = 4
         "#,
     );
-    e.set_credits("k", 5);
-    assert_eq!(e.credits("k"), 5);
+    crate::now(e.grant_credits("k", 5)).unwrap();
+    assert_eq!(crate::now(e.credits("k")), 5);
     assert!(get(&e, "k", "/").allowed);
     assert!(get(&e, "k", "/").allowed);
-    assert_eq!(e.credits("k"), 5, "not spent while the bucket has quota");
+    assert_eq!(
+        crate::now(e.credits("k")),
+        5,
+        "not spent while the bucket has quota"
+    );
     let v = get(&e, "k", "/");
     assert!(v.allowed, "paid with a credit");
     assert_eq!((remaining(&v, "free"), remaining(&v, "g")), (0, 1));
-    assert_eq!(e.credits("k"), 4);
+    assert_eq!(crate::now(e.credits("k")), 4);
     assert!(get(&e, "k", "/").allowed);
-    assert_eq!(e.credits("k"), 3);
+    assert_eq!(crate::now(e.credits("k")), 3);
     // Now the global limit refuses too: credits do not buy past it.
     assert!(!get(&e, "k", "/").allowed);
-    assert_eq!(e.credits("k"), 3);
+    assert_eq!(crate::now(e.credits("k")), 3);
     // Another key without credits is refused by its plan as usual.
-    assert_eq!(e.credits("other"), 0);
-    e.set_credits("k", 0);
-    assert_eq!(e.credits("k"), 0);
+    assert_eq!(crate::now(e.credits("other")), 0);
+    crate::now(e.grant_credits("k", 0)).unwrap();
+    assert_eq!(crate::now(e.credits("k")), 0);
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use crate::DecideHere;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -42,7 +43,7 @@ fn admitted(engine: &Engine<ManualClock>, key: &str, path: &str, n: usize) -> us
                 peer: Some("192.0.2.1".parse().unwrap()),
                 cost: None,
             };
-            engine.decide_local(&req).unwrap().allowed
+            engine.decide_here(&req).unwrap().allowed
         })
         .count()
 }
@@ -78,7 +79,7 @@ fn exports_admit_two_then_refuse_for_thirty_seconds() {
         peer: Some("192.0.2.1".parse().unwrap()),
         cost: None,
     };
-    let v = e.decide_local(&req).unwrap();
+    let v = e.decide_here(&req).unwrap();
     assert!(!v.allowed);
     assert_eq!(
         v.violated().map(|r| r.name()).collect::<Vec<_>>(),
@@ -101,7 +102,7 @@ fn a_request_without_a_key_is_missing_its_key() {
         cost: None,
     };
     assert!(matches!(
-        e.decide_local(&req),
+        e.decide_here(&req),
         Err(DecideError::MissingKey(_))
     ));
 }
@@ -125,7 +126,7 @@ fn an_explicit_cost_above_a_burst_is_impossible() {
         cost: Some(21),
     };
     assert!(matches!(
-        e.decide_local(&req),
+        e.decide_here(&req),
         Err(DecideError::Impossible { .. })
     ));
 }

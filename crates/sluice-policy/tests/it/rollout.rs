@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use crate::DecideHere;
 use std::sync::Arc;
 
 use http::{HeaderMap, Method};
@@ -18,7 +19,7 @@ fn engine(toml: &str) -> Engine<ManualClock> {
 fn decide(e: &Engine<ManualClock>, key: &str) -> sluice_policy::Verdict {
     let mut h = HeaderMap::new();
     h.insert("x-api-key", key.parse().unwrap());
-    e.decide_local(&RequestInfo {
+    e.decide_here(&RequestInfo {
         method: &Method::GET,
         path: "/",
         headers: &h,

@@ -11,7 +11,7 @@ use redis::cluster_async::ClusterConnection;
 
 use super::TopologyOptions;
 use crate::RedisStoreError;
-use crate::url::NodeAddr;
+use crate::url::{Connect, NodeAddr};
 
 /// Connects to the cluster these seeds belong to.
 pub(crate) async fn connect_cluster(
@@ -20,7 +20,7 @@ pub(crate) async fn connect_cluster(
 ) -> Result<ClusterConnection, RedisStoreError> {
     let seeds = seeds
         .iter()
-        .map(NodeAddr::connection_info)
+        .map(Connect::connection_info)
         .collect::<Result<Vec<_>, _>>()?;
     let client = ClusterClientBuilder::new(seeds)
         // The connections to the nodes it discovers take their socket

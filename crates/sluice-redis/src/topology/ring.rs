@@ -94,7 +94,7 @@ impl Ring {
 /// alone mixes the last bytes poorly; the finalizer spreads every input bit
 /// over the whole word).
 pub fn stable_hash(bytes: &[u8]) -> u64 {
-    let mut h = crate::shared::fnv1a(bytes);
+    let mut h = sluice_store::fnv1a(bytes);
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;

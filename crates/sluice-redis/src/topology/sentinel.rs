@@ -25,7 +25,7 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 use super::TopologyOptions;
 use super::single::{connect_node, lazy_node};
 use crate::RedisStoreError;
-use crate::url::{MasterAuth, NodeAddr};
+use crate::url::{Connect as _, MasterAuth, NodeAddr};
 
 /// The shortest time between two rounds of questions to the Sentinels.
 pub const RESOLVE_INTERVAL: Duration = Duration::from_millis(200);

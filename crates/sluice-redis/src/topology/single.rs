@@ -10,7 +10,7 @@ use redis::aio::ConnectionManager;
 
 use super::TopologyOptions;
 use crate::RedisStoreError;
-use crate::url::NodeAddr;
+use crate::url::{Connect as _, NodeAddr};
 
 /// Connects to `node`. One direct attempt first, so that an unreachable or
 /// misconfigured node (refused, wrong password) is reported at once with

@@ -5,6 +5,7 @@
 
 mod common;
 mod conformance;
+mod reload_fallback;
 mod reserve;
 mod runtime_state;
 mod store;

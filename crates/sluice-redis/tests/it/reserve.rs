@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_core::{AlgorithmKind, LimitSpec, Limiter, Rate};
-use sluice_redis::{
-    DecidedBy, Fallback, RedisCheck, RedisStore, SharedCheck, SharedOptions, SharedStore, StoreUrl,
-};
+use sluice_protect::ProtectOptions;
+use sluice_redis::{RedisCheck, RedisStore, StoreUrl};
 use sluice_store::KeyId;
+use sluice_store::seam::{Check, Counter, CounterDef, DecidedBy, Fallback, Store};
 
 use common::{KINDS, env, fresh_id, limiter};
 
@@ -182,16 +182,9 @@ fn spec(burst: u64) -> LimitSpec {
     }
 }
 
-fn shared_check<'a>(
-    id: &'a str,
-    spec: &'a LimitSpec,
-    limiter: &'a Limiter,
-    reserve: u64,
-) -> SharedCheck<'a> {
-    SharedCheck {
-        limit_id: id,
-        spec,
-        limiter,
+fn shared_check(counter: &Counter, reserve: u64) -> Check<'_> {
+    Check {
+        counter,
         key: KeyId(3),
         cost: 1,
         reserve,
@@ -206,30 +199,30 @@ fn the_over_limit_cache_tells_reserves_apart() {
     let Some(env) = env() else { return };
     let url: StoreUrl = env.server.url().parse().unwrap();
     env.rt.block_on(async {
-        let shared = SharedStore::start(
+        let shared = sluice_redis::shared(
             url,
-            SharedOptions {
+            true,
+            ProtectOptions {
                 timeout: Duration::from_secs(2),
-                ..SharedOptions::default()
+                ..ProtectOptions::default()
             },
         );
         shared.connect(Duration::from_secs(10)).await.unwrap();
-        let s = spec(4);
-        let l = s.build().unwrap();
         let id = fresh_id("cache-reserve");
+        let c = shared.counter(CounterDef::new(&id, spec(4)).unwrap());
         for _ in 0..2 {
-            let d = shared.check(&[shared_check(&id, &s, &l, 2)]).await;
-            assert!(d.checked.allowed);
+            let d = shared.check(&[shared_check(&c, 2)]).await.unwrap();
+            assert!(d.allowed);
             assert_eq!(d.by, DecidedBy::Store);
         }
-        let d = shared.check(&[shared_check(&id, &s, &l, 2)]).await;
-        assert!(!d.checked.allowed, "2 used, 1 more would leave 1 < 2");
-        let d = shared.check(&[shared_check(&id, &s, &l, 2)]).await;
-        assert!(!d.checked.allowed);
+        let d = shared.check(&[shared_check(&c, 2)]).await.unwrap();
+        assert!(!d.allowed, "2 used, 1 more would leave 1 < 2");
+        let d = shared.check(&[shared_check(&c, 2)]).await.unwrap();
+        assert!(!d.allowed);
         assert_eq!(d.by, DecidedBy::Cache, "the same request is cached");
         for _ in 0..2 {
-            let d = shared.check(&[shared_check(&id, &s, &l, 0)]).await;
-            assert!(d.checked.allowed, "no reserve: not short-circuited");
+            let d = shared.check(&[shared_check(&c, 0)]).await.unwrap();
+            assert!(d.allowed, "no reserve: not short-circuited");
             assert_eq!(d.by, DecidedBy::Store);
         }
     });
@@ -247,25 +240,25 @@ fn the_local_fallback_keeps_the_reserve_of_its_share() {
     rt.block_on(async {
         for (instances, capped, rest) in [(1, 8, 2), (4, 2, 1)] {
             // Nothing listens on port 1: the fallback decides.
-            let shared = SharedStore::start(
+            let shared = sluice_redis::shared(
                 "redis://127.0.0.1:1".parse().unwrap(),
-                SharedOptions {
+                true,
+                ProtectOptions {
                     fallback: Fallback::Local,
                     expected_instances: instances,
-                    ..SharedOptions::default()
+                    ..ProtectOptions::default()
                 },
             );
-            let s = spec(10);
-            let l = s.build().unwrap();
             let id = fresh_id("fallback-reserve");
+            let c = shared.counter(CounterDef::new(&id, spec(10)).unwrap());
             let count = |reserve: u64| {
-                let (shared, s, l, id) = (shared.clone(), s, l, id.clone());
+                let (shared, c) = (shared.clone(), c.clone());
                 async move {
                     let mut n = 0;
                     for _ in 0..20 {
-                        let d = shared.check(&[shared_check(&id, &s, &l, reserve)]).await;
+                        let d = shared.check(&[shared_check(&c, reserve)]).await.unwrap();
                         assert_eq!(d.by, DecidedBy::Fallback(Fallback::Local));
-                        n += u32::from(d.checked.allowed);
+                        n += u32::from(d.allowed);
                     }
                     n
                 }

@@ -5,16 +5,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use sluice_protect::Remote;
 use sluice_redis::runtime_state::{CREDITS_KEY, PLANS_KEY, Seen, poll_once};
-use sluice_redis::{RuntimeSink, RuntimeState, SharedOptions, SharedStore, StoreUrl};
+use sluice_redis::{RedisRemote, RuntimeSink, RuntimeState, StoreUrl};
 use sluice_store::KeyId;
 use sluice_testkit::{RedisServer, require_redis};
 
 async fn state_on(redis: &RedisServer) -> RuntimeState {
     let url: StoreUrl = redis.url().parse().unwrap();
-    let shared = SharedStore::start(url, SharedOptions::default());
-    shared.connect(Duration::from_secs(5)).await.unwrap();
-    RuntimeState::new(shared)
+    let remote = RedisRemote::new(url, true);
+    remote.connect(Duration::from_secs(5)).await.unwrap();
+    RuntimeState::new(remote)
 }
 
 #[derive(Default)]

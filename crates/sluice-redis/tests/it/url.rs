@@ -2,8 +2,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use sluice_redis::RedisStoreError;
-use sluice_redis::url::{MasterAuth, NodeAddr, PASSWORD_ENV, SENTINEL_PASSWORD_ENV, StoreUrl};
+use sluice_redis::url::{
+    BadUrl, MasterAuth, NodeAddr, PASSWORD_ENV, SENTINEL_PASSWORD_ENV, StoreUrl,
+};
 
 fn no_env(_: &str) -> Option<String> {
     None
@@ -16,7 +17,7 @@ fn parse(s: &str) -> StoreUrl {
 /// The `BadUrl` fields of a failed parse.
 fn bad(s: &str) -> (String, String) {
     match StoreUrl::parse_with_env(s, no_env) {
-        Err(RedisStoreError::BadUrl { url, reason }) => (url, reason),
+        Err(BadUrl { url, reason }) => (url, reason),
         other => panic!("{s}: expected BadUrl, got {other:?}"),
     }
 }

@@ -1,14 +1,19 @@
 //! A reload on a shared store: the local fallback forgets its shares of the
 //! limits the new policy dropped, and keeps the others (its own and those of
 //! anyone else sharing the store). Redis is unreachable here, so every
-//! decision is the local fallback's.
+//! decision is the local fallback's. (A share lives as long as its limit's
+//! counter: from when a policy is compiled to when it is replaced.)
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, Method};
+use sluice_core::SystemClock;
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use sluice_policy::{Engine, Policy, RequestInfo};
-use sluice_redis::{DecidedBy, Fallback, SharedCheck, SharedOptions, SharedStore, StoreUrl};
+use sluice_protect::ProtectOptions;
+use sluice_redis::{RuntimeState, StoreUrl};
+use sluice_store::seam::{Check, CounterDef, DecidedBy, Fallback, Store};
 use sluice_store::{KeyHasher, KeyId};
 
 const TWO: &str = r#"
@@ -39,15 +44,22 @@ fn a_reload_forgets_the_fallback_shares_of_dropped_limits_only() {
     rt.block_on(async {
         // Nothing listens on port 1: the store decides on its fallback.
         let url: StoreUrl = "redis://127.0.0.1:1".parse().unwrap();
-        let shared = SharedStore::start(
+        let shared = sluice_redis::shared(
             url,
-            SharedOptions {
+            true,
+            ProtectOptions {
                 timeout: Duration::from_millis(50),
-                ..SharedOptions::default()
+                ..ProtectOptions::default()
             },
         );
-        let engine = Engine::new(Policy::from_toml("two.toml", TWO).unwrap())
-            .with_shared(shared.clone(), KeyHasher::random());
+        let runtime = Arc::new(RuntimeState::new(shared.remote().clone()));
+        let engine = Engine::on(
+            Policy::from_toml("two.toml", TWO).unwrap(),
+            shared.clone(),
+            runtime,
+            KeyHasher::random(),
+            SystemClock::new(),
+        );
         let headers = HeaderMap::new();
         let req = RequestInfo {
             method: &Method::GET,
@@ -65,17 +77,16 @@ fn a_reload_forgets_the_fallback_shares_of_dropped_limits_only() {
             burst: 1,
             nodelay: false,
         };
-        let limiter = spec.build().unwrap();
+        let someone = shared.counter(CounterDef::new("someone-else", spec).unwrap());
         let other = shared
-            .check(&[SharedCheck {
-                limit_id: "someone-else",
-                spec: &spec,
-                limiter: &limiter,
+            .check(&[Check {
+                counter: &someone,
                 key: KeyId(7),
                 cost: 1,
                 reserve: 0,
             }])
-            .await;
+            .await
+            .unwrap();
         assert_eq!(other.by, DecidedBy::Fallback(Fallback::Local));
         assert_eq!(shared.local_limits(), 3);
 

@@ -1,14 +1,14 @@
-//! What the fallback admitted while Redis could not decide: owed to Redis,
-//! and charged there when it is back, before Redis decides for that key
+//! What the fallback admitted while the remote store could not decide: owed to the remote store,
+//! and charged there when it is back, before it decides for that key
 //! again.
 //!
 //! Without it, a key that spent its quota locally during an outage would
-//! get a fresh one from Redis as soon as Redis returned (a restarted Redis
+//! get a fresh one from the store as soon as it returned (a restarted store
 //! has forgotten every key), and every instance's local admissions would
-//! come on top of the global limit. With it, Redis is told, so over an
+//! come on top of the global limit. With it, the store is told, so over an
 //! outage and its recovery the total admitted for a key stays within the
 //! global limit plus what the instances' fallback shares admitted during
-//! the outage (and within the global limit alone when Redis still had
+//! the outage (and within the global limit alone when the store still had
 //! that much left).
 //!
 //! A charge is clamped at what the limit has left: a limit's state never
@@ -21,31 +21,31 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use sluice_core::Limiter;
 use sluice_store::KeyId;
+use sluice_store::seam::Counter;
 
-use crate::shared::{SharedCheck, limit_tag};
-
-/// The cost owed to Redis for one limit and key.
+/// The cost owed to the remote store for one limit and key.
 #[derive(Debug, Clone)]
 pub(crate) struct Owed {
-    /// The limit's identity, as Redis key names use it.
-    pub(crate) limit_id: Arc<str>,
-    /// Its algorithm.
-    pub(crate) limiter: Limiter,
-    /// Its capacity: no charge is larger.
-    pub(crate) burst: u64,
+    /// The limit's counter in the remote store.
+    pub(crate) counter: Counter,
     /// The client key's keyed hash.
     pub(crate) key: KeyId,
     /// The cost admitted by the fallback and not yet charged.
     pub(crate) cost: u64,
 }
 
-/// What the fallback admitted and Redis has not been told. See the module
+impl Owed {
+    /// The limit's capacity: no charge is larger.
+    pub(crate) fn burst(&self) -> u64 {
+        self.counter.def().spec().burst
+    }
+}
+
+/// What the fallback admitted and the remote store has not been told. See the module
 /// docs.
 #[derive(Debug)]
 pub(crate) struct Ledger {
@@ -56,7 +56,7 @@ pub(crate) struct Ledger {
     max: usize,
     /// Admissions not recorded because the ledger was full.
     pub(crate) dropped: AtomicU64,
-    /// Cost charged to Redis after an outage.
+    /// Cost charged to the remote store after an outage.
     pub(crate) settled: AtomicU64,
 }
 
@@ -77,15 +77,14 @@ impl Ledger {
         !self.any.load(Ordering::Acquire)
     }
 
-    /// Records the checks of a request the fallback admitted.
-    pub(crate) fn owe(&self, checks: &[SharedCheck<'_>]) {
+    /// Records what the fallback admitted: `(remote counter, key, cost)`
+    /// for each check of a request.
+    pub(crate) fn owe<'a>(&self, admitted: impl IntoIterator<Item = (&'a Counter, KeyId, u64)>) {
         let mut owed = self.owed.lock();
-        for c in checks.iter().filter(|c| c.cost > 0) {
-            self.add(&mut owed, c.cost, || Owed {
-                limit_id: c.limit_id.into(),
-                limiter: *c.limiter,
-                burst: c.spec.burst,
-                key: c.key,
+        for (counter, key, cost) in admitted.into_iter().filter(|(_, _, cost)| *cost > 0) {
+            self.add(&mut owed, cost, || Owed {
+                counter: counter.clone(),
+                key,
                 cost: 0,
             });
         }
@@ -97,7 +96,7 @@ impl Ledger {
     fn add(&self, owed: &mut HashMap<(u64, KeyId), Owed>, cost: u64, entry: impl FnOnce() -> Owed) {
         let new = entry();
         let full = owed.len() >= self.max;
-        match owed.entry((limit_tag(&new.limit_id), new.key)) {
+        match owed.entry((new.counter.def().tag(), new.key)) {
             Entry::Occupied(mut e) => {
                 let o = e.get_mut();
                 o.cost = o.cost.saturating_add(cost);
@@ -111,13 +110,10 @@ impl Ledger {
         }
     }
 
-    /// Takes what is owed for these checks' (limit, key) pairs.
-    pub(crate) fn take_for(&self, checks: &[SharedCheck<'_>]) -> Vec<Owed> {
+    /// Takes what is owed for these (limit tag, key) pairs.
+    pub(crate) fn take_for(&self, pairs: impl IntoIterator<Item = (u64, KeyId)>) -> Vec<Owed> {
         let mut owed = self.owed.lock();
-        let taken = checks
-            .iter()
-            .filter_map(|c| owed.remove(&(limit_tag(c.limit_id), c.key)))
-            .collect();
+        let taken = pairs.into_iter().filter_map(|p| owed.remove(&p)).collect();
         self.any.store(!owed.is_empty(), Ordering::Release);
         taken
     }
@@ -131,7 +127,7 @@ impl Ledger {
         taken
     }
 
-    /// Puts back what could not be charged (Redis failed again).
+    /// Puts back what could not be charged (the store failed again).
     pub(crate) fn put_back(&self, entries: Vec<Owed>) {
         let mut owed = self.owed.lock();
         for o in entries {
@@ -144,54 +140,46 @@ impl Ledger {
     pub(crate) fn len(&self) -> usize {
         self.owed.lock().len()
     }
+
+    /// Pairs owed now, cost settled since start, and pairs dropped.
+    pub(crate) fn totals(&self) -> (usize, u64, u64) {
+        (
+            self.len(),
+            self.settled.load(Ordering::Relaxed),
+            self.dropped.load(Ordering::Relaxed),
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+    use sluice_store::seam::{CounterDef, Slot};
 
-    fn spec() -> LimitSpec {
-        LimitSpec {
+    fn counter() -> Counter {
+        let spec = LimitSpec {
             algorithm: AlgorithmKind::TokenBucket,
             rate: Rate::per_second(1),
             burst: 10,
             nodelay: false,
-        }
-    }
-
-    fn check<'a>(
-        spec: &'a LimitSpec,
-        limiter: &'a Limiter,
-        key: u128,
-        cost: u64,
-    ) -> SharedCheck<'a> {
-        SharedCheck {
-            limit_id: "a",
-            spec,
-            limiter,
-            key: KeyId(key),
-            cost,
-            reserve: 0,
-        }
+        };
+        Counter::new(CounterDef::new("a", spec).unwrap(), Slot::empty())
     }
 
     #[test]
     fn costs_add_up_per_pair_and_are_taken_once() {
-        let spec = spec();
-        let limiter = Limiter::new(&spec).unwrap();
+        let c = counter();
+        let tag = c.def().tag();
         let l = Ledger::new(10);
         assert!(l.is_empty());
-        l.owe(&[check(&spec, &limiter, 1, 2)]);
-        l.owe(&[check(&spec, &limiter, 1, 3), check(&spec, &limiter, 2, 1)]);
+        l.owe([(&c, KeyId(1), 2)]);
+        l.owe([(&c, KeyId(1), 3), (&c, KeyId(2), 1)]);
         assert!(!l.is_empty());
-        let taken = l.take_for(&[check(&spec, &limiter, 1, 1)]);
+        let taken = l.take_for([(tag, KeyId(1))]);
         assert_eq!(taken.len(), 1);
         assert_eq!(taken[0].cost, 5);
-        assert!(
-            l.take_for(&[check(&spec, &limiter, 1, 1)]).is_empty(),
-            "taken once"
-        );
+        assert!(l.take_for([(tag, KeyId(1))]).is_empty(), "taken once");
         assert_eq!(l.take_some(10).len(), 1);
         assert!(l.is_empty());
         l.put_back(taken);
@@ -201,16 +189,15 @@ mod tests {
 
     #[test]
     fn a_full_ledger_drops_new_pairs_and_counts_them() {
-        let spec = spec();
-        let limiter = Limiter::new(&spec).unwrap();
+        let c = counter();
         let l = Ledger::new(2);
         for key in 0..5 {
-            l.owe(&[check(&spec, &limiter, key, 1)]);
+            l.owe([(&c, KeyId(key), 1)]);
         }
         assert_eq!(l.len(), 2);
         assert_eq!(l.dropped.load(Ordering::Relaxed), 3);
         // A pair already owed still adds up.
-        l.owe(&[check(&spec, &limiter, 0, 4)]);
+        l.owe([(&c, KeyId(0), 4)]);
         let all = l.take_some(10);
         assert_eq!(all.iter().map(|o| o.cost).sum::<u64>(), 6);
     }

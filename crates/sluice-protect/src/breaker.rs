@@ -21,27 +21,7 @@
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// The breaker's state, for metrics and logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
-    /// Calls go to the store.
-    Closed,
-    /// The store is considered down; the fallback decides.
-    Open,
-    /// One probe call is testing the store.
-    HalfOpen,
-}
-
-impl BreakerState {
-    /// `closed`, `open` or `half_open`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Closed => "closed",
-            Self::Open => "open",
-            Self::HalfOpen => "half_open",
-        }
-    }
-}
+pub use sluice_store::seam::BreakerState;
 
 /// What the caller should do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

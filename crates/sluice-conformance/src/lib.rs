@@ -1,0 +1,191 @@
+//! The deployments the conformance suite runs over, and an engine on each.
+//!
+//! Every store gets the same engine, policy and hashing key; a test runs a
+//! scenario on each and compares what each decided with what the memory
+//! store decided. The Redis deployments are real processes
+//! (`sluice-testkit`), started once per test binary and shared by its
+//! tests, which keep apart by their client keys.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use http::{HeaderMap, Method};
+use sluice_core::SystemClock;
+use sluice_policy::{DecideError, Engine, Policy, RequestInfo, Verdict};
+use sluice_protect::ProtectOptions;
+use sluice_redis::{RuntimeState, StoreUrl};
+use sluice_store::KeyHasher;
+use sluice_store::seam::{RuntimeStore, Store};
+use sluice_testkit::{RedisCluster, RedisServer, SentinelSetup};
+
+/// Where the limits live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Memory,
+    Single,
+    Cluster,
+    Shards,
+    Sentinel,
+}
+
+/// The Redis processes of every deployment, started once.
+struct Servers {
+    single: RedisServer,
+    cluster: RedisCluster,
+    shards: Vec<RedisServer>,
+    sentinel: SentinelSetup,
+}
+
+fn servers() -> &'static Servers {
+    static SERVERS: OnceLock<Servers> = OnceLock::new();
+    SERVERS.get_or_init(|| Servers {
+        single: RedisServer::start(),
+        cluster: RedisCluster::start(3),
+        shards: vec![RedisServer::start(), RedisServer::start()],
+        sentinel: SentinelSetup::start("conformance"),
+    })
+}
+
+/// The runtime every store's background tasks run on.
+pub fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+/// Every deployment the suite runs over: the memory store, and the Redis
+/// ones where Redis is installed (required when `SLUICE_REQUIRE_REDIS` is
+/// set).
+pub fn kinds() -> Vec<Kind> {
+    if sluice_testkit::require_redis() {
+        vec![
+            Kind::Memory,
+            Kind::Single,
+            Kind::Cluster,
+            Kind::Shards,
+            Kind::Sentinel,
+        ]
+    } else {
+        vec![Kind::Memory]
+    }
+}
+
+fn url(kind: Kind) -> Option<String> {
+    let s = servers();
+    match kind {
+        Kind::Memory => None,
+        Kind::Single => Some(s.single.url()),
+        Kind::Cluster => Some(s.cluster.url()),
+        Kind::Shards => Some(format!(
+            "redis+shards://{}",
+            s.shards
+                .iter()
+                .map(|r| format!("127.0.0.1:{}", r.port()))
+                .collect::<Vec<_>>()
+                .join(",")
+        )),
+        Kind::Sentinel => Some(s.sentinel.url()),
+    }
+}
+
+/// The hashing key of every engine: the same client is the same key id on
+/// every store, so rollouts pick the same keys.
+pub fn hasher() -> KeyHasher {
+    KeyHasher::from_secret(b"sluice conformance")
+}
+
+/// The stores of one deployment: limits and runtime state.
+pub fn stores(kind: Kind) -> (Arc<dyn Store>, Arc<dyn RuntimeStore>) {
+    let Some(url) = url(kind) else {
+        return (
+            Arc::new(sluice_store::MemoryStore::new(Default::default())),
+            Arc::new(sluice_store::MemoryRuntime::default()),
+        );
+    };
+    let url: StoreUrl = url.parse().unwrap();
+    runtime().block_on(async {
+        let shared = sluice_redis::shared(
+            url,
+            true,
+            ProtectOptions {
+                // A generous timeout: the suite compares decisions, and a
+                // busy machine must not turn one into a fallback's.
+                timeout: Duration::from_secs(2),
+                ..ProtectOptions::default()
+            },
+        );
+        shared.connect(Duration::from_secs(20)).await.unwrap();
+        let runtime = Arc::new(RuntimeState::new(shared.remote().clone()));
+        (shared as Arc<dyn Store>, runtime as Arc<dyn RuntimeStore>)
+    })
+}
+
+/// An engine on a deployment.
+pub fn engine(kind: Kind, toml: &str) -> Engine {
+    let (store, runtime) = stores(kind);
+    let policy = Policy::from_toml("conformance.toml", toml).unwrap();
+    Engine::on(policy, store, runtime, hasher(), SystemClock::new())
+}
+
+/// A client key used by no other test in this process.
+pub fn fresh_key(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Decides a GET of `path` with `X-Api-Key: key`.
+pub fn get(e: &Engine, key: &str, path: &str) -> Result<Verdict, DecideError> {
+    let mut h = HeaderMap::new();
+    h.insert("x-api-key", key.parse().unwrap());
+    let req = RequestInfo {
+        method: &Method::GET,
+        path,
+        headers: &h,
+        peer: Some("192.0.2.1".parse().unwrap()),
+        cost: None,
+    };
+    runtime().block_on(e.decide(&req))
+}
+
+/// Runs a future on the shared runtime.
+pub fn block<F: std::future::Future>(f: F) -> F::Output {
+    runtime().block_on(f)
+}
+
+/// What a verdict shows a client, without the times (Redis's clock moves
+/// on between requests): allowed, and each limit's name, limit, remaining
+/// and whether it refused; the shadowed limits alike.
+pub type Shown = (bool, Vec<(String, u64, u64, bool)>, Vec<(String, bool)>);
+
+pub fn shown(v: &Verdict) -> Shown {
+    (
+        v.allowed,
+        v.results
+            .iter()
+            .map(|r| {
+                (
+                    r.name().to_owned(),
+                    r.decision.limit,
+                    r.decision.remaining,
+                    r.decision.allowed,
+                )
+            })
+            .collect(),
+        v.shadow
+            .iter()
+            .map(|r| (r.name().to_owned(), r.decision.allowed))
+            .collect(),
+    )
+}

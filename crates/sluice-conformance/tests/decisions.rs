@@ -1,0 +1,258 @@
+//! The engine decides alike on every store: the same scenario on the memory
+//! store and on Redis (one node, a Cluster, shards, Sentinel) shows clients
+//! the same verdicts, for all six algorithms and every policy feature.
+//! Rates are slow (per hour) where the scenario must not refill while it
+//! runs on Redis's clock.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use sluice_conformance::{Kind, Shown, block, engine, fresh_key, get, kinds, shown};
+use sluice_core::AlgorithmKind;
+
+/// Runs `scenario` on every deployment and checks that each shows what the
+/// memory store shows.
+fn same_everywhere(what: &str, scenario: impl Fn(Kind) -> Vec<Shown>) {
+    let mut memory = None;
+    for kind in kinds() {
+        let seen = scenario(kind);
+        match &memory {
+            None => memory = Some(seen),
+            Some(expected) => assert_eq!(&seen, expected, "{what}: {kind:?} against memory"),
+        }
+    }
+    assert!(memory.is_some_and(|m| !m.is_empty()), "{what}: nothing ran");
+}
+
+fn run(kind: Kind, toml: &str, requests: &[(&str, &str)]) -> Vec<Shown> {
+    let e = engine(kind, toml);
+    let prefix = fresh_key("k");
+    requests
+        .iter()
+        .map(|(key, path)| shown(&get(&e, &format!("{prefix}-{key}"), path).unwrap()))
+        .collect()
+}
+
+#[test]
+fn every_algorithm_admits_its_burst_and_refuses_the_rest() {
+    for algorithm in AlgorithmKind::ALL {
+        let toml = format!(
+            "[[limits]]\nname = \"a\"\nkey = \"header:X-Api-Key\"\nalgorithm = \"{}\"\nrate = \"5/h\"\nburst = 5\n{}",
+            algorithm.name(),
+            if algorithm == AlgorithmKind::LeakyBucket {
+                "nodelay = true\n"
+            } else {
+                ""
+            }
+        );
+        same_everywhere(algorithm.name(), |kind| {
+            let seen = run(kind, &toml, &[("a", "/"); 8]);
+            assert_eq!(
+                seen.iter().filter(|s| s.0).count(),
+                5,
+                "{algorithm:?} on {kind:?}"
+            );
+            seen
+        });
+    }
+}
+
+#[test]
+fn a_request_over_any_limit_charges_none() {
+    let toml = r#"
+[[limits]]
+name = "per-key"
+key = "header:X-Api-Key"
+rate = "3/h"
+burst = 3
+
+[[limits]]
+name = "export"
+key = "header:X-Api-Key"
+match = { path_prefix = "/export" }
+rate = "1/h"
+burst = 1
+"#;
+    same_everywhere("all or nothing", |kind| {
+        run(
+            kind,
+            toml,
+            &[
+                ("a", "/export"),
+                ("a", "/export"),
+                ("a", "/"),
+                ("a", "/"),
+                ("a", "/"),
+            ],
+        )
+    });
+}
+
+#[test]
+fn classes_keep_their_share() {
+    let toml = r#"
+[client]
+key = "header:X-Api-Key"
+default_plan = "free"
+
+[plans.free]
+limits = [{ rate = "1000/h", burst = 1000 }]
+
+[plans.pro]
+limits = [{ rate = "1000/h", burst = 1000 }]
+
+[[limits]]
+name = "backend"
+key = "global"
+rate = "10/h"
+burst = 10
+max_share = { free = 80 }
+"#;
+    same_everywhere("classes", |kind| {
+        // Each deployment is its own Redis: `global` is this test's alone.
+        let e = engine(kind, toml);
+        let prefix = fresh_key("c");
+        let mut seen = Vec::new();
+        for n in 0..12 {
+            seen.push(shown(&get(&e, &format!("{prefix}-f{n}"), "/").unwrap()));
+        }
+        let free = seen.iter().filter(|s| s.0).count();
+        assert_eq!(free, 8, "{kind:?}: free gets 80 %");
+        // `pro` is any key assigned to it at run time.
+        let pro = format!("{prefix}-p");
+        block(e.set_plan(&pro, "pro")).unwrap();
+        for _ in 0..3 {
+            seen.push(shown(&get(&e, &pro, "/").unwrap()));
+        }
+        seen
+    });
+}
+
+#[test]
+fn delay_holds_what_fits_and_refuses_the_rest() {
+    let toml = r#"
+[client]
+key = "header:X-Api-Key"
+default_plan = "free"
+
+[plans.free]
+on_limit = "delay"
+max_delay = "20s"
+max_queue = 3
+limits = [{ algorithm = "gcra", rate = "1/10s", burst = 2 }]
+"#;
+    same_everywhere("delay", |kind| {
+        let e = engine(kind, toml);
+        let key = fresh_key("d");
+        (0..7)
+            .map(|_| {
+                let v = get(&e, &key, "/").unwrap();
+                let mut s = shown(&v);
+                // Whether it is held, not for how long (the clock moves).
+                s.2.push(("held".into(), v.delay() > 0));
+                s
+            })
+            .collect()
+    });
+}
+
+#[test]
+fn credits_pay_for_what_the_plan_refuses() {
+    let toml = r#"
+[client]
+key = "header:X-Api-Key"
+default_plan = "free"
+
+[plans.free]
+limits = [{ rate = "2/h", burst = 2 }]
+"#;
+    same_everywhere("credits", |kind| {
+        let e = engine(kind, toml);
+        let key = fresh_key("cr");
+        block(e.grant_credits(&key, 3)).unwrap();
+        let mut seen: Vec<Shown> = (0..6)
+            .map(|_| shown(&get(&e, &key, "/").unwrap()))
+            .collect();
+        let left = block(e.credits(&key));
+        seen.push((left == 0, Vec::new(), Vec::new()));
+        assert_eq!(seen.iter().take(6).filter(|s| s.0).count(), 5, "{kind:?}");
+        seen
+    });
+}
+
+#[test]
+fn a_plan_change_carries_the_used_share_over() {
+    let toml = r#"
+[client]
+key = "header:X-Api-Key"
+default_plan = "free"
+
+[plans.free]
+limits = [{ rate = "10/h", burst = 20 }]
+
+[plans.pro]
+limits = [{ rate = "100/h", burst = 300 }]
+"#;
+    same_everywhere("carry-over", |kind| {
+        let e = engine(kind, toml);
+        let key = fresh_key("co");
+        let mut seen: Vec<Shown> = (0..15)
+            .map(|_| shown(&get(&e, &key, "/").unwrap()))
+            .collect();
+        block(e.set_plan(&key, "pro")).unwrap();
+        let v = get(&e, &key, "/").unwrap();
+        // 75 % of 300 = 225 used, plus this request.
+        assert_eq!(v.results[0].decision.remaining, 300 - 225 - 1, "{kind:?}");
+        seen.push(shown(&v));
+        block(e.clear_plan(&key)).unwrap();
+        seen.push(shown(&get(&e, &key, "/").unwrap()));
+        seen
+    });
+}
+
+#[test]
+fn shadow_limits_record_and_never_refuse() {
+    let toml = r#"
+[[limits]]
+name = "enforced"
+key = "header:X-Api-Key"
+rate = "100/h"
+burst = 100
+
+[[limits]]
+name = "trial"
+key = "header:X-Api-Key"
+rate = "1/h"
+burst = 1
+shadow = true
+"#;
+    same_everywhere("shadow", |kind| {
+        let seen = run(kind, toml, &[("a", "/"); 4]);
+        assert!(seen.iter().all(|s| s.0), "{kind:?}: shadow never refuses");
+        seen
+    });
+}
+
+#[test]
+fn a_rollout_enforces_the_same_keys_everywhere() {
+    let toml = r#"
+[[limits]]
+name = "new"
+key = "header:X-Api-Key"
+rate = "1/h"
+burst = 1
+enforce_percent = 30
+"#;
+    same_everywhere("rollout", |kind| {
+        let e = engine(kind, toml);
+        // The same 100 keys on every store (the hashing key is shared, and
+        // each deployment is its own Redis), so the same ones are enforced;
+        // each is asked twice.
+        (0..100)
+            .flat_map(|n| {
+                let key = format!("rollout-{n}");
+                [get(&e, &key, "/").unwrap(), get(&e, &key, "/").unwrap()]
+            })
+            .map(|v| shown(&v))
+            .collect()
+    });
+}

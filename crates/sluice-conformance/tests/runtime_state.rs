@@ -1,0 +1,90 @@
+//! Runtime state behaves alike in memory and in Redis: plan assignments
+//! through the engine, and credit balances through the runtime-state seam.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::Duration;
+
+use sluice_conformance::{block, engine, fresh_key, kinds, stores};
+use sluice_policy::PlanSource;
+use sluice_store::KeyId;
+
+const PLANS: &str = r#"
+[client]
+key = "header:X-Api-Key"
+default_plan = "free"
+
+[plans.free]
+limits = [{ rate = "10/h", burst = 10 }]
+
+[plans.pro]
+limits = [{ rate = "100/h", burst = 100 }]
+"#;
+
+#[test]
+fn plans_are_assigned_and_cleared_alike() {
+    for kind in kinds() {
+        let e = engine(kind, PLANS);
+        let key = fresh_key("plan");
+        assert_eq!(
+            e.plan_of(&key),
+            Some(("free".into(), PlanSource::Default)),
+            "{kind:?}"
+        );
+        block(e.set_plan(&key, "pro")).unwrap();
+        assert_eq!(
+            e.plan_of(&key),
+            Some(("pro".into(), PlanSource::Runtime)),
+            "{kind:?}"
+        );
+        assert!(
+            block(e.set_plan(&key, "gold")).is_err(),
+            "{kind:?}: no such plan"
+        );
+        assert!(block(e.clear_plan(&key)).unwrap(), "{kind:?}: it had one");
+        assert!(
+            !block(e.clear_plan(&key)).unwrap(),
+            "{kind:?}: not any more"
+        );
+        assert_eq!(
+            e.plan_of(&key),
+            Some(("free".into(), PlanSource::Default)),
+            "{kind:?}"
+        );
+    }
+}
+
+#[test]
+fn credits_are_set_spent_and_refunded_alike() {
+    for kind in kinds() {
+        let (_, runtime) = stores(kind);
+        let key = KeyId(0xc0ffee);
+        let wait = Duration::from_secs(2);
+        block(runtime.set_credits(key, 5)).unwrap();
+        assert_eq!(block(runtime.credits(key)).unwrap(), 5, "{kind:?}");
+        assert_eq!(
+            block(runtime.spend_credits(key, 3, wait)).unwrap(),
+            Some(2),
+            "{kind:?}"
+        );
+        assert_eq!(
+            block(runtime.spend_credits(key, 3, wait)).unwrap(),
+            None,
+            "{kind:?}: short"
+        );
+        assert_eq!(
+            block(runtime.credits(key)).unwrap(),
+            2,
+            "{kind:?}: nothing debited"
+        );
+        block(runtime.refund_credits(key, 3)).unwrap();
+        assert_eq!(block(runtime.credits(key)).unwrap(), 5, "{kind:?}");
+        block(runtime.set_credits(key, 0)).unwrap();
+        assert_eq!(block(runtime.credits(key)).unwrap(), 0, "{kind:?}");
+        assert_eq!(
+            block(runtime.spend_credits(key, 1, wait)).unwrap(),
+            None,
+            "{kind:?}"
+        );
+    }
+}

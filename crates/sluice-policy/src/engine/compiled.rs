@@ -1,0 +1,54 @@
+//! A policy compiled against a store: its limits' counters and gates,
+//! swapped as one on reload.
+
+use std::sync::Arc;
+
+use sluice_store::seam::{Counter, Store};
+
+use crate::delay_queue::DelayQueue;
+use crate::policy::Policy;
+
+/// A policy and its limits' state in the store, swapped as one.
+#[derive(Debug)]
+pub(super) struct Compiled {
+    pub(super) policy: Arc<Policy>,
+    /// The store's counter of each of the policy's limits, by index.
+    pub(super) counters: Vec<Counter>,
+    /// The delay queue of each `on_limit = "delay"` limit, by index: the
+    /// requests it holds on this instance, which `max_queue` bounds.
+    pub(super) gates: Vec<Option<Arc<DelayQueue>>>,
+}
+
+impl Compiled {
+    /// Registers a policy's limits with `store`; delay queues of limits
+    /// whose identity is unchanged from `old` carry over with the requests
+    /// they hold. A limit whose identity is unchanged keeps its counts (the
+    /// store gives the same state to the same definition while it lives).
+    pub(super) fn new(policy: Policy, store: &dyn Store, old: Option<&Compiled>) -> Self {
+        let counters = policy
+            .limits()
+            .iter()
+            .map(|def| store.counter(def.counter().clone()))
+            .collect();
+        let gates = policy
+            .limits()
+            .iter()
+            .map(|def| {
+                def.delay?;
+                let kept = old.and_then(|o| {
+                    o.policy
+                        .limits()
+                        .iter()
+                        .position(|l| l.id == def.id)
+                        .and_then(|i| o.gates[i].clone())
+                });
+                Some(kept.unwrap_or_default())
+            })
+            .collect();
+        Self {
+            policy: Arc::new(policy),
+            counters,
+            gates,
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! The decision engine: a policy over a store, answering "may this request
+//! pass?" over every limit that applies to it, all-or-nothing, on one path
+//! whatever the store.
+//!
+//! - [`plan`]: which limits apply to a request, under which keys;
+//! - [`decide`]: the one decision path (classes, delay, credits, shadow);
+//! - [`credits`]: burst credits; [`carry`]: carry-over between plans;
+//! - [`verdict`]: what the engine answers; [`outcome`]: how a request
+//!   ends.
+
+mod carry;
+mod compiled;
+mod credits;
+mod decide;
+mod outcome;
+mod plan;
+mod verdict;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use sluice_core::{Clock, SystemClock};
+use sluice_store::seam::{PlansSink, RemoteHealth, RuntimeStore, Store, now_or_never};
+use sluice_store::{KeyHasher, KeyId, MemoryRuntime, MemoryStore, MemoryStoreConfig};
+
+use crate::policy::{Policy, RequestInfo};
+use crate::runtime::{RuntimePlans, RuntimePlansCell};
+use compiled::Compiled;
+use plan::Plan;
+
+pub use outcome::Outcome;
+pub use verdict::{
+    DecideError, LimitResult, PlanSource, RuntimeError, SaveError, UnknownPlan, Verdict,
+};
+
+/// A policy over a store.
+///
+/// ```
+/// use std::path::Path;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = std::env::temp_dir().join(format!("sluice-doc-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// # let path = dir.join("engine.toml");
+/// std::fs::write(&path, r#"
+///     [[limits]]
+///     name = "per-ip"
+///     key = "ip"
+///     rate = "1/s"
+///     burst = 1
+/// "#)?;
+/// let engine = sluice_policy::Engine::new(sluice_policy::Policy::load(&path)?);
+/// let (method, headers) = (http::Method::GET, http::HeaderMap::new());
+/// let req = sluice_policy::RequestInfo {
+///     method: &method, path: "/", headers: &headers,
+///     peer: Some("192.0.2.1".parse()?), cost: None,
+/// };
+/// // The memory store answers at once: no runtime needed.
+/// assert!(engine.decide_now(&req).unwrap()?.allowed);
+/// assert!(!engine.decide_now(&req).unwrap()?.allowed);
+/// # Ok(()) }
+/// ```
+///
+/// The policy can be replaced while requests are decided
+/// ([`Engine::replace_policy`]): each decision reads one policy from start to
+/// end, and limits whose definition did not change keep their counters.
+pub struct Engine<C: Clock = SystemClock> {
+    current: ArcSwap<Compiled>,
+    /// Plans assigned at run time, by client key id; they beat the
+    /// config's. With a shared runtime store, a mirror of its assignments.
+    runtime_plans: RuntimePlansCell,
+    store: Arc<dyn Store>,
+    runtime: Arc<dyn RuntimeStore>,
+    hasher: KeyHasher,
+    clock: C,
+    /// Whether the store answers at once (in this process).
+    at_once: bool,
+    /// The longest a request waits for burst credits to be spent.
+    credit_wait: Duration,
+}
+
+impl<C: Clock> std::fmt::Debug for Engine<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("store", &self.store)
+            .field("runtime", &self.runtime)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine<SystemClock> {
+    /// An engine with a fresh in-memory store sized by the policy.
+    pub fn new(policy: Policy) -> Self {
+        let store = MemoryStore::new(MemoryStoreConfig {
+            max_keys: policy.store.max_keys,
+            shards: 0,
+        });
+        Self::with_store(policy, Arc::new(store), KeyHasher::random())
+    }
+}
+
+impl<C: Clock + Clone + 'static> Engine<C> {
+    /// An engine over an existing memory store (shared with other engines,
+    /// or on a manual clock), with runtime state in this process.
+    pub fn with_store(policy: Policy, store: Arc<MemoryStore<C>>, hasher: KeyHasher) -> Self {
+        let clock = store.clock().clone();
+        Self::on(
+            policy,
+            store,
+            Arc::new(MemoryRuntime::default()),
+            hasher,
+            clock,
+        )
+    }
+}
+
+impl<C: Clock> Engine<C> {
+    /// An engine over any store and runtime state store: a shared store
+    /// (Redis behind its protection) and its runtime state, say. The hasher
+    /// must be keyed by the secret every instance shares, so that they name
+    /// a client's keys alike.
+    pub fn on(
+        policy: Policy,
+        store: Arc<dyn Store>,
+        runtime: Arc<dyn RuntimeStore>,
+        hasher: KeyHasher,
+        clock: C,
+    ) -> Self {
+        let plans = policy
+            .runtime_keys
+            .as_ref()
+            .map(|r| RuntimePlans::from_keys(&r.loaded, &hasher))
+            .unwrap_or_default();
+        let compiled = Compiled::new(policy, store.as_ref(), None);
+        let at_once = store.answers_at_once();
+        Self {
+            current: ArcSwap::from_pointee(compiled),
+            runtime_plans: RuntimePlansCell::new(plans),
+            store,
+            runtime,
+            hasher,
+            clock,
+            at_once,
+            credit_wait: Duration::from_millis(10),
+        }
+    }
+
+    /// Sets the longest a request waits for burst credits to be spent on a
+    /// shared runtime store (the store's timeout, say; 10 ms by default).
+    pub fn with_credit_wait(mut self, wait: Duration) -> Self {
+        self.credit_wait = wait;
+        self
+    }
+
+    /// With a shared runtime store, polls its plans every `every` in the
+    /// background, so that changes made through any instance apply here;
+    /// the task ends when the engine is dropped. Returns whether it was
+    /// started (not for runtime state in memory). Must be called within a
+    /// tokio runtime.
+    pub fn watch_runtime_state(self: &Arc<Self>, every: Duration) -> bool
+    where
+        C: 'static,
+    {
+        let sink: std::sync::Weak<dyn PlansSink> = Arc::downgrade(self) as _;
+        self.runtime.watch(sink, every)
+    }
+
+    /// The policy in force now.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.current.load().policy.clone()
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// For a store over the network: how it and its protection are doing.
+    pub fn remote_health(&self) -> Option<RemoteHealth> {
+        self.store.remote_health()
+    }
+
+    /// The clock decisions are made on.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The hasher that names client keys.
+    pub fn hasher(&self) -> &KeyHasher {
+        &self.hasher
+    }
+
+    /// Replaces the policy. Requests being decided finish on the old one;
+    /// the next ones see the new one. A limit whose identity (scope, name
+    /// and definition) is unchanged keeps its counters; a new or changed one
+    /// starts fresh.
+    pub fn replace_policy(&self, policy: Policy) {
+        let old = self.current.load_full();
+        let compiled = Compiled::new(policy, self.store.as_ref(), Some(&old));
+        self.current.store(Arc::new(compiled));
+    }
+
+    /// Decides a request over every limit that applies to it.
+    ///
+    /// Limits match on the request's [canonical path](crate::path): any
+    /// spelling of `/export` is charged to `/export`'s limits, and a path
+    /// with no canonical form is refused with [`DecideError::Path`].
+    pub async fn decide(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
+        let path = crate::path::canonical(req.path)?;
+        let req = &RequestInfo {
+            path: &path,
+            ..*req
+        };
+        // Owned, not guarded: the decision may wait on the store.
+        let current = self.current.load_full();
+        let runtime = self
+            .runtime_plans
+            .in_force()
+            .map(arc_swap::Guard::into_inner);
+        let mut plan = Plan::new(current.policy.headers);
+        self.plan(&current, runtime.as_deref(), req, &mut plan)?;
+        self.decide_plan(&current, &plan).await
+    }
+
+    /// [`decide`](Self::decide), done now, when the store answers at once
+    /// (the memory store): `None` when it does not, and nothing was
+    /// decided. For callers that avoid a future where they can (the tower
+    /// layer), and synchronous ones (the simulator). The same path as
+    /// `decide`, polled once.
+    #[inline]
+    pub fn decide_now(&self, req: &RequestInfo<'_>) -> Option<Result<Verdict, DecideError>> {
+        if !self.at_once {
+            return None;
+        }
+        let path = match crate::path::canonical(req.path) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e.into())),
+        };
+        let req = &RequestInfo {
+            path: &path,
+            ..*req
+        };
+        // Guarded: nothing here outlives this call.
+        let current = self.current.load();
+        let runtime = self.runtime_plans.in_force();
+        let mut plan = Plan::new(current.policy.headers);
+        if let Err(e) = self.plan(
+            &current,
+            runtime.as_deref().map(Arc::as_ref),
+            req,
+            &mut plan,
+        ) {
+            return Some(Err(e));
+        }
+        now_or_never(self.decide_plan(&current, &plan))
+    }
+
+    /// A key's plan now, and where it comes from.
+    pub fn plan_of(&self, key: &str) -> Option<(String, PlanSource)> {
+        let current = self.current.load();
+        let policy = &current.policy;
+        let runtime = self.runtime_plans.load();
+        if !runtime.is_empty()
+            && let Some(p) = runtime
+                .plan(self.hasher.key_id(key))
+                .filter(|p| policy.has_plan(p))
+        {
+            return Some((p.to_owned(), PlanSource::Runtime));
+        }
+        let p = policy.plan_of(key)?;
+        let source = if policy.assigned_in_config(key) {
+            PlanSource::Config
+        } else {
+            PlanSource::Default
+        };
+        Some((p.to_owned(), source))
+    }
+
+    /// Puts a client key on a plan at run time, over the config's
+    /// assignment: in the runtime state store first (with a shared one,
+    /// every instance applies it within a poll), then here. If the store
+    /// fails, nothing changes. With `[client] carry_over = "proportional"`
+    /// (the default), the key keeps the share of quota it has used (see
+    /// [`carry`]).
+    pub async fn set_plan(&self, key: &str, plan: &str) -> Result<(), RuntimeError> {
+        if !self.current.load().policy.has_plan(plan) {
+            return Err(UnknownPlan(plan.to_owned()).into());
+        }
+        let before = self.plan_of(key).map(|(p, _)| p);
+        let id = self.hasher.key_id(key);
+        self.runtime.set_plan(id, plan).await?;
+        self.runtime_plans.update(|m| m.with(id, key, plan));
+        if let Some(before) = before {
+            self.carry_over(key, &before, plan).await;
+        }
+        Ok(())
+    }
+
+    /// Removes a key's runtime assignment: from the runtime state store
+    /// first, then here. Returns whether it had one. The key goes back to
+    /// its config plan, with the same carry-over as [`Engine::set_plan`].
+    pub async fn clear_plan(&self, key: &str) -> Result<bool, RuntimeError> {
+        let before = self.plan_of(key).map(|(p, _)| p);
+        let id = self.hasher.key_id(key);
+        let remote = self.runtime.remove_plan(id).await?;
+        let mut had = false;
+        self.runtime_plans.update(|m| {
+            let (next, removed) = m.without(id);
+            had = removed;
+            next
+        });
+        if let (Some(before), Some((after, _))) = (before, self.plan_of(key)) {
+            self.carry_over(key, &before, &after).await;
+        }
+        Ok(had || remote)
+    }
+
+    /// The runtime assignments now whose raw key this process knows (made
+    /// through it, or loaded from `runtime_keys_file`), sorted by key. With
+    /// a shared runtime store, assignments made through other instances are
+    /// known here only by key id, and are not listed.
+    pub fn runtime_assignments(&self) -> BTreeMap<String, String> {
+        self.runtime_plans.load().named()
+    }
+
+    /// Writes the runtime assignments to `[client] runtime_keys_file`,
+    /// atomically (a temporary file renamed over it). Returns the file and
+    /// how many assignments it holds.
+    pub fn save_runtime_assignments(&self) -> Result<(PathBuf, usize), SaveError> {
+        let policy = self.policy();
+        let Some(file) = &policy.runtime_keys else {
+            return Err(SaveError::NotConfigured);
+        };
+        let all = self.runtime_assignments();
+        crate::keys_file::write_atomically(&file.path, &all).map_err(|source| SaveError::Io {
+            path: file.path.clone(),
+            source,
+        })?;
+        Ok((file.path.clone(), all.len()))
+    }
+
+    /// Sets a client key's burst credits: extra cost its plan's limits
+    /// admit once their buckets are empty. If the runtime state store
+    /// fails, nothing changes.
+    pub async fn grant_credits(&self, key: &str, credits: u64) -> Result<(), RuntimeError> {
+        let id = self.hasher.key_id(key);
+        self.runtime.set_credits(id, credits).await?;
+        Ok(())
+    }
+
+    /// A client key's burst credits now, as the runtime state store has
+    /// them (0 when it cannot say).
+    pub async fn credits(&self, key: &str) -> u64 {
+        let id: KeyId = self.hasher.key_id(key);
+        match self.runtime.credits(id).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::debug!(error = %e, "credits could not be read");
+                0
+            }
+        }
+    }
+}
+
+/// The watcher of a shared runtime store replaces this engine's copy of
+/// the runtime plans with what it loads.
+impl<C: Clock> PlansSink for Engine<C> {
+    fn plans_loaded(&self, plans: HashMap<KeyId, String>) {
+        self.runtime_plans.update(|m| m.mirrored(plans.clone()));
+    }
+}

@@ -1,0 +1,229 @@
+//! Which limits apply to a request, under which keys, enforced or in
+//! shadow: the plan the engine then decides.
+
+use sluice_core::{Decision, LimitSpec};
+use sluice_store::KeyId;
+use sluice_store::seam::{Check, Checked};
+use smallvec::SmallVec;
+
+use super::Engine;
+use super::compiled::Compiled;
+use super::verdict::{DecideError, LimitResult, Verdict};
+use crate::config::HeadersConfig;
+use crate::policy::{Access, LimitDef, RequestInfo};
+use crate::runtime::RuntimePlans;
+use sluice_core::Clock;
+
+/// One applied limit, planned.
+pub(super) struct Planned<'p> {
+    pub(super) limit: &'p LimitDef,
+    pub(super) index: usize,
+    pub(super) key: KeyId,
+    pub(super) cost: u64,
+}
+
+impl<'p> Planned<'p> {
+    /// The check of this limit on the store: on the bucket it counts on,
+    /// keeping `reserve`.
+    pub(super) fn check<'c>(&self, current: &'c Compiled, reserve: u64) -> Check<'c> {
+        Check {
+            counter: &current.counters[self.index],
+            key: self.key,
+            cost: self.cost,
+            reserve,
+        }
+    }
+
+    pub(super) fn result(&self, decision: Decision) -> LimitResult {
+        LimitResult {
+            spec: self.limit.spec,
+            decision,
+            labels: self.limit.labels.clone(),
+            key: self.key,
+        }
+    }
+
+    /// A decision on a delay limit's extended bucket, as the client sees
+    /// it, for an extended bucket whose plain part is `plain` (the limit
+    /// itself, or the local fallback's share of it): its burst as the
+    /// limit, the extension not counted in `remaining`, and (`hold`: for an
+    /// enforced, admitted request) the time until the bucket is back within
+    /// its burst as the delay.
+    pub(super) fn translate_on(&self, d: Decision, plain: &LimitSpec, hold: bool) -> Decision {
+        let Some(delay) = self.limit.delay else {
+            return d;
+        };
+        let extra = d.limit.saturating_sub(plain.burst);
+        let mut out = Decision {
+            limit: plain.burst,
+            remaining: d.remaining.saturating_sub(extra),
+            ..d
+        };
+        let used = d.limit.saturating_sub(d.remaining);
+        if d.allowed && hold && used > plain.burst {
+            out.delay = plain
+                .rate
+                .refill_time(used - plain.burst)
+                .min(delay.max_delay);
+        }
+        out
+    }
+
+    /// A store's decision, made with `reserve` on `1/share` of the limit,
+    /// as the client sees it: the burst as the limit, `remaining` what the
+    /// request's class may still use now without waiting, and (`hold`: an
+    /// enforced, admitted request) the wait for its slot as the delay.
+    pub(super) fn shown(&self, d: Decision, reserve: u64, share: u32, hold: bool) -> Decision {
+        if self.limit.delay.is_none() {
+            // The store counted `remaining` above the class's reserve already.
+            return d;
+        }
+        let plain = self.limit.spec.share(share);
+        if reserve > 0 {
+            // Decided as the plain bucket (less any class reserve): never
+            // held, and `remaining` is already above the reserve.
+            return Decision {
+                limit: plain.burst,
+                ..d
+            };
+        }
+        // Decided on the whole extended bucket.
+        self.translate_on(d, &plain, hold)
+    }
+
+    /// The decision shown for a limit no store could decide.
+    pub(super) fn impossible(&self) -> Decision {
+        Decision {
+            allowed: false,
+            ..Decision::full(self.limit.spec.burst)
+        }
+    }
+}
+
+/// The limits of one request, split into enforced and shadowed.
+pub(super) struct Plan<'p> {
+    pub(super) enforced: SmallVec<[Planned<'p>; 4]>,
+    pub(super) shadowed: SmallVec<[Planned<'p>; 4]>,
+    /// The client's plan, when a limit has priority classes.
+    pub(super) class: Option<&'p str>,
+    pub(super) style: HeadersConfig,
+}
+
+impl Plan<'_> {
+    /// An empty plan, to be filled by [`Engine::plan`] in place (a plan is
+    /// large enough that moving it shows on the request path).
+    pub(super) fn new(style: HeadersConfig) -> Self {
+        Self {
+            enforced: SmallVec::new(),
+            shadowed: SmallVec::new(),
+            class: None,
+            style,
+        }
+    }
+
+    pub(super) fn verdict(&self, checked: Checked, shadow: Vec<LimitResult>) -> Verdict {
+        for r in &shadow {
+            if !r.decision.allowed {
+                tracing::info!(limit = %r.name(), "shadow: would have been limited");
+            }
+        }
+        Verdict {
+            allowed: checked.allowed,
+            fallback: checked.fallback(),
+            results: self
+                .enforced
+                .iter()
+                .zip(checked.decisions)
+                .map(|(p, d)| p.result(d))
+                .collect(),
+            shadow,
+            style: self.style,
+        }
+    }
+}
+
+impl<C: Clock> Engine<C> {
+    /// Which limits apply to a request, under which keys, enforced or in
+    /// shadow: written into `plan` (empty).
+    pub(super) fn plan<'p>(
+        &self,
+        current: &'p Compiled,
+        runtime: Option<&'p RuntimePlans>,
+        req: &RequestInfo<'p>,
+        plan: &mut Plan<'p>,
+    ) -> Result<(), DecideError> {
+        let access = current.policy.access(req);
+        if access == Access::Denied {
+            return Err(DecideError::Denied);
+        }
+        // Runtime plans are kept by key id: the key is hashed only when
+        // some exist.
+        let runtime_plan = |key: &str| runtime.and_then(|r| r.plan(self.hasher.key_id(key)));
+        // Hash each distinct client key once: limits with the same key
+        // source have the same key.
+        let mut ids: SmallVec<[(&'p crate::KeySource, KeyId); 4]> = SmallVec::new();
+        let mut place = |a: &crate::policy::Applied<'p>| {
+            let key = match ids.iter().find(|(source, _)| **source == a.limit.key) {
+                Some((_, id)) => *id,
+                None => {
+                    let id = self.hasher.key_id_bytes(a.key.as_bytes());
+                    ids.push((&a.limit.key, id));
+                    id
+                }
+            };
+            let allowed_client = access == Access::Allowed;
+            let planned = Planned {
+                limit: a.limit,
+                index: a.index,
+                key,
+                cost: a.cost,
+            };
+            if !allowed_client && is_enforced(a.limit.shadow, a.limit.enforce_percent, key) {
+                if a.cost > a.limit.spec.burst {
+                    return Err(DecideError::Impossible {
+                        limit: a.limit.name.to_string(),
+                        cost: a.cost,
+                        capacity: a.limit.spec.burst,
+                    });
+                }
+                plan.enforced.push(planned);
+            } else {
+                plan.shadowed.push(planned);
+            }
+            Ok(())
+        };
+        current.policy.resolve_each(req, runtime_plan, &mut place)?;
+        // The client's plan is its priority class, where a limit has some.
+        if plan
+            .enforced
+            .iter()
+            .any(|p: &Planned<'_>| !p.limit.max_share.is_empty())
+        {
+            plan.class = current.policy.client_plan(req, &runtime_plan);
+            // A cost beyond the class's share can never pass, on any store.
+            for p in &plan.enforced {
+                let reserve = p.limit.reserve_for(plan.class);
+                if reserve > 0 && p.cost > p.limit.spec.burst - reserve {
+                    return Err(beyond_share(p.limit, p.cost, reserve));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A request whose cost exceeds what its priority class may ever use of a
+/// limit (the burst less the other classes' reserve).
+fn beyond_share(limit: &LimitDef, cost: u64, reserve: u64) -> DecideError {
+    DecideError::Impossible {
+        limit: limit.name.to_string(),
+        cost,
+        capacity: limit.spec.burst.saturating_sub(reserve),
+    }
+}
+
+/// Whether a limit is enforced for a key: not in shadow, and the key falls
+/// in its `enforce_percent` (sticky: by the key's keyed hash).
+fn is_enforced(shadow: bool, percent: u8, key: KeyId) -> bool {
+    !shadow && (percent >= 100 || key.low() % 100 < u64::from(percent))
+}

@@ -1,0 +1,169 @@
+//! What the engine answers: a verdict over every limit that applied, and
+//! the errors of deciding and of runtime changes.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sluice_core::{Decision, LimitSpec, Nanos};
+use sluice_store::KeyId;
+use sluice_store::seam::{Fallback, RuntimeStoreError};
+
+use crate::config::HeadersConfig;
+use crate::policy::{LimitLabels, MissingKey};
+
+/// One applied limit's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitResult {
+    /// Its algorithm, rate and burst.
+    pub spec: LimitSpec,
+    /// The decision under it.
+    pub decision: Decision,
+    /// How metrics name the limit; its name is [`name`](Self::name).
+    pub labels: Arc<LimitLabels>,
+    /// The client key's keyed hash (never the key itself).
+    pub key: KeyId,
+}
+
+impl LimitResult {
+    /// The limit's name.
+    pub fn name(&self) -> &str {
+        &self.labels.limit
+    }
+}
+
+/// The engine's answer for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether every applied limit allowed the request.
+    pub allowed: bool,
+    /// One result per applied, enforced limit, in policy order. Only these
+    /// are shown to the client.
+    pub results: Vec<LimitResult>,
+    /// The limits that applied in shadow (shadow mode, or a key outside a
+    /// limit's `enforce_percent`): decided and recorded, never refusing, and
+    /// never shown to the client. Empty when the request was refused.
+    pub shadow: Vec<LimitResult>,
+    /// The header style of the config that decided it, so that a response
+    /// never mixes two configs across a reload.
+    pub style: HeadersConfig,
+    /// Set when the store could not decide and its fallback did.
+    pub fallback: Option<Fallback>,
+}
+
+impl Verdict {
+    /// The limits that refused the request.
+    pub fn violated(&self) -> impl Iterator<Item = &LimitResult> {
+        self.results.iter().filter(|r| !r.decision.allowed)
+    }
+
+    /// How long until the request could pass: the longest retry-after of the
+    /// violated limits. `None` when allowed.
+    pub fn retry_after(&self) -> Option<Nanos> {
+        self.violated().filter_map(|r| r.decision.retry_after).max()
+    }
+
+    /// How long an admitted request should be held: leaky bucket queueing,
+    /// or an `on_limit = "delay"` limit's wait for its reserved slot.
+    pub fn delay(&self) -> Nanos {
+        self.results
+            .iter()
+            .map(|r| r.decision.delay)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether the store could not decide and its fallback refused every
+    /// request (`fallback = "deny"`): a server answers 503, not 429.
+    pub fn store_unavailable(&self) -> bool {
+        !self.allowed && self.fallback == Some(Fallback::Deny)
+    }
+}
+
+/// Why the runtime assignments could not be saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// The config has no `[client] runtime_keys_file`.
+    #[error("the config has no `[client] runtime_keys_file` to save to")]
+    NotConfigured,
+    /// Writing the file failed.
+    #[error("cannot write {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+}
+
+/// A plan the policy does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no plan named `{0}`")]
+pub struct UnknownPlan(pub String);
+
+/// Why a runtime change (a plan assignment, a credit balance) was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The policy has no such plan.
+    #[error(transparent)]
+    UnknownPlan(#[from] UnknownPlan),
+    /// The runtime state store did not take the change; nothing changed.
+    #[error(transparent)]
+    Store(#[from] RuntimeStoreError),
+}
+
+/// Where a key's plan comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanSource {
+    /// Assigned at run time.
+    Runtime,
+    /// Assigned in the config's `[keys]`.
+    Config,
+    /// The config's `default_plan`.
+    Default,
+}
+
+/// Why a request could not be decided.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecideError {
+    /// A limit needs a key the request lacks.
+    #[error(transparent)]
+    MissingKey(#[from] MissingKey),
+    /// A key header is given twice with different values.
+    #[error(transparent)]
+    AmbiguousKey(#[from] crate::policy::AmbiguousKey),
+    /// The client is on the deny list.
+    #[error("this client is denied")]
+    Denied,
+    /// The path has no canonical form (see [`path`](crate::path)).
+    #[error(transparent)]
+    Path(#[from] crate::path::PathError),
+    /// The request costs more than a limit can ever admit.
+    #[error(
+        "limit `{limit}`: cost {cost} exceeds its capacity of {capacity}; this request can never pass"
+    )]
+    Impossible {
+        /// The limit.
+        limit: String,
+        /// The request's cost.
+        cost: u64,
+        /// The limit's burst.
+        capacity: u64,
+    },
+}
+
+impl From<sluice_store::seam::StoreError> for DecideError {
+    fn from(e: sluice_store::seam::StoreError) -> Self {
+        match e {
+            sluice_store::seam::StoreError::Impossible { cost, capacity } => Self::Impossible {
+                limit: String::new(),
+                cost,
+                capacity,
+            },
+            sluice_store::seam::StoreError::ForeignCounter(limit) => Self::Impossible {
+                limit,
+                cost: 0,
+                capacity: 0,
+            },
+        }
+    }
+}

@@ -1,0 +1,422 @@
+//! A remote store as the engine uses it: behind a timeout, a circuit
+//! breaker, an over-limit cache and a fallback.
+//!
+//! [`Protected::check`](sluice_store::seam::Store::check) always decides,
+//! and never waits longer than the configured timeout:
+//!
+//! 1. A request identical to one refused moments ago is refused from the
+//!    [over-limit cache](crate::over_limit) without a round trip.
+//! 2. Otherwise, if the [breaker](crate::breaker) is closed (or this is its
+//!    probe), the remote store decides, within `timeout`.
+//! 3. If it fails, times out, is not connected yet, or the breaker is open,
+//!    the [`Fallback`] decides: a local in-memory limit of
+//!    `1/expected_instances` of the global one (reserves included: see
+//!    [`local`](crate::local)), allow, or deny. The answer says so
+//!    ([`DecidedBy::Fallback`]).
+//!
+//! Only store *failures* trigger the fallback, never over-limit answers.
+//! The breaker opening and closing is logged once each, not per request.
+//!
+//! **Coming back from an outage.** While the breaker's probe is out, other
+//! requests wait for its outcome (within the timeout) instead of falling
+//! back. What the fallback admitted during the outage is kept in a bounded
+//! [ledger](crate::ledger) and charged to the store when it is back: for a
+//! key, before the store decides for it again; for the rest, in the
+//! background ([`recovery`](crate::recovery)).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use sluice_core::Decision;
+use sluice_store::KeyId;
+use sluice_store::seam::{
+    CallObserver, Check, Checked, Counter, CounterDef, DecidedBy, Fallback, Pending, RemoteHealth,
+    Slot, Store, StoreError,
+};
+use smallvec::SmallVec;
+
+use crate::breaker::{Admit, Breaker, BreakerState, Transition};
+use crate::ledger::Ledger;
+use crate::local::{LocalFallback, refuse_all};
+use crate::over_limit::{OverLimitCache, Part};
+use crate::{ProtectOptions, Remote, RemoteError};
+
+/// A counter's slot in a protected store: its counter in the remote store,
+/// and this instance's share of it in the local fallback.
+#[derive(Debug)]
+pub(crate) struct Pair {
+    pub(crate) remote: Counter,
+    pub(crate) local: Counter,
+}
+
+/// Counters of what the protected store did, for metrics.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) store_decisions: AtomicU64,
+    pub(crate) store_errors: AtomicU64,
+    pub(crate) store_timeouts: AtomicU64,
+    pub(crate) cache_hits: AtomicU64,
+    pub(crate) fallback_decisions: AtomicU64,
+}
+
+/// A remote store behind a timeout, a breaker, a cache and a fallback. See
+/// the module docs.
+pub struct Protected<R: Remote> {
+    pub(crate) remote: Arc<R>,
+    pub(crate) breaker: Breaker,
+    cache: Option<OverLimitCache>,
+    local: LocalFallback,
+    pub(crate) ledger: Ledger,
+    /// Told when a probe's outcome is known.
+    probe_done: tokio::sync::Notify,
+    pub(crate) opts: ProtectOptions,
+    counts: Counts,
+    observer: OnceLock<CallObserver>,
+}
+
+impl<R: Remote> std::fmt::Debug for Protected<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Protected")
+            .field("remote", &self.remote)
+            .field("breaker", &self.breaker.state())
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Remote> Protected<R> {
+    /// Protects `remote`. Until it connects, the fallback decides; it is
+    /// connected in the background (retrying with backoff), and what the
+    /// fallback admitted is charged to it later. Must be called within a
+    /// tokio runtime.
+    pub fn start(remote: Arc<R>, opts: ProtectOptions) -> Arc<Self> {
+        let this = Arc::new(Self {
+            breaker: if remote.is_connected() {
+                Breaker::new(opts.breaker_failures, opts.breaker_open)
+            } else {
+                Breaker::new_open(opts.breaker_failures, opts.breaker_open)
+            },
+            cache: opts.over_limit_cache.then(|| OverLimitCache::new(100_000)),
+            local: LocalFallback::new(opts.expected_instances, opts.local_max_keys),
+            ledger: Ledger::new(opts.local_max_keys),
+            probe_done: tokio::sync::Notify::new(),
+            remote,
+            opts,
+            counts: Counts::default(),
+            observer: OnceLock::new(),
+        });
+        crate::recovery::spawn(&this);
+        this
+    }
+
+    /// Connects now, waiting at most `within`; the store decides at once
+    /// on success. (Without this, [`start`](Self::start) connects in the
+    /// background.)
+    pub async fn connect(&self, within: Duration) -> Result<(), RemoteError> {
+        self.remote.connect(within).await?;
+        if self.breaker.success() == Some(Transition::Closed) {
+            tracing::info!(store = %self.remote.address(), "shared store connected");
+        }
+        Ok(())
+    }
+
+    /// The remote store.
+    pub fn remote(&self) -> &Arc<R> {
+        &self.remote
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ProtectOptions {
+        &self.opts
+    }
+
+    /// The breaker's state: `Open` means the fallback is deciding.
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// Decides every check together, all or nothing. Never fails but for
+    /// checks no store could decide (a foreign counter).
+    async fn decide(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
+        let mut pairs: SmallVec<[&Pair; 4]> = SmallVec::with_capacity(checks.len());
+        for c in checks {
+            let pair = c
+                .counter
+                .slot()
+                .get::<Pair>()
+                .ok_or_else(|| StoreError::ForeignCounter(c.counter.def().id().to_owned()))?;
+            pairs.push(pair);
+        }
+        // The cache's identity of this request; not computed without one.
+        let parts: SmallVec<[Part; 4]> = match &self.cache {
+            Some(_) => checks
+                .iter()
+                .map(|c| (c.counter.def().tag(), c.key, c.cost, c.reserve))
+                .collect(),
+            None => SmallVec::new(),
+        };
+        if let Some(cache) = &self.cache
+            && let Some(decisions) = cache.lookup(&parts)
+        {
+            self.counts.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Checked {
+                allowed: false,
+                decisions: decisions.into_iter().collect(),
+                by: DecidedBy::Cache,
+                share: 1,
+            });
+        }
+        let remote: SmallVec<[Check<'_>; 4]> = checks
+            .iter()
+            .zip(&pairs)
+            .map(|(c, p)| Check {
+                counter: &p.remote,
+                ..*c
+            })
+            .collect();
+        let deadline = tokio::time::Instant::now() + self.opts.timeout;
+        let admit = match self.breaker.admit() {
+            Admit::Wait => self.wait_for_probe(deadline).await,
+            admit => admit,
+        };
+        if admit != Admit::Skip {
+            let result = self.settle_then_call(&remote, deadline).await;
+            let decided = self.on_result(checks, &parts, result);
+            if admit == Admit::Probe {
+                // Callers that waited for the probe ask the breaker again.
+                self.probe_done.notify_waiters();
+            }
+            if let Some(decided) = decided {
+                return Ok(decided);
+            }
+        }
+        self.counts
+            .fallback_decisions
+            .fetch_add(1, Ordering::Relaxed);
+        let checked = self.fallback(checks, &pairs);
+        if checked.allowed && self.opts.fallback != Fallback::Deny {
+            // Owed to the store, and charged there when it is back.
+            self.ledger
+                .owe(remote.iter().map(|c| (c.counter, c.key, c.cost)));
+        }
+        Ok(checked)
+    }
+
+    /// Waits, until `deadline` at the latest, for the probe that is out,
+    /// then says what to do: call the store if it closed the breaker, else
+    /// fall back.
+    async fn wait_for_probe(&self, deadline: tokio::time::Instant) -> Admit {
+        let notified = self.probe_done.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.breaker.state() == BreakerState::HalfOpen {
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+        match self.breaker.state() {
+            BreakerState::Closed => Admit::Call,
+            _ => Admit::Skip,
+        }
+    }
+
+    /// What the store's answer means for the request: its decision, or
+    /// `None` for the fallback (the store failed).
+    fn on_result(
+        &self,
+        checks: &[Check<'_>],
+        parts: &[Part],
+        result: Result<Checked, RemoteError>,
+    ) -> Option<Checked> {
+        match result {
+            Ok(checked) => {
+                if self.breaker.success() == Some(Transition::Closed) {
+                    tracing::warn!(store = %self.remote.address(), "shared store is back: it decides again");
+                }
+                self.counts.store_decisions.fetch_add(1, Ordering::Relaxed);
+                if !checked.allowed
+                    && let Some(cache) = &self.cache
+                {
+                    cache.remember(parts, &checked.decisions);
+                }
+                Some(checked)
+            }
+            Err(RemoteError::Refused(_)) => {
+                // The store answered: the cost can never pass. Not a store
+                // failure; a refusal that no wait can lift.
+                self.breaker.success();
+                Some(Checked::by_store(
+                    false,
+                    checks
+                        .iter()
+                        .map(|c| {
+                            let burst = c.counter.def().spec().burst;
+                            Decision {
+                                allowed: c.cost <= burst,
+                                limit: burst,
+                                remaining: 0,
+                                reset_after: 0,
+                                retry_after: (c.cost > burst).then_some(u64::MAX),
+                                delay: 0,
+                            }
+                        })
+                        .collect(),
+                ))
+            }
+            Err(e) => {
+                let counter = match e {
+                    RemoteError::Timeout(_) => &self.counts.store_timeouts,
+                    _ => &self.counts.store_errors,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                if self.breaker.failure() == Some(Transition::Opened) {
+                    tracing::warn!(
+                        store = %self.remote.address(),
+                        error = %e,
+                        fallback = self.opts.fallback.name(),
+                        "shared store failing: the fallback decides until it recovers"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Charges what the fallback admitted for these checks' keys during an
+    /// outage, then decides the checks; both before `deadline`. What could
+    /// not be charged is owed again.
+    async fn settle_then_call(
+        &self,
+        checks: &[Check<'_>],
+        deadline: tokio::time::Instant,
+    ) -> Result<Checked, RemoteError> {
+        if !self.ledger.is_empty() {
+            let owed = self
+                .ledger
+                .take_for(checks.iter().map(|c| (c.counter.def().tag(), c.key)));
+            if !owed.is_empty() {
+                // On a timeout, what was owed is owed again whole: charging
+                // a part twice errs towards refusing, never admitting.
+                let copy = owed.clone();
+                match tokio::time::timeout_at(deadline, self.settle(owed)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err((e, back))) => {
+                        self.ledger.put_back(back);
+                        return Err(e);
+                    }
+                    Err(_) => {
+                        self.ledger.put_back(copy);
+                        return Err(RemoteError::Timeout(self.opts.timeout));
+                    }
+                }
+            }
+        }
+        let budget = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.observed_call(checks, budget).await
+    }
+
+    async fn observed_call(
+        &self,
+        checks: &[Check<'_>],
+        budget: Duration,
+    ) -> Result<Checked, RemoteError> {
+        let call = tokio::time::timeout(budget, self.remote.try_check(checks));
+        let Some(observer) = self.observer.get() else {
+            return call
+                .await
+                .map_err(|_| RemoteError::Timeout(self.opts.timeout))?;
+        };
+        let started = std::time::Instant::now();
+        let result = call
+            .await
+            .map_err(|_| RemoteError::Timeout(self.opts.timeout))
+            .and_then(|r| r);
+        observer(started.elapsed(), result.is_ok());
+        result
+    }
+
+    fn fallback(&self, checks: &[Check<'_>], pairs: &[&Pair]) -> Checked {
+        let retry = self.opts.breaker_open.max(Duration::from_secs(1));
+        let retry = u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX);
+        match self.opts.fallback {
+            Fallback::Allow => Checked {
+                allowed: true,
+                decisions: checks
+                    .iter()
+                    .map(|c| Decision::full(c.counter.def().spec().burst))
+                    .collect(),
+                by: DecidedBy::Fallback(Fallback::Allow),
+                share: 1,
+            },
+            Fallback::Deny => refuse_all(checks, retry, Fallback::Deny),
+            Fallback::Local => {
+                let shares: SmallVec<[&Counter; 4]> = pairs.iter().map(|p| &p.local).collect();
+                self.local.check(checks, &shares, retry)
+            }
+        }
+    }
+
+    /// How many limits the local fallback holds a share of now.
+    pub fn local_limits(&self) -> usize {
+        self.local.len()
+    }
+
+    /// The cost owed for one (limit tag, key) pair, for tests.
+    #[doc(hidden)]
+    pub fn owed_for(&self, tag: u64, key: KeyId) -> u64 {
+        let taken = self.ledger.take_for([(tag, key)]);
+        let cost = taken.iter().map(|o| o.cost).sum();
+        self.ledger.put_back(taken);
+        cost
+    }
+}
+
+impl<R: Remote> Store for Protected<R> {
+    fn counter(&self, def: CounterDef) -> Counter {
+        let pair = Pair {
+            remote: Counter::new(def.clone(), self.remote.slot(&def)),
+            local: self.local.share(&def),
+        };
+        Counter::new(def, Slot::new(Arc::new(pair)))
+    }
+
+    fn check<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>> {
+        Pending::waiting(self.decide(checks))
+    }
+
+    fn check_each<'a>(
+        &'a self,
+        checks: &'a [Check<'a>],
+    ) -> Pending<'a, Vec<Result<Checked, StoreError>>> {
+        // Concurrently, so that a batching remote sends them in one round
+        // trip rather than one after another.
+        let each = checks.iter().map(|c| self.decide(std::slice::from_ref(c)));
+        Pending::waiting(futures_util::future::join_all(each))
+    }
+
+    fn purge_idle(&self) -> usize {
+        self.local.purge_idle()
+    }
+
+    fn remote_health(&self) -> Option<RemoteHealth> {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (pairs, settled, dropped) = self.ledger.totals();
+        Some(RemoteHealth {
+            address: self.remote.address(),
+            breaker: self.breaker.state(),
+            fallback: self.opts.fallback,
+            store_decisions: load(&self.counts.store_decisions),
+            store_errors: load(&self.counts.store_errors),
+            store_timeouts: load(&self.counts.store_timeouts),
+            cache_hits: load(&self.counts.cache_hits),
+            fallback_decisions: load(&self.counts.fallback_decisions),
+            owed_pairs: pairs,
+            owed_settled: settled,
+            owed_dropped: dropped,
+            local_limits: self.local.len(),
+        })
+    }
+
+    fn observe_calls(&self, observer: CallObserver) {
+        let _ = self.observer.set(observer);
+    }
+}

@@ -1,0 +1,139 @@
+//! Redis as a [`Remote`] store, for [`Protected`](sluice_protect::Protected):
+//! connected in the background, decided by [`RedisStore`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use sluice_protect::{Remote, RemoteError};
+use sluice_store::seam::{Check, Checked, CounterDef, Pending, Slot};
+use smallvec::SmallVec;
+
+use crate::store::{Conn, RedisCheck, RedisStore};
+use crate::topology::Topology;
+use crate::{RedisStoreError, StoreUrl};
+
+/// The Redis deployment a [`StoreUrl`] names, connected on first
+/// [`connect`](Remote::connect): until then every check fails with
+/// [`RemoteError::NotConnected`] (and the protection's fallback decides).
+pub struct RedisRemote {
+    url: StoreUrl,
+    batch: bool,
+    store: ArcSwapOption<RedisStore>,
+}
+
+impl std::fmt::Debug for RedisRemote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisRemote")
+            .field("url", &self.url)
+            .field("connected", &self.is_connected())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisRemote {
+    /// Redis at `url`, not connected yet; `batch`: whether concurrent
+    /// decisions share script calls (see [`BatchConfig`](crate::BatchConfig)).
+    pub fn new(url: StoreUrl, batch: bool) -> Arc<Self> {
+        Arc::new(Self {
+            url,
+            batch,
+            store: ArcSwapOption::empty(),
+        })
+    }
+
+    /// The URL.
+    pub fn url(&self) -> &StoreUrl {
+        &self.url
+    }
+
+    /// The connected store, if connected.
+    pub fn store(&self) -> Option<Arc<RedisStore>> {
+        self.store.load_full()
+    }
+
+    /// A connection to the node that holds keys tagged `tag`; fails when
+    /// not connected yet.
+    pub(crate) fn conn(&self, tag: &str) -> Result<Conn, RedisStoreError> {
+        self.store
+            .load()
+            .as_ref()
+            .map(|s| s.conn(tag))
+            .ok_or(RedisStoreError::NotConnected)
+    }
+
+    async fn decide(&self, checks: &[Check<'_>]) -> Result<Checked, RemoteError> {
+        let Some(store) = self.store.load_full() else {
+            return Err(RemoteError::NotConnected);
+        };
+        let redis: SmallVec<[RedisCheck<'_>; 4]> = checks
+            .iter()
+            .map(|c| RedisCheck {
+                limit_id: c.counter.def().id(),
+                limiter: c.counter.def().limiter(),
+                key: c.key,
+                cost: c.cost,
+                reserve: c.reserve,
+            })
+            .collect();
+        let checked = store.check(&redis).await.map_err(remote_error)?;
+        Ok(Checked::by_store(
+            checked.allowed,
+            checked.decisions.into_iter().collect(),
+        ))
+    }
+
+    async fn connect_within(&self, within: Duration) -> Result<(), RemoteError> {
+        if self.is_connected() {
+            return Ok(());
+        }
+        let topology = tokio::time::timeout(within, Topology::connect(&self.url))
+            .await
+            .map_err(|_| RemoteError::Timeout(within))?
+            .map_err(remote_error)?;
+        if self.store.load().is_none() {
+            let store = if self.batch {
+                RedisStore::new(topology)
+            } else {
+                RedisStore::with_batching(topology, None)
+            };
+            self.store.store(Some(Arc::new(store)));
+        }
+        Ok(())
+    }
+}
+
+impl Remote for RedisRemote {
+    fn slot(&self, _def: &CounterDef) -> Slot {
+        Slot::empty()
+    }
+
+    fn try_check<'a>(
+        &'a self,
+        checks: &'a [Check<'a>],
+    ) -> Pending<'a, Result<Checked, RemoteError>> {
+        Pending::waiting(self.decide(checks))
+    }
+
+    fn connect(&self, within: Duration) -> Pending<'_, Result<(), RemoteError>> {
+        Pending::waiting(self.connect_within(within))
+    }
+
+    fn is_connected(&self) -> bool {
+        self.store.load().is_some()
+    }
+
+    fn address(&self) -> String {
+        self.url.to_string()
+    }
+}
+
+/// A Redis store error as the protection sees it.
+pub(crate) fn remote_error(e: RedisStoreError) -> RemoteError {
+    match e {
+        RedisStoreError::Check(e) => RemoteError::Refused(e.into()),
+        RedisStoreError::NotConnected => RemoteError::NotConnected,
+        RedisStoreError::Timeout(d) => RemoteError::Timeout(d),
+        e => RemoteError::Failed(e.to_string()),
+    }
+}

@@ -1,0 +1,98 @@
+//! The store seam: what a decision needs from the state of its limits,
+//! whatever holds it.
+//!
+//! A [`Store`] registers a limit's [counter](CounterDef) once, when a config
+//! is compiled, and hands back a [`Counter`]: the definition and the
+//! store's own [`Slot`] for it. A decision then asks the store to
+//! [check](Store::check) a group of [`Check`]s, one per limit that applies
+//! to the request, **all or nothing**: either every check is admitted and
+//! charged, or nothing is charged anywhere. A check of cost 0 peeks.
+//!
+//! The answer is a [`Pending`] future. A store in this process answers
+//! [ready](Pending::Ready), so the engine's decision on it runs to the end
+//! on its first poll, without allocating and without a runtime
+//! ([`now_or_never`]); a store over the network answers later, and is
+//! wrapped in a protection that bounds the wait and falls back when it
+//! fails ([`DecidedBy`] says who decided).
+//!
+//! Implementations: the [`MemoryStore`](crate::MemoryStore), and in other
+//! crates the Redis store behind its protection. The engine, the HTTP
+//! server, the Envoy service and the simulator see only this trait.
+//!
+//! ```
+//! use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+//! use sluice_store::seam::{Check, CounterDef, Store, now_or_never};
+//! use sluice_store::{KeyHasher, MemoryStore};
+//!
+//! let store = MemoryStore::new(Default::default());
+//! let spec = LimitSpec {
+//!     algorithm: AlgorithmKind::TokenBucket,
+//!     rate: Rate::per_second(10),
+//!     burst: 2,
+//!     nodelay: false,
+//! };
+//! let counter = store.counter(CounterDef::new("per-key", spec).unwrap());
+//! let key = KeyHasher::random().key_id("alice");
+//! let check = [Check { counter: &counter, key, cost: 1, reserve: 0 }];
+//! let admitted = (0..3)
+//!     .filter(|_| now_or_never(Store::check(&store, &check)).unwrap().unwrap().allowed)
+//!     .count();
+//! assert_eq!(admitted, 2);
+//! ```
+
+mod check;
+mod counter;
+mod health;
+mod pending;
+mod runtime;
+
+pub use check::{Check, Checked, DecidedBy, Decisions, Fallback, StoreError};
+pub use counter::{Counter, CounterDef, Slot};
+pub use health::{BreakerState, RemoteHealth};
+pub use pending::{Pending, now_or_never};
+pub use runtime::{PlansSink, RuntimeStore, RuntimeStoreError};
+
+/// Called after every call to a remote store with its duration and
+/// whether it succeeded (for a latency histogram).
+pub type CallObserver = Box<dyn Fn(std::time::Duration, bool) + Send + Sync>;
+
+/// Where the state of limits lives. See the module docs.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Registers a counter and returns it with the store's state of it.
+    /// The same definition registered again while a counter of it lives
+    /// gets the same state (a reload keeps unchanged limits' counts).
+    fn counter(&self, def: CounterDef) -> Counter;
+
+    /// Decides every check together, all or nothing.
+    fn check<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>>;
+
+    /// Decides each check on its own (limits that only record, such as
+    /// shadow mode): one answer per check, in order. A remote store sends
+    /// them together.
+    fn check_each<'a>(
+        &'a self,
+        checks: &'a [Check<'a>],
+    ) -> Pending<'a, Vec<Result<Checked, StoreError>>>;
+
+    /// Whether every answer is [ready](Pending::Ready) at once (a store in
+    /// this process): a decision on it then completes on its first poll.
+    fn answers_at_once(&self) -> bool {
+        false
+    }
+
+    /// Forgets every fully replenished key, where the store keeps keys in
+    /// this process. Returns how many.
+    fn purge_idle(&self) -> usize {
+        0
+    }
+
+    /// For a store over the network: how it and its protection are doing.
+    /// `None` for a store in this process.
+    fn remote_health(&self) -> Option<RemoteHealth> {
+        None
+    }
+
+    /// For a store over the network: `observer` is told of every call
+    /// (once; later observers are ignored).
+    fn observe_calls(&self, _observer: CallObserver) {}
+}

@@ -1,0 +1,71 @@
+//! The future a store answers with: ready at once from a store in this
+//! process (no allocation, no waker), or a boxed wait for one over the
+//! network.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+/// A store's answer: [`Pending::Ready`] from an in-process store, which
+/// completes on its first poll, or [`Pending::Waiting`] for a remote one.
+///
+/// ```
+/// use sluice_store::seam::{Pending, now_or_never};
+/// let answer: Pending<'_, u32> = Pending::ready(7);
+/// assert_eq!(now_or_never(answer), Some(7));
+/// ```
+pub enum Pending<'a, T> {
+    /// The answer, already known.
+    Ready(std::future::Ready<T>),
+    /// An answer still on its way.
+    Waiting(Pin<Box<dyn Future<Output = T> + Send + 'a>>),
+}
+
+impl<'a, T> Pending<'a, T> {
+    /// An answer known now.
+    #[inline]
+    pub fn ready(value: T) -> Self {
+        Self::Ready(std::future::ready(value))
+    }
+
+    /// An answer to wait for.
+    pub fn waiting(future: impl Future<Output = T> + Send + 'a) -> Self {
+        Self::Waiting(Box::pin(future))
+    }
+}
+
+impl<T> Future for Pending<'_, T> {
+    type Output = T;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        // Both variants are `Unpin`: the boxed future is pinned in its box.
+        match self.get_mut() {
+            Self::Ready(r) => Pin::new(r).poll(cx),
+            Self::Waiting(f) => f.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Pending<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Ready(_) => "Pending::Ready",
+            Self::Waiting(_) => "Pending::Waiting",
+        })
+    }
+}
+
+/// Polls a future once: its output if it is ready at once (every decision
+/// on a store in this process), else `None`. For synchronous callers such
+/// as the simulator.
+pub fn now_or_never<F: Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
