@@ -3,8 +3,9 @@
 //! Every store gets the same engine, policy and hashing key; a test runs a
 //! scenario on each and compares what each decided with what the memory
 //! store decided. The Redis deployments are real processes
-//! (`sluice-testkit`), started once per test binary and shared by its
-//! tests, which keep apart by their client keys.
+//! (`sluice-testkit`), started by [`Deployments::start`] and stopped when it
+//! is dropped; the scenarios that share them keep apart by their client
+//! keys.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -31,22 +32,17 @@ pub enum Kind {
     Sentinel,
 }
 
-/// The Redis processes of every deployment, started once.
+/// The Redis processes of every deployment, owned: dropping this stops
+/// them all.
+pub struct Deployments {
+    redis: Option<Servers>,
+}
+
 struct Servers {
     single: RedisServer,
     cluster: RedisCluster,
     shards: Vec<RedisServer>,
     sentinel: SentinelSetup,
-}
-
-fn servers() -> &'static Servers {
-    static SERVERS: OnceLock<Servers> = OnceLock::new();
-    SERVERS.get_or_init(|| Servers {
-        single: RedisServer::start(),
-        cluster: RedisCluster::start(3),
-        shards: vec![RedisServer::start(), RedisServer::start()],
-        sentinel: SentinelSetup::start("conformance"),
-    })
 }
 
 /// The runtime every store's background tasks run on.
@@ -61,38 +57,82 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// Every deployment the suite runs over: the memory store, and the Redis
-/// ones where Redis is installed (required when `SLUICE_REQUIRE_REDIS` is
-/// set).
-pub fn kinds() -> Vec<Kind> {
-    if sluice_testkit::require_redis() {
-        vec![
-            Kind::Memory,
-            Kind::Single,
-            Kind::Cluster,
-            Kind::Shards,
-            Kind::Sentinel,
-        ]
-    } else {
-        vec![Kind::Memory]
+impl Deployments {
+    /// Starts every deployment: the memory store, and the Redis ones where
+    /// Redis is installed (required when `SLUICE_REQUIRE_REDIS` is set).
+    pub fn start() -> Self {
+        let redis = sluice_testkit::require_redis().then(|| Servers {
+            single: RedisServer::start(),
+            cluster: RedisCluster::start(3),
+            shards: vec![RedisServer::start(), RedisServer::start()],
+            sentinel: SentinelSetup::start("conformance"),
+        });
+        Self { redis }
     }
-}
 
-fn url(kind: Kind) -> Option<String> {
-    let s = servers();
-    match kind {
-        Kind::Memory => None,
-        Kind::Single => Some(s.single.url()),
-        Kind::Cluster => Some(s.cluster.url()),
-        Kind::Shards => Some(format!(
-            "redis+shards://{}",
-            s.shards
-                .iter()
-                .map(|r| format!("127.0.0.1:{}", r.port()))
-                .collect::<Vec<_>>()
-                .join(",")
-        )),
-        Kind::Sentinel => Some(s.sentinel.url()),
+    /// The deployments to run over.
+    pub fn kinds(&self) -> Vec<Kind> {
+        match self.redis {
+            Some(_) => vec![
+                Kind::Memory,
+                Kind::Single,
+                Kind::Cluster,
+                Kind::Shards,
+                Kind::Sentinel,
+            ],
+            None => vec![Kind::Memory],
+        }
+    }
+
+    fn url(&self, kind: Kind) -> Option<String> {
+        let s = self.redis.as_ref()?;
+        match kind {
+            Kind::Memory => None,
+            Kind::Single => Some(s.single.url()),
+            Kind::Cluster => Some(s.cluster.url()),
+            Kind::Shards => Some(format!(
+                "redis+shards://{}",
+                s.shards
+                    .iter()
+                    .map(|r| format!("127.0.0.1:{}", r.port()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )),
+            Kind::Sentinel => Some(s.sentinel.url()),
+        }
+    }
+
+    /// The stores of one deployment: limits and runtime state.
+    pub fn stores(&self, kind: Kind) -> (Arc<dyn Store>, Arc<dyn RuntimeStore>) {
+        let Some(url) = self.url(kind) else {
+            return (
+                Arc::new(sluice_store::MemoryStore::new(Default::default())),
+                Arc::new(sluice_store::MemoryRuntime::default()),
+            );
+        };
+        let url: StoreUrl = url.parse().unwrap();
+        runtime().block_on(async {
+            let shared = sluice_redis::shared(
+                url,
+                true,
+                ProtectOptions {
+                    // A generous timeout: the suite compares decisions, and
+                    // a busy machine must not turn one into a fallback's.
+                    timeout: Duration::from_secs(2),
+                    ..ProtectOptions::default()
+                },
+            );
+            shared.connect(Duration::from_secs(20)).await.unwrap();
+            let runtime = Arc::new(RuntimeState::new(shared.remote().clone()));
+            (shared as Arc<dyn Store>, runtime as Arc<dyn RuntimeStore>)
+        })
+    }
+
+    /// An engine on a deployment.
+    pub fn engine(&self, kind: Kind, toml: &str) -> Engine {
+        let (store, runtime) = self.stores(kind);
+        let policy = Policy::from_toml("conformance.toml", toml).unwrap();
+        Engine::on(policy, store, runtime, hasher(), SystemClock::new())
     }
 }
 
@@ -100,39 +140,6 @@ fn url(kind: Kind) -> Option<String> {
 /// every store, so rollouts pick the same keys.
 pub fn hasher() -> KeyHasher {
     KeyHasher::from_secret(b"sluice conformance")
-}
-
-/// The stores of one deployment: limits and runtime state.
-pub fn stores(kind: Kind) -> (Arc<dyn Store>, Arc<dyn RuntimeStore>) {
-    let Some(url) = url(kind) else {
-        return (
-            Arc::new(sluice_store::MemoryStore::new(Default::default())),
-            Arc::new(sluice_store::MemoryRuntime::default()),
-        );
-    };
-    let url: StoreUrl = url.parse().unwrap();
-    runtime().block_on(async {
-        let shared = sluice_redis::shared(
-            url,
-            true,
-            ProtectOptions {
-                // A generous timeout: the suite compares decisions, and a
-                // busy machine must not turn one into a fallback's.
-                timeout: Duration::from_secs(2),
-                ..ProtectOptions::default()
-            },
-        );
-        shared.connect(Duration::from_secs(20)).await.unwrap();
-        let runtime = Arc::new(RuntimeState::new(shared.remote().clone()));
-        (shared as Arc<dyn Store>, runtime as Arc<dyn RuntimeStore>)
-    })
-}
-
-/// An engine on a deployment.
-pub fn engine(kind: Kind, toml: &str) -> Engine {
-    let (store, runtime) = stores(kind);
-    let policy = Policy::from_toml("conformance.toml", toml).unwrap();
-    Engine::on(policy, store, runtime, hasher(), SystemClock::new())
 }
 
 /// A client key used by no other test in this process.

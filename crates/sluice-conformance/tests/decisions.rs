@@ -6,14 +6,14 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use sluice_conformance::{Kind, Shown, block, engine, fresh_key, get, kinds, shown};
+use sluice_conformance::{Deployments, Kind, Shown, block, fresh_key, get, shown};
 use sluice_core::AlgorithmKind;
 
 /// Runs `scenario` on every deployment and checks that each shows what the
 /// memory store shows.
-fn same_everywhere(what: &str, scenario: impl Fn(Kind) -> Vec<Shown>) {
+fn same_everywhere(d: &Deployments, what: &str, scenario: impl Fn(Kind) -> Vec<Shown>) {
     let mut memory = None;
-    for kind in kinds() {
+    for kind in d.kinds() {
         let seen = scenario(kind);
         match &memory {
             None => memory = Some(seen),
@@ -23,8 +23,8 @@ fn same_everywhere(what: &str, scenario: impl Fn(Kind) -> Vec<Shown>) {
     assert!(memory.is_some_and(|m| !m.is_empty()), "{what}: nothing ran");
 }
 
-fn run(kind: Kind, toml: &str, requests: &[(&str, &str)]) -> Vec<Shown> {
-    let e = engine(kind, toml);
+fn run(d: &Deployments, kind: Kind, toml: &str, requests: &[(&str, &str)]) -> Vec<Shown> {
+    let e = d.engine(kind, toml);
     let prefix = fresh_key("k");
     requests
         .iter()
@@ -32,8 +32,7 @@ fn run(kind: Kind, toml: &str, requests: &[(&str, &str)]) -> Vec<Shown> {
         .collect()
 }
 
-#[test]
-fn every_algorithm_admits_its_burst_and_refuses_the_rest() {
+fn every_algorithm_admits_its_burst_and_refuses_the_rest(d: &Deployments) {
     for algorithm in AlgorithmKind::ALL {
         let toml = format!(
             "[[limits]]\nname = \"a\"\nkey = \"header:X-Api-Key\"\nalgorithm = \"{}\"\nrate = \"5/h\"\nburst = 5\n{}",
@@ -44,8 +43,8 @@ fn every_algorithm_admits_its_burst_and_refuses_the_rest() {
                 ""
             }
         );
-        same_everywhere(algorithm.name(), |kind| {
-            let seen = run(kind, &toml, &[("a", "/"); 8]);
+        same_everywhere(d, algorithm.name(), |kind| {
+            let seen = run(d, kind, &toml, &[("a", "/"); 8]);
             assert_eq!(
                 seen.iter().filter(|s| s.0).count(),
                 5,
@@ -56,8 +55,7 @@ fn every_algorithm_admits_its_burst_and_refuses_the_rest() {
     }
 }
 
-#[test]
-fn a_request_over_any_limit_charges_none() {
+fn a_request_over_any_limit_charges_none(d: &Deployments) {
     let toml = r#"
 [[limits]]
 name = "per-key"
@@ -72,8 +70,9 @@ match = { path_prefix = "/export" }
 rate = "1/h"
 burst = 1
 "#;
-    same_everywhere("all or nothing", |kind| {
+    same_everywhere(d, "all or nothing", |kind| {
         run(
+            d,
             kind,
             toml,
             &[
@@ -87,8 +86,7 @@ burst = 1
     });
 }
 
-#[test]
-fn classes_keep_their_share() {
+fn classes_keep_their_share(d: &Deployments) {
     let toml = r#"
 [client]
 key = "header:X-Api-Key"
@@ -107,9 +105,9 @@ rate = "10/h"
 burst = 10
 max_share = { free = 80 }
 "#;
-    same_everywhere("classes", |kind| {
+    same_everywhere(d, "classes", |kind| {
         // Each deployment is its own Redis: `global` is this test's alone.
-        let e = engine(kind, toml);
+        let e = d.engine(kind, toml);
         let prefix = fresh_key("c");
         let mut seen = Vec::new();
         for n in 0..12 {
@@ -127,8 +125,7 @@ max_share = { free = 80 }
     });
 }
 
-#[test]
-fn delay_holds_what_fits_and_refuses_the_rest() {
+fn delay_holds_what_fits_and_refuses_the_rest(d: &Deployments) {
     let toml = r#"
 [client]
 key = "header:X-Api-Key"
@@ -140,8 +137,8 @@ max_delay = "20s"
 max_queue = 3
 limits = [{ algorithm = "gcra", rate = "1/10s", burst = 2 }]
 "#;
-    same_everywhere("delay", |kind| {
-        let e = engine(kind, toml);
+    same_everywhere(d, "delay", |kind| {
+        let e = d.engine(kind, toml);
         let key = fresh_key("d");
         (0..7)
             .map(|_| {
@@ -155,8 +152,7 @@ limits = [{ algorithm = "gcra", rate = "1/10s", burst = 2 }]
     });
 }
 
-#[test]
-fn credits_pay_for_what_the_plan_refuses() {
+fn credits_pay_for_what_the_plan_refuses(d: &Deployments) {
     let toml = r#"
 [client]
 key = "header:X-Api-Key"
@@ -165,8 +161,8 @@ default_plan = "free"
 [plans.free]
 limits = [{ rate = "2/h", burst = 2 }]
 "#;
-    same_everywhere("credits", |kind| {
-        let e = engine(kind, toml);
+    same_everywhere(d, "credits", |kind| {
+        let e = d.engine(kind, toml);
         let key = fresh_key("cr");
         block(e.grant_credits(&key, 3)).unwrap();
         let mut seen: Vec<Shown> = (0..6)
@@ -179,8 +175,7 @@ limits = [{ rate = "2/h", burst = 2 }]
     });
 }
 
-#[test]
-fn a_plan_change_carries_the_used_share_over() {
+fn a_plan_change_carries_the_used_share_over(d: &Deployments) {
     let toml = r#"
 [client]
 key = "header:X-Api-Key"
@@ -192,8 +187,8 @@ limits = [{ rate = "10/h", burst = 20 }]
 [plans.pro]
 limits = [{ rate = "100/h", burst = 300 }]
 "#;
-    same_everywhere("carry-over", |kind| {
-        let e = engine(kind, toml);
+    same_everywhere(d, "carry-over", |kind| {
+        let e = d.engine(kind, toml);
         let key = fresh_key("co");
         let mut seen: Vec<Shown> = (0..15)
             .map(|_| shown(&get(&e, &key, "/").unwrap()))
@@ -209,8 +204,7 @@ limits = [{ rate = "100/h", burst = 300 }]
     });
 }
 
-#[test]
-fn shadow_limits_record_and_never_refuse() {
+fn shadow_limits_record_and_never_refuse(d: &Deployments) {
     let toml = r#"
 [[limits]]
 name = "enforced"
@@ -225,15 +219,14 @@ rate = "1/h"
 burst = 1
 shadow = true
 "#;
-    same_everywhere("shadow", |kind| {
-        let seen = run(kind, toml, &[("a", "/"); 4]);
+    same_everywhere(d, "shadow", |kind| {
+        let seen = run(d, kind, toml, &[("a", "/"); 4]);
         assert!(seen.iter().all(|s| s.0), "{kind:?}: shadow never refuses");
         seen
     });
 }
 
-#[test]
-fn a_rollout_enforces_the_same_keys_everywhere() {
+fn a_rollout_enforces_the_same_keys_everywhere(d: &Deployments) {
     let toml = r#"
 [[limits]]
 name = "new"
@@ -242,8 +235,8 @@ rate = "1/h"
 burst = 1
 enforce_percent = 30
 "#;
-    same_everywhere("rollout", |kind| {
-        let e = engine(kind, toml);
+    same_everywhere(d, "rollout", |kind| {
+        let e = d.engine(kind, toml);
         // The same 100 keys on every store (the hashing key is shared, and
         // each deployment is its own Redis), so the same ones are enforced;
         // each is asked twice.
@@ -255,4 +248,19 @@ enforce_percent = 30
             .map(|v| shown(&v))
             .collect()
     });
+}
+
+/// One test, so that the Redis processes are started once and stopped at
+/// its end; each scenario names what it checks when it fails.
+#[test]
+fn every_store_decides_alike() {
+    let d = Deployments::start();
+    every_algorithm_admits_its_burst_and_refuses_the_rest(&d);
+    a_request_over_any_limit_charges_none(&d);
+    classes_keep_their_share(&d);
+    delay_holds_what_fits_and_refuses_the_rest(&d);
+    credits_pay_for_what_the_plan_refuses(&d);
+    a_plan_change_carries_the_used_share_over(&d);
+    shadow_limits_record_and_never_refuse(&d);
+    a_rollout_enforces_the_same_keys_everywhere(&d);
 }

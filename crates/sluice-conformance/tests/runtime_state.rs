@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sluice_conformance::{block, engine, fresh_key, kinds, stores};
+use sluice_conformance::{Deployments, block, fresh_key};
 use sluice_policy::PlanSource;
 use sluice_store::KeyId;
 
@@ -21,10 +21,9 @@ limits = [{ rate = "10/h", burst = 10 }]
 limits = [{ rate = "100/h", burst = 100 }]
 "#;
 
-#[test]
-fn plans_are_assigned_and_cleared_alike() {
-    for kind in kinds() {
-        let e = engine(kind, PLANS);
+fn plans_are_assigned_and_cleared_alike(d: &Deployments) {
+    for kind in d.kinds() {
+        let e = d.engine(kind, PLANS);
         let key = fresh_key("plan");
         assert_eq!(
             e.plan_of(&key),
@@ -54,10 +53,9 @@ fn plans_are_assigned_and_cleared_alike() {
     }
 }
 
-#[test]
-fn credits_are_set_spent_and_refunded_alike() {
-    for kind in kinds() {
-        let (_, runtime) = stores(kind);
+fn credits_are_set_spent_and_refunded_alike(d: &Deployments) {
+    for kind in d.kinds() {
+        let (_, runtime) = d.stores(kind);
         let key = KeyId(0xc0ffee);
         let wait = Duration::from_secs(2);
         block(runtime.set_credits(key, 5)).unwrap();
@@ -87,4 +85,13 @@ fn credits_are_set_spent_and_refunded_alike() {
             "{kind:?}"
         );
     }
+}
+
+/// One test, so that the Redis processes are started once and stopped at
+/// its end.
+#[test]
+fn runtime_state_behaves_alike_everywhere() {
+    let d = Deployments::start();
+    plans_are_assigned_and_cleared_alike(&d);
+    credits_are_set_spent_and_refunded_alike(&d);
 }
