@@ -77,10 +77,7 @@ impl RedisRemote {
             })
             .collect();
         let checked = store.check(&redis).await.map_err(remote_error)?;
-        Ok(Checked::by_store(
-            checked.allowed,
-            checked.decisions.into_iter().collect(),
-        ))
+        Ok(Checked::by_store(checked.allowed, checked.decisions))
     }
 
     async fn connect_within(&self, within: Duration) -> Result<(), RemoteError> {

@@ -275,7 +275,7 @@ impl RedisStore {
         if checks.is_empty() {
             return Ok(Checked {
                 allowed: true,
-                decisions: Vec::new(),
+                decisions: Default::default(),
             });
         }
         if let [one] = checks {
@@ -314,7 +314,7 @@ impl RedisStore {
         let decisions = index
             .iter()
             .map(|i| unique[*i].ok_or_else(|| RedisStoreError::BadReply("missing decision".into())))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<_, _>>()?;
         Ok(Checked { allowed, decisions })
     }
 
@@ -337,7 +337,7 @@ impl RedisStore {
         let reply = self.run_group(node, &tag, group, now_us).await?;
         Ok(Checked {
             allowed: reply.allowed,
-            decisions: reply.decisions,
+            decisions: reply.decisions.into_iter().collect(),
         })
     }
 

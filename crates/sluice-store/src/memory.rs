@@ -27,6 +27,7 @@ use smallvec::SmallVec;
 
 use crate::key::KeyId;
 use crate::limit::{AnyTable, Guard, Limit};
+use crate::seam::Decisions;
 
 /// Sizing of a [`MemoryStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +66,8 @@ pub struct Checked {
     pub allowed: bool,
     /// One decision per [`Check`], in order. When the request is refused, the
     /// limits that would have allowed it report their unchanged state.
-    pub decisions: Vec<Decision>,
+    /// Inline for up to four: a check allocates nothing.
+    pub decisions: Decisions,
 }
 
 /// The embedded, in-process store. See the module docs.
@@ -230,13 +232,13 @@ impl<C: Clock> MemoryStore<C> {
         match checks {
             [] => Ok(Checked {
                 allowed: true,
-                decisions: Vec::new(),
+                decisions: Decisions::new(),
             }),
             [one] => {
                 let decision = self.check_one(one)?;
                 Ok(Checked {
                     allowed: decision.allowed,
-                    decisions: vec![decision],
+                    decisions: smallvec::smallvec![decision],
                 })
             }
             // Two checks on different shards (an IP guard and a key's
@@ -271,7 +273,11 @@ impl<C: Clock> MemoryStore<C> {
         let allowed = o1.decision.allowed && o2.decision.allowed;
         let d1 = settle(&mut g1, first, o1, allowed, now)?;
         let d2 = settle(&mut g2, second, o2, allowed, now)?;
-        let decisions = if swapped { vec![d2, d1] } else { vec![d1, d2] };
+        let decisions = if swapped {
+            smallvec::smallvec![d2, d1]
+        } else {
+            smallvec::smallvec![d1, d2]
+        };
         Ok(Checked { allowed, decisions })
     }
 
@@ -301,7 +307,7 @@ impl<C: Clock> MemoryStore<C> {
             outcomes.push(guards[guard_of(c)].peek(c.key, now, c.cost)?);
         }
         let allowed = outcomes.iter().all(|o| o.decision.allowed);
-        let mut decisions = Vec::with_capacity(checks.len());
+        let mut decisions = Decisions::with_capacity(checks.len());
         for (c, o) in checks.iter().zip(outcomes) {
             decisions.push(settle(&mut guards[guard_of(c)], c, o, allowed, now)?);
         }

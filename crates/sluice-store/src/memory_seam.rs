@@ -74,10 +74,7 @@ impl<C: Clock> MemoryStore<C> {
         }
         if checks.iter().all(|c| c.reserve == 0) {
             let checked = self.check(&plain)?;
-            return Ok(Checked::by_store(
-                checked.allowed,
-                checked.decisions.into_iter().collect(),
-            ));
+            return Ok(Checked::by_store(checked.allowed, checked.decisions));
         }
         let reserves: SmallVec<[u64; 4]> = checks.iter().map(|c| c.reserve).collect();
         self.decide_reserved(&plain, &reserves)

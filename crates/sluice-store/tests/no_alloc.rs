@@ -1,8 +1,8 @@
 //! The store's fast path does not allocate: a check of a key the store
 //! already holds costs no heap traffic, allowed or refused, under every
-//! algorithm. The multi-limit path allocates a small, fixed number of times
-//! per call (its working vectors and the returned decisions); that number is
-//! pinned here so that it cannot grow unnoticed.
+//! algorithm. Nor does the multi-limit path, up to four limits, nor a check
+//! through the store seam (what the engine calls), with or without
+//! reserves.
 //!
 //! A counting global allocator counts the allocations made by the current
 //! thread while a measurement is on, so other tests running in parallel do
@@ -176,12 +176,10 @@ fn checking_a_known_key_of_a_keyed_limiter_never_allocates() {
 }
 
 #[test]
-fn the_multi_limit_path_allocates_a_fixed_few_times_per_call() {
-    // `check_many` keeps its lock order, guards and outcomes on the stack for
-    // up to four limits; it allocates only the decisions it returns. More is
-    // a regression. A single check likewise allocates only its decisions.
-    const MOST_PER_MULTI_CHECK: u64 = 1;
-    const MOST_PER_SINGLE_CHECK: u64 = 1;
+fn the_multi_limit_path_allocates_nothing() {
+    // `check_many` keeps its lock order, guards, outcomes and the decisions
+    // it returns on the stack for up to four limits: nothing is allocated.
+    // A single check likewise.
     let key = KeyHasher::from_secret(b"t").key_id("k");
     for (i, kind) in KINDS.into_iter().enumerate() {
         let (store, clock) = store();
@@ -210,8 +208,8 @@ fn the_multi_limit_path_allocates_a_fixed_few_times_per_call() {
             allowed > 100 && refused > 100,
             "{kind:?}: {allowed} / {refused}"
         );
-        assert!(
-            most <= MOST_PER_MULTI_CHECK,
+        assert_eq!(
+            most, 0,
             "{kind:?}: {most} allocations in one check of two limits"
         );
 
@@ -222,9 +220,62 @@ fn the_multi_limit_path_allocates_a_fixed_few_times_per_call() {
             most = most.max(n);
             r.allowed
         });
-        assert!(
-            most <= MOST_PER_SINGLE_CHECK,
+        assert_eq!(
+            most, 0,
             "{kind:?}: {most} allocations in one check of one limit"
         );
+    }
+}
+
+#[test]
+fn a_check_through_the_seam_allocates_nothing() {
+    use sluice_store::seam::{Check as SeamCheck, CounterDef, Store, now_or_never};
+    let key = KeyHasher::from_secret(b"t").key_id("k");
+    for (i, kind) in KINDS.into_iter().enumerate() {
+        let (store, clock) = store();
+        let spec = |kind| LimitSpec {
+            algorithm: kind,
+            rate: RATE,
+            burst: BURST,
+            nodelay: false,
+        };
+        let a = store.counter(CounterDef::new("a", spec(kind)).unwrap());
+        let b = store.counter(CounterDef::new("b", spec(KINDS[(i + 1) % KINDS.len()])).unwrap());
+        let check = |counter, reserve| SeamCheck {
+            counter,
+            key,
+            cost: 1,
+            reserve,
+        };
+        for group in [
+            vec![check(&a, 0)],
+            vec![check(&a, 0), check(&b, 0)],
+            vec![check(&a, 2), check(&b, 0)],
+        ] {
+            let decide = || {
+                now_or_never(Store::check(&store, &group))
+                    .unwrap()
+                    .unwrap()
+                    .allowed
+            };
+            run(1_000, &clock, decide);
+            let mut most = 0;
+            let (allowed, refused) = run(1_000, &clock, || {
+                let (r, n) = allocations(decide);
+                most = most.max(n);
+                r
+            });
+            assert!(
+                allowed > 100 && refused > 100,
+                "{kind:?}, {} checks: {allowed} / {refused}",
+                group.len()
+            );
+            assert_eq!(
+                most,
+                0,
+                "{kind:?}: {most} allocations in one check of {} limits",
+                group.len()
+            );
+        }
     }
 }

@@ -21,7 +21,7 @@ use crate::policy::Policy;
 
 /// A request refused only by limits of its plan counted by the client key:
 /// what burst credits would have to pay.
-struct Claim {
+pub(super) struct Claim {
     /// The client key.
     key: KeyId,
     /// The credits it would cost: the largest cost among the refusing
@@ -36,7 +36,7 @@ struct Claim {
 impl Claim {
     /// The claim of a refused request; `None` when a limit outside the
     /// client's plan refused it (or nothing did).
-    fn of(policy: &Policy, plan: &Plan<'_>, checked: &Checked) -> Option<Self> {
+    pub(super) fn of(policy: &Policy, plan: &Plan<'_>, checked: &Checked) -> Option<Self> {
         let client = policy.client_key()?;
         let (violated, rest): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
             (0..plan.enforced.len()).partition(|&i| !checked.decisions[i].allowed);
@@ -94,10 +94,8 @@ impl<C: Clock> Engine<C> {
         plan: &Plan<'_>,
         checked: &Checked,
         gates: &[Gate],
+        claim: Claim,
     ) -> Result<Option<Checked>, DecideError> {
-        let Some(claim) = Claim::of(&current.policy, plan, checked) else {
-            return Ok(None);
-        };
         match self
             .runtime
             .spend_credits(claim.key, claim.need, self.credit_wait)

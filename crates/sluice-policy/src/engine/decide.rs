@@ -30,6 +30,7 @@ use smallvec::SmallVec;
 
 use super::Engine;
 use super::compiled::Compiled;
+use super::credits::Claim;
 use super::plan::{Plan, Planned};
 use super::verdict::{DecideError, LimitResult, Verdict};
 use crate::delay_queue::Ticket;
@@ -69,13 +70,18 @@ impl<C: Clock> Engine<C> {
             .iter()
             .map(|p| Gate::first(p, plan.class))
             .collect();
+        // The steps a request rarely needs (a second round for a delay,
+        // credits, shadowed limits) wait in a box of their own: the future
+        // of the usual request stays small, and is not copied around whole.
         let mut checked = self.decide_round(current, plan, &gates).await?;
         if !checked.allowed && self.take_places(current, plan, &mut gates, &mut checked) {
-            checked = self.decide_round(current, plan, &gates).await?;
+            checked = Box::pin(self.decide_round(current, plan, &gates)).await?;
         }
         if !checked.allowed
             && checked.fallback().is_none()
-            && let Some(paid) = self.spend_credits(current, plan, &checked, &gates).await?
+            && let Some(claim) = Claim::of(&current.policy, plan, &checked)
+            && let Some(paid) =
+                Box::pin(self.spend_credits(current, plan, &checked, &gates, claim)).await?
         {
             checked = paid;
         }
@@ -96,7 +102,7 @@ impl<C: Clock> Engine<C> {
         // The other places taken are given back.
         drop(gates);
         let shadow = if checked.allowed && !plan.shadowed.is_empty() {
-            self.decide_shadowed(current, plan).await
+            Box::pin(self.decide_shadowed(current, plan)).await
         } else {
             Vec::new()
         };

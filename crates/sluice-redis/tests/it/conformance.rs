@@ -218,7 +218,7 @@ fn groups_are_all_or_nothing_like_the_memory_store() {
                     let got = env.rt.block_on(store.check_at(&checks, now)).unwrap();
                     prop_assert_eq!(got.allowed, allowed);
                     prop_assert_eq!(
-                        got.decisions,
+                        got.decisions.to_vec(),
                         expected,
                         "{:?} at {} us, costs {:?}",
                         kinds,
