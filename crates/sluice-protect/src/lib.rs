@@ -19,6 +19,7 @@
 //! implements [`Remote`].
 
 pub mod breaker;
+pub mod flaps;
 pub mod ledger;
 pub mod local;
 pub mod over_limit;

@@ -15,7 +15,9 @@
 //!    ([`DecidedBy::Fallback`]).
 //!
 //! Only store *failures* trigger the fallback, never over-limit answers.
-//! The breaker opening and closing is logged once each, not per request.
+//! The breaker opening and closing is logged once each, not per request,
+//! and a breaker that flaps is logged at most every 10 s, with the count
+//! of openings in between ([`flaps`](crate::flaps)).
 //!
 //! **Coming back from an outage.** While the breaker's probe is out, other
 //! requests wait for its outcome (within the timeout) instead of falling
@@ -37,6 +39,7 @@ use sluice_store::seam::{
 use smallvec::SmallVec;
 
 use crate::breaker::{Admit, Breaker, BreakerState, Transition};
+use crate::flaps::Flaps;
 use crate::ledger::Ledger;
 use crate::local::{LocalFallback, refuse_all};
 use crate::over_limit::{OverLimitCache, Part};
@@ -72,6 +75,8 @@ pub struct Protected<R: Remote> {
     probe_done: tokio::sync::Notify,
     pub(crate) opts: ProtectOptions,
     counts: Counts,
+    /// The breaker's transitions, for logging at most every 10 s.
+    flaps: Flaps,
     observer: OnceLock<CallObserver>,
 }
 
@@ -104,6 +109,7 @@ impl<R: Remote> Protected<R> {
             remote,
             opts,
             counts: Counts::default(),
+            flaps: Flaps::new(),
             observer: OnceLock::new(),
         });
         crate::recovery::spawn(&this);
@@ -229,7 +235,7 @@ impl<R: Remote> Protected<R> {
     ) -> Option<Checked> {
         match result {
             Ok(checked) => {
-                if self.breaker.success() == Some(Transition::Closed) {
+                if self.breaker.success() == Some(Transition::Closed) && self.flaps.closed() {
                     tracing::warn!(store = %self.remote.address(), "shared store is back: it decides again");
                 }
                 self.counts.store_decisions.fetch_add(1, Ordering::Relaxed);
@@ -268,10 +274,16 @@ impl<R: Remote> Protected<R> {
                     _ => &self.counts.store_errors,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
-                if self.breaker.failure() == Some(Transition::Opened) {
+                let opened = self.breaker.failure() == Some(Transition::Opened);
+                let unreported =
+                    self.breaker.state() != BreakerState::Closed && !self.flaps.open_logged();
+                if (opened || unreported)
+                    && let Some(unlogged) = self.flaps.opened()
+                {
                     tracing::warn!(
                         store = %self.remote.address(),
                         error = %e,
+                        unlogged_openings = unlogged,
                         fallback = self.opts.fallback.name(),
                         "shared store failing: the fallback decides until it recovers"
                     );
