@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sluice_store::seam::Fallback;
+use sluice_store::seam::{Fallback, ProtectOptions};
 use sluice_store_url::StoreUrl;
 
 use crate::ConfigError;
@@ -16,46 +16,11 @@ pub struct StoreSettings {
     pub url: Option<StoreUrl>,
     /// How the shared store's protection behaves (ignored for the memory
     /// store).
-    pub shared: SharedSettings,
+    pub shared: ProtectOptions,
     /// Whether concurrent decisions share script calls on the shared store.
     pub batch: bool,
     /// The most keys the memory store tracks, per limit.
     pub max_keys: usize,
-}
-
-/// How a shared store degrades: `[store]`'s timeout, fallback and
-/// breaker, resolved. (The binary hands them to the store's protection.)
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SharedSettings {
-    /// The longest a decision waits for the shared store.
-    pub timeout: Duration,
-    /// Who decides while it cannot.
-    pub fallback: Fallback,
-    /// How many instances share the limits: the local fallback admits
-    /// `1/expected_instances` of each.
-    pub expected_instances: u32,
-    /// Failures in a row that open the breaker.
-    pub breaker_failures: u32,
-    /// How long the breaker stays open before it probes.
-    pub breaker_open: Duration,
-    /// Whether refused requests are cached until their retry time.
-    pub over_limit_cache: bool,
-    /// The most keys the local fallback tracks per limit.
-    pub local_max_keys: usize,
-}
-
-impl Default for SharedSettings {
-    fn default() -> Self {
-        Self {
-            timeout: Duration::from_millis(10),
-            fallback: Fallback::Local,
-            expected_instances: 1,
-            breaker_failures: 3,
-            breaker_open: Duration::from_millis(500),
-            over_limit_cache: true,
-            local_max_keys: 100_000,
-        }
-    }
 }
 
 /// Parses a store URL: `None` for `memory://`.
@@ -92,8 +57,8 @@ impl StoreSettings {
                     )
                 })
         };
-        let defaults = SharedSettings::default();
-        let shared = SharedSettings {
+        let defaults = ProtectOptions::default();
+        let shared = ProtectOptions {
             timeout: duration(&store.timeout, "timeout", defaults.timeout)?,
             fallback: match store.fallback {
                 FallbackConfig::Local => Fallback::Local,

@@ -25,10 +25,9 @@ pub mod local;
 pub mod over_limit;
 pub mod recovery;
 
-mod options;
 mod protected;
 mod remote;
 
-pub use options::ProtectOptions;
 pub use protected::Protected;
 pub use remote::{Remote, RemoteError};
+pub use sluice_store::seam::ProtectOptions;

@@ -31,7 +31,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sluice_core::Decision;
-use sluice_store::KeyId;
 use sluice_store::seam::{
     CallObserver, Check, Checked, Counter, CounterDef, DecidedBy, Fallback, Pending, RemoteHealth,
     Slot, Store, StoreError,
@@ -370,15 +369,6 @@ impl<R: Remote> Protected<R> {
     /// How many limits the local fallback holds a share of now.
     pub fn local_limits(&self) -> usize {
         self.local.len()
-    }
-
-    /// The cost owed for one (limit tag, key) pair, for tests.
-    #[doc(hidden)]
-    pub fn owed_for(&self, tag: u64, key: KeyId) -> u64 {
-        let taken = self.ledger.take_for([(tag, key)]);
-        let cost = taken.iter().map(|o| o.cost).sum();
-        self.ledger.put_back(taken);
-        cost
     }
 }
 

@@ -3,7 +3,7 @@
 //! where it can be, and the watcher that keeps the engine's plans current.
 
 use std::collections::HashMap;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -11,16 +11,16 @@ use sluice_store::KeyId;
 use sluice_store::seam::{Pending, PlansSink, RuntimeStore, RuntimeStoreError};
 
 use crate::RedisStoreError;
-use crate::runtime_state::{RuntimeSink, RuntimeState, Seen, poll_once, report};
+use crate::runtime_state::{RuntimeSink, RuntimeState, spawn_watch_with};
 
 /// What the engine's watcher hands loaded state to: plans to the engine,
 /// credits to this instance's copy.
-struct Forward<'a> {
-    plans: &'a dyn PlansSink,
-    mirror: &'a Mutex<HashMap<KeyId, u64>>,
+struct Forward {
+    plans: Arc<dyn PlansSink>,
+    mirror: Arc<Mutex<HashMap<KeyId, u64>>>,
 }
 
-impl RuntimeSink for Forward<'_> {
+impl RuntimeSink for Forward {
     fn plans_loaded(&self, plans: HashMap<KeyId, String>) {
         self.plans.plans_loaded(plans);
     }
@@ -28,31 +28,6 @@ impl RuntimeSink for Forward<'_> {
     fn credits_loaded(&self, credits: HashMap<KeyId, u64>) {
         *self.mirror.lock() = credits;
     }
-}
-
-/// [`spawn_watch`] for an engine: plans go to `plans` (the task ends when
-/// it is dropped), credits to the state's own copy.
-fn watch_into(
-    state: RuntimeState,
-    plans: Weak<dyn PlansSink>,
-    every: Duration,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut seen = Seen::default();
-        let mut failing = false;
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let Some(plans) = plans.upgrade() else { return };
-            let sink = Forward {
-                plans: &*plans,
-                mirror: &state.mirror,
-            };
-            let polled = poll_once(&state, &sink, &mut seen).await;
-            report(&mut failing, polled);
-        }
-    })
 }
 
 fn runtime_error(e: RedisStoreError) -> RuntimeStoreError {
@@ -135,7 +110,15 @@ impl RuntimeStore for RuntimeState {
     }
 
     fn watch(&self, sink: Weak<dyn PlansSink>, every: Duration) -> bool {
-        watch_into(self.clone(), sink, every);
+        let mirror = self.mirror.clone();
+        spawn_watch_with(self.clone(), every, move || {
+            let plans = sink.upgrade()?;
+            let forward: Arc<dyn RuntimeSink> = Arc::new(Forward {
+                plans,
+                mirror: mirror.clone(),
+            });
+            Some(forward)
+        });
         true
     }
 }

@@ -331,6 +331,16 @@ pub fn spawn_watch(
     sink: Weak<dyn RuntimeSink>,
     every: Duration,
 ) -> tokio::task::JoinHandle<()> {
+    spawn_watch_with(state, every, move || sink.upgrade())
+}
+
+/// [`spawn_watch`] with the sink made anew at each poll by `sink` (the task
+/// ends when it gives none).
+pub(crate) fn spawn_watch_with(
+    state: RuntimeState,
+    every: Duration,
+    mut sink: impl FnMut() -> Option<Arc<dyn RuntimeSink>> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut seen = Seen::default();
         let mut failing = false;
@@ -338,7 +348,7 @@ pub fn spawn_watch(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let Some(sink) = sink.upgrade() else { return };
+            let Some(sink) = sink() else { return };
             let polled = poll_once(&state, &*sink, &mut seen).await;
             report(&mut failing, polled);
         }
@@ -346,7 +356,7 @@ pub fn spawn_watch(
 }
 
 /// Logs a watcher's outage once, and its recovery once.
-pub(crate) fn report(failing: &mut bool, polled: Result<(), RedisStoreError>) {
+fn report(failing: &mut bool, polled: Result<(), RedisStoreError>) {
     match polled {
         Ok(()) if *failing => {
             *failing = false;

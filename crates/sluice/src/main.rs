@@ -269,17 +269,7 @@ async fn engine_for(policy: Policy) -> Engine {
     let Some(url) = policy.store.url.clone() else {
         return Engine::new(policy);
     };
-    let s = &policy.store.shared;
-    let options = sluice_protect::ProtectOptions {
-        timeout: s.timeout,
-        fallback: s.fallback,
-        expected_instances: s.expected_instances,
-        breaker_failures: s.breaker_failures,
-        breaker_open: s.breaker_open,
-        over_limit_cache: s.over_limit_cache,
-        local_max_keys: s.local_max_keys,
-    };
-    let shared = sluice_redis::shared(url.clone(), policy.store.batch, options);
+    let shared = sluice_redis::shared(url.clone(), policy.store.batch, policy.store.shared.clone());
     match shared.connect(std::time::Duration::from_secs(2)).await {
         Ok(()) => tracing::info!(store = %url, "limits are shared in Redis"),
         Err(e) => tracing::warn!(

@@ -43,12 +43,14 @@
 mod check;
 mod counter;
 mod health;
+mod options;
 mod pending;
 mod runtime;
 
 pub use check::{Check, Checked, DecidedBy, Decisions, Fallback, StoreError};
 pub use counter::{Counter, CounterDef, Slot};
 pub use health::{BreakerState, RemoteHealth};
+pub use options::ProtectOptions;
 pub use pending::{Pending, now_or_never};
 pub use runtime::{PlansSink, RuntimeStore, RuntimeStoreError};
 

@@ -1,10 +1,12 @@
-//! How a protected store behaves.
+//! How a store over the network degrades: its timeout, breaker and
+//! fallback. The config resolves them; the protection
+//! (`sluice_protect::Protected`) applies them.
 
 use std::time::Duration;
 
-use sluice_store::seam::Fallback;
+use super::Fallback;
 
-/// How a [`Protected`](crate::Protected) store behaves.
+/// How a protected remote store behaves (`sluice_protect::Protected`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProtectOptions {
     /// The longest a decision waits for the remote store.
