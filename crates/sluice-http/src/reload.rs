@@ -46,6 +46,9 @@ pub struct Reloader {
     store_url: Option<Option<sluice_store_url::StoreUrl>>,
     /// The hash of the config text in force.
     version: Mutex<String>,
+    /// Held for a whole reload: two triggers at once (SIGHUP and the file
+    /// poll) must not both apply one change, and count its removals twice.
+    reloading: Mutex<()>,
 }
 
 /// A short, stable hash of a config's text: its version.
@@ -70,6 +73,7 @@ impl Reloader {
             engine,
             path,
             version: Mutex::new(version_of(text.as_ref())),
+            reloading: Mutex::new(()),
             last_text: Mutex::new(text),
             succeeded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -93,6 +97,7 @@ impl Reloader {
     /// changing leaves it to the next poll; a forced reload waits for it a
     /// few times, then fails.
     pub fn reload(&self, force: bool) -> Result<Reloaded, ConfigError> {
+        let _one_at_a_time = self.reloading.lock();
         // An unreadable file counts as a text too (`None`): a file that
         // stays missing is reported once, not at every poll.
         let mut text = snapshot(&self.engine, &self.path);
