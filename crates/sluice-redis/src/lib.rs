@@ -31,6 +31,7 @@ pub use batch::BatchConfig;
 pub use error::RedisStoreError;
 pub use remote::RedisRemote;
 pub use runtime_state::{RuntimeSink, RuntimeState};
+pub use sluice_protect::ProtectOptions;
 pub use store::{RedisCheck, RedisStore, key_name};
 pub use url::StoreUrl;
 

@@ -34,7 +34,14 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut limiter = EgressLimiter::new(&quota)?;
     if let Some(url) = redis {
-        let store = sluice_redis::shared(url.parse()?, true, Default::default());
+        // A call out may wait its turn anyway, so give Redis time to answer
+        // before the local fallback (which knows nothing of the other
+        // processes) decides instead.
+        let options = sluice_redis::ProtectOptions {
+            timeout: Duration::from_millis(500),
+            ..Default::default()
+        };
+        let store = sluice_redis::shared(url.parse()?, true, options);
         store.connect(Duration::from_secs(2)).await?;
         let secret = std::env::var("SLUICE_KEY_SECRET").unwrap_or_default();
         limiter = limiter.with_shared_store(store, secret.as_bytes());

@@ -1,10 +1,13 @@
 //! Two processes share one partner quota through Redis: the example binary
 //! runs twice at once, both with `--redis`, against a local upstream that
-//! refuses anything over 12 calls in any second. The shared limit (5 a
+//! refuses anything over 15 calls in any second. The shared limit (5 a
 //! second, bursts of 5) admits at most 10 in any second of acquisitions, so
 //! the upstream must see no refusal and every call must succeed: none is
 //! lost, none is over quota. (Without the shared store, two processes would
-//! send up to 20 in the first second.)
+//! send up to 20 in the first second.) The upstream counts arrivals, not
+//! acquisitions: the first burst's calls open new connections and can
+//! arrive up to half a second late, bunched with the next ones, so the
+//! upstream's bound leaves room above 10 (CI once saw 13 with a bound of 12).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,7 +22,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use sluice_testkit::{RedisServer, require_redis};
 
-const QUOTA_PER_SECOND: usize = 12;
+const QUOTA_PER_SECOND: usize = 15;
 
 #[derive(Default)]
 struct Log {
