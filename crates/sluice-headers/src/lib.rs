@@ -460,7 +460,7 @@ mod tests {
         );
         let verdict = Verdict {
             allowed: false,
-            results,
+            results: results.into(),
             shadow: Vec::new(),
             style: HeadersConfig {
                 legacy: true,

@@ -21,8 +21,8 @@ pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
 pub use engine::{
-    DecideError, Engine, LimitResult, Outcome, PlanSource, RuntimeError, SaveError, UnknownPlan,
-    Verdict,
+    DecideError, Engine, LimitResult, Outcome, PlanSource, Results, RuntimeError, SaveError,
+    UnknownPlan, Verdict,
 };
 pub use key_source::KeySource;
 pub use key_text::KeyText;

@@ -25,17 +25,18 @@
 //! burst less its reserve).
 
 use sluice_core::{Clock, Nanos};
-use sluice_store::seam::{Check, Checked};
+use sluice_store::seam::{Check, Checked, Pending, now_or_never};
 use smallvec::SmallVec;
 
 use super::Engine;
 use super::compiled::Compiled;
 use super::credits::Claim;
-use super::plan::{Plan, Planned};
+use super::plan::Plan;
 use super::verdict::{DecideError, LimitResult, Verdict};
 use crate::delay_queue::Ticket;
 
-/// How one enforced limit of a request is decided.
+/// How one enforced limit of a request is decided after a first round
+/// that did not settle.
 #[derive(Debug, Default)]
 pub(super) struct Gate {
     /// The cost that must be left after the charge.
@@ -46,42 +47,139 @@ pub(super) struct Gate {
     slot: Option<Nanos>,
 }
 
-impl Gate {
-    /// The first decision's gate: the class's reserve, and on a delay
-    /// limit its extension (the plain bucket).
-    fn first(p: &Planned<'_>, class: Option<&str>) -> Self {
-        let extra = p.limit.delay.map_or(0, |d| d.extra);
-        Self {
-            reserve: p.limit.reserve_for(class).saturating_add(extra),
-            ..Self::default()
-        }
+/// The gates of a request's later steps: one per enforced limit.
+pub(super) type Gates = SmallVec<[Gate; 4]>;
+
+/// The gates of a plan's first round: its checks' reserves.
+fn first_gates(plan: &Plan<'_>) -> Gates {
+    plan.checks
+        .iter()
+        .map(|c| Gate {
+            reserve: c.reserve,
+            ..Gate::default()
+        })
+        .collect()
+}
+
+/// The checks of a later round: every enforced limit, with its gate's
+/// reserve.
+fn round_checks<'c>(plan: &Plan<'c>, gates: &[Gate]) -> SmallVec<[Check<'c>; 4]> {
+    plan.checks
+        .iter()
+        .zip(gates)
+        .map(|(c, g)| Check {
+            reserve: g.reserve,
+            ..*c
+        })
+        .collect()
+}
+
+/// A round's answer from the store, as the client sees it: `checks` are
+/// what was asked.
+#[inline]
+fn after_round(
+    plan: &Plan<'_>,
+    checks: &[Check<'_>],
+    answer: Result<Checked, sluice_store::seam::StoreError>,
+) -> Result<Checked, DecideError> {
+    let mut checked = answer.map_err(|e| {
+        named(e, plan, |i| {
+            checks[i].cost.saturating_add(checks[i].reserve)
+        })
+    })?;
+    for ((p, c), d) in plan
+        .enforced
+        .iter()
+        .zip(checks)
+        .zip(checked.decisions.iter_mut())
+    {
+        *d = p.shown(*d, c.reserve, checked.share, true);
+    }
+    Ok(checked)
+}
+
+/// Whether a first round's answer is the end of the decision: nothing to
+/// hold, no credits to spend, no shadowed limits to record. The usual
+/// request stops here, on either driver.
+#[inline]
+fn settled(plan: &Plan<'_>, checked: &Checked) -> bool {
+    if checked.allowed {
+        plan.shadowed.is_empty() && checked.decisions.iter().all(|d| d.delay == 0)
+    } else {
+        // No delay limit to hold it, and no refusing plan limit for
+        // credits to pay.
+        checked.fallback().is_some()
+            || plan
+                .enforced
+                .iter()
+                .zip(&checked.decisions)
+                .all(|(p, d)| p.limit.delay.is_none() && (d.allowed || p.limit.plan.is_none()))
     }
 }
 
 impl<C: Clock> Engine<C> {
-    /// Decides a planned request. See the module docs.
+    /// Decides a planned request (see the module docs), waiting on the
+    /// store as long as it takes: the first round, then [`Self::rest`]
+    /// unless it [settled].
     pub(super) async fn decide_plan(
         &self,
         current: &Compiled,
         plan: &Plan<'_>,
     ) -> Result<Verdict, DecideError> {
-        let mut gates: SmallVec<[Gate; 4]> = plan
-            .enforced
-            .iter()
-            .map(|p| Gate::first(p, plan.class))
-            .collect();
-        // The steps a request rarely needs (a second round for a delay,
-        // credits, shadowed limits) wait in a box of their own: the future
-        // of the usual request stays small, and is not copied around whole.
-        let mut checked = self.decide_round(current, plan, &gates).await?;
+        let answer = self.store.check(&plan.checks).await;
+        let checked = after_round(plan, &plan.checks, answer)?;
+        if settled(plan, &checked) {
+            return Ok(plan.verdict(checked, Vec::new()));
+        }
+        // The steps a request rarely needs wait in a box of their own: the
+        // future of the usual request stays small.
+        Box::pin(self.rest(current, plan, checked)).await
+    }
+
+    /// [`Self::decide_plan`] on a store that answers at once, without a
+    /// future on the usual path: the same steps, the first round's answer
+    /// taken as it comes. `None` if the store did not answer at once.
+    pub(super) fn decide_plan_now(
+        &self,
+        current: &Compiled,
+        plan: &Plan<'_>,
+    ) -> Option<Result<Verdict, DecideError>> {
+        let answer = match self.store.check(&plan.checks) {
+            Pending::Ready(answer) => answer.into_inner(),
+            waiting @ Pending::Waiting(_) => now_or_never(waiting)?,
+        };
+        let checked = match after_round(plan, &plan.checks, answer) {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e)),
+        };
+        if settled(plan, &checked) {
+            return Some(Ok(plan.verdict(checked, Vec::new())));
+        }
+        now_or_never(self.rest(current, plan, checked))
+    }
+
+    /// What follows a first round that did not settle: a second round for
+    /// a request a delay limit may hold, burst credits for one refused by
+    /// its plan, the hold's release time, and the shadowed limits of an
+    /// admitted request.
+    async fn rest(
+        &self,
+        current: &Compiled,
+        plan: &Plan<'_>,
+        mut checked: Checked,
+    ) -> Result<Verdict, DecideError> {
+        let mut gates = first_gates(plan);
         if !checked.allowed && self.take_places(current, plan, &mut gates, &mut checked) {
-            checked = Box::pin(self.decide_round(current, plan, &gates)).await?;
+            let checks = round_checks(plan, &gates);
+            let answer = self.store.check(&checks).await;
+            checked = after_round(plan, &checks, answer)?;
         }
         if !checked.allowed
             && checked.fallback().is_none()
             && let Some(claim) = Claim::of(&current.policy, plan, &checked)
-            && let Some(paid) =
-                Box::pin(self.spend_credits(current, plan, &checked, &gates, claim)).await?
+            && let Some(paid) = self
+                .spend_credits(current, plan, &checked, &gates, claim)
+                .await?
         {
             checked = paid;
         }
@@ -102,41 +200,11 @@ impl<C: Clock> Engine<C> {
         // The other places taken are given back.
         drop(gates);
         let shadow = if checked.allowed && !plan.shadowed.is_empty() {
-            Box::pin(self.decide_shadowed(current, plan)).await
+            self.decide_shadowed(current, plan).await
         } else {
             Vec::new()
         };
         Ok(plan.verdict(checked, shadow))
-    }
-
-    /// One decision of every enforced limit, with the gates' reserves, as
-    /// the client sees it.
-    pub(super) async fn decide_round(
-        &self,
-        current: &Compiled,
-        plan: &Plan<'_>,
-        gates: &[Gate],
-    ) -> Result<Checked, DecideError> {
-        let checks: SmallVec<[Check<'_>; 4]> = plan
-            .enforced
-            .iter()
-            .zip(gates)
-            .map(|(p, g)| p.check(current, g.reserve))
-            .collect();
-        let mut checked = self.store.check(&checks).await.map_err(|e| {
-            named(e, plan, |i| {
-                checks[i].cost.saturating_add(checks[i].reserve)
-            })
-        })?;
-        for ((p, g), d) in plan
-            .enforced
-            .iter()
-            .zip(gates)
-            .zip(checked.decisions.iter_mut())
-        {
-            *d = p.shown(*d, g.reserve, checked.share, true);
-        }
-        Ok(checked)
     }
 
     /// The shadowed limits of an admitted request, each on its own.

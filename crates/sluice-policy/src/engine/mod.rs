@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use sluice_core::{Clock, SystemClock};
-use sluice_store::seam::{PlansSink, RemoteHealth, RuntimeStore, Store, now_or_never};
+use sluice_store::seam::{PlansSink, RemoteHealth, RuntimeStore, Store};
 use sluice_store::{KeyHasher, KeyId, MemoryRuntime, MemoryStore, MemoryStoreConfig};
 
 use crate::policy::{Policy, RequestInfo};
@@ -33,7 +33,7 @@ use plan::Plan;
 
 pub use outcome::Outcome;
 pub use verdict::{
-    DecideError, LimitResult, PlanSource, RuntimeError, SaveError, UnknownPlan, Verdict,
+    DecideError, LimitResult, PlanSource, Results, RuntimeError, SaveError, UnknownPlan, Verdict,
 };
 
 /// A policy over a store.
@@ -254,7 +254,7 @@ impl<C: Clock> Engine<C> {
         ) {
             return Some(Err(e));
         }
-        now_or_never(self.decide_plan(&current, &plan))
+        self.decide_plan_now(&current, &plan)
     }
 
     /// A key's plan now, and where it comes from.

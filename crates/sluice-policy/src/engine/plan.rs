@@ -34,6 +34,7 @@ impl<'p> Planned<'p> {
         }
     }
 
+    #[inline]
     pub(super) fn result(&self, decision: Decision) -> LimitResult {
         LimitResult {
             spec: self.limit.spec,
@@ -73,6 +74,7 @@ impl<'p> Planned<'p> {
     /// as the client sees it: the burst as the limit, `remaining` what the
     /// request's class may still use now without waiting, and (`hold`: an
     /// enforced, admitted request) the wait for its slot as the delay.
+    #[inline]
     pub(super) fn shown(&self, d: Decision, reserve: u64, share: u32, hold: bool) -> Decision {
         if self.limit.delay.is_none() {
             // The store counted `remaining` above the class's reserve already.
@@ -103,6 +105,10 @@ impl<'p> Planned<'p> {
 /// The limits of one request, split into enforced and shadowed.
 pub(super) struct Plan<'p> {
     pub(super) enforced: SmallVec<[Planned<'p>; 4]>,
+    /// The first round's check of each enforced limit, in order: with the
+    /// class's reserve, and on a delay limit its extension (the plain
+    /// bucket). The store is asked these as they stand.
+    pub(super) checks: SmallVec<[Check<'p>; 4]>,
     pub(super) shadowed: SmallVec<[Planned<'p>; 4]>,
     /// The client's plan, when a limit has priority classes.
     pub(super) class: Option<&'p str>,
@@ -115,12 +121,14 @@ impl Plan<'_> {
     pub(super) fn new(style: HeadersConfig) -> Self {
         Self {
             enforced: SmallVec::new(),
+            checks: SmallVec::new(),
             shadowed: SmallVec::new(),
             class: None,
             style,
         }
     }
 
+    #[inline]
     pub(super) fn verdict(&self, checked: Checked, shadow: Vec<LimitResult>) -> Verdict {
         for r in &shadow {
             if !r.decision.allowed {
@@ -207,6 +215,11 @@ impl<C: Clock> Engine<C> {
                     return Err(beyond_share(p.limit, p.cost, reserve));
                 }
             }
+        }
+        for p in &plan.enforced {
+            let extra = p.limit.delay.map_or(0, |d| d.extra);
+            let reserve = p.limit.reserve_for(plan.class).saturating_add(extra);
+            plan.checks.push(p.check(current, reserve));
         }
         Ok(())
     }

@@ -31,14 +31,18 @@ impl LimitResult {
     }
 }
 
+/// One result per enforced limit: inline for up to two.
+pub type Results = smallvec::SmallVec<[LimitResult; 2]>;
+
 /// The engine's answer for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     /// Whether every applied limit allowed the request.
     pub allowed: bool,
     /// One result per applied, enforced limit, in policy order. Only these
-    /// are shown to the client.
-    pub results: Vec<LimitResult>,
+    /// are shown to the client. Inline for up to two (no allocation on
+    /// the usual request).
+    pub results: Results,
     /// The limits that applied in shadow (shadow mode, or a key outside a
     /// limit's `enforce_percent`): decided and recorded, never refusing, and
     /// never shown to the client. Empty when the request was refused.

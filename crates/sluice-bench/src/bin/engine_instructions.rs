@@ -1,0 +1,96 @@
+//! One workload of `benches/engine.rs`, run alone, for counting its
+//! instructions with callgrind (a figure that other load on the machine
+//! does not move):
+//!
+//! ```text
+//! cargo build --release -p sluice-bench --bin engine_instructions
+//! valgrind --tool=callgrind --toggle-collect='*measured*' \
+//!     target/release/engine_instructions WORKLOAD
+//! ```
+//!
+//! WORKLOAD is `governor_direct`, `engine_single`, `governor_keyed` or
+//! `engine_keyed` (100,000 IPv4 clients, uniform). Each does 100,000
+//! warm-up decisions (every key once) outside the counted function, then
+//! 200,000 inside it: the instructions per decision are callgrind's total
+//! over 200,000.
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::num::NonZeroU32;
+
+use governor::{Quota, RateLimiter};
+use http::{HeaderMap, Method};
+use sluice_bench::uniform_keys;
+use sluice_policy::{Engine, Policy, RequestInfo};
+
+const KEYS: u64 = 100_000;
+const COUNTED: usize = 200_000;
+
+/// The engine bench's one limit.
+const ONE_LIMIT: &str = r#"
+[[limits]]
+name = "per-ip"
+key = "ip"
+algorithm = "gcra"
+rate = "1000/s"
+burst = 1000
+"#;
+
+fn ip(k: u64) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (k as u32 & 0x00ff_ffff)))
+}
+
+/// The counted loop: `decide` once per address.
+#[inline(never)]
+fn measured(seq: &[IpAddr], decide: &dyn Fn(IpAddr) -> bool) -> usize {
+    seq.iter().filter(|&&ip| decide(black_box(ip))).count()
+}
+
+fn main() {
+    let workload = std::env::args().nth(1).unwrap_or_default();
+    let quota = Quota::per_second(NonZeroU32::new(1000).unwrap_or(NonZeroU32::MIN))
+        .allow_burst(NonZeroU32::new(1000).unwrap_or(NonZeroU32::MIN));
+    let keyed: Vec<IpAddr> = uniform_keys(KEYS, COUNTED, 42)
+        .into_iter()
+        .map(ip)
+        .collect();
+    let single = vec![ip(7); COUNTED];
+    let warm: Vec<IpAddr> = (0..KEYS).map(ip).collect();
+
+    let engine = Engine::new(Policy::from_toml("bench.toml", ONE_LIMIT).expect("config"));
+    let (method, headers) = (Method::GET, HeaderMap::new());
+    let engine_decide = |peer: IpAddr| {
+        let req = RequestInfo {
+            method: &method,
+            path: "/",
+            headers: &headers,
+            peer: Some(peer),
+            cost: None,
+        };
+        engine
+            .decide_now(&req)
+            .is_some_and(|v| v.is_ok_and(|v| v.allowed))
+    };
+    let direct = RateLimiter::direct(quota);
+    let governor_direct = |_: IpAddr| direct.check().is_ok();
+    let by_key = RateLimiter::keyed(quota);
+    let governor_keyed = |ip: IpAddr| by_key.check_key(&ip).is_ok();
+
+    let (decide, seq): (&dyn Fn(IpAddr) -> bool, &[IpAddr]) = match workload.as_str() {
+        "governor_direct" => (&governor_direct, &single),
+        "engine_single" => (&engine_decide, &single),
+        "governor_keyed" => (&governor_keyed, &keyed),
+        "engine_keyed" => (&engine_decide, &keyed),
+        _ => {
+            eprintln!(
+                "usage: engine_instructions governor_direct|engine_single|governor_keyed|engine_keyed"
+            );
+            std::process::exit(2);
+        }
+    };
+    for &ip in &warm {
+        decide(ip);
+    }
+    let admitted = measured(seq, decide);
+    println!("{workload}: {admitted} of {COUNTED} admitted");
+}
