@@ -5,13 +5,22 @@
 //! with the `grpc.health.v1` health service, deciding on the same engine and
 //! store as the rest of Sluice. It loads envoyproxy/ratelimit YAML configs as
 //! they are ([`yaml_config`], [`rules`]), so their users switch by pointing
-//! Envoy at Sluice. Its counters live in memory or, shared by every instance,
-//! in Redis ([`counters`]).
+//! Envoy at Sluice.
+//!
+//! - [`request`]: the shape of a request, checked first;
+//! - [`rules`]: which limit each descriptor meets;
+//! - [`answer`]: descriptors in, the engine's verdict out as statuses and
+//!   headers (the engine decides: all or nothing, shadow, impossible
+//!   costs, the store's fallback);
+//! - [`service`]: the gRPC server.
 
-pub mod counters;
+pub mod answer;
+pub mod request;
 pub mod rules;
 pub mod service;
 pub mod yaml_config;
 
+pub use answer::EnvoyRls;
+pub use request::{InvalidRequest, validate};
 pub use rules::{Rules, RulesError};
-pub use service::{EnvoyRls, InvalidRequest, serve, validate};
+pub use service::serve;

@@ -16,9 +16,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
-use sluice_policy::LimitLabels;
-use sluice_store::seam::{Counter, CounterDef, Store};
+use sluice_policy::{Limit, LimitLabels};
+use sluice_store::seam::{Counter, Store};
 
 use crate::yaml_config::{YamlConfig, YamlDescriptor};
 
@@ -132,8 +133,8 @@ impl Rule {
 /// A rule's Sluice limit.
 #[derive(Debug)]
 pub struct Limited {
-    /// Algorithm, rate and burst.
-    pub spec: LimitSpec,
+    /// The limit, as the engine decides it.
+    pub limit: Limit,
     /// Its counter in the store.
     pub counter: Counter,
 }
@@ -220,6 +221,29 @@ impl Rules {
         })
     }
 
+    /// The rule each request descriptor meets, in order: `None` for none,
+    /// and for a rule that another matched rule `replaces`.
+    pub fn resolve<'r>(
+        &'r self,
+        descriptors: &[RateLimitDescriptor],
+    ) -> Vec<Option<&'r Arc<Rule>>> {
+        let mut found: Vec<Option<&Arc<Rule>>> = descriptors
+            .iter()
+            .map(|d| self.find(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))))
+            .collect();
+        let replaced: Vec<&str> = found
+            .iter()
+            .flatten()
+            .flat_map(|r| r.replaces.iter().map(String::as_str))
+            .collect();
+        for rule in &mut found {
+            if rule.is_some_and(|r| replaced.contains(&&**r.name())) {
+                *rule = None;
+            }
+        }
+        found
+    }
+
     /// The rule a request descriptor meets, given its `(key, value)` entries.
     pub fn find<'a>(
         &self,
@@ -285,6 +309,7 @@ impl Compile<'_> {
                     }
                 };
                 let name: Arc<str> = sanitize(rl.name.as_deref().unwrap_or(&path)).into();
+                let labels = LimitLabels::named(name, "envoy");
                 let limited = if rl.unlimited {
                     None
                 } else {
@@ -302,14 +327,15 @@ impl Compile<'_> {
                         self.domain,
                         self.algorithm.name()
                     );
-                    let def = CounterDef::new(&id, spec).map_err(|e| err(e.to_string()))?;
+                    let limit =
+                        Limit::plain(&id, labels.clone(), spec).map_err(|e| err(e.to_string()))?;
                     Some(Limited {
-                        spec,
-                        counter: self.store.counter(def),
+                        counter: self.store.counter(limit.counted.clone()),
+                        limit,
                     })
                 };
                 Some(Arc::new(Rule {
-                    labels: LimitLabels::named(name, "envoy"),
+                    labels,
                     unit,
                     requests_per_unit: rl.requests_per_unit,
                     replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
@@ -418,7 +444,7 @@ descriptors:
         let r = rules();
         let rule = r.find([("remote_address", "1.2.3.4")]).unwrap();
         assert_eq!(rule.unit, Unit::Second);
-        let spec = rule.limited.as_ref().unwrap().spec;
+        let spec = rule.limited.as_ref().unwrap().limit.spec;
         assert_eq!((spec.rate.amount(), spec.burst), (10, 10));
         assert!(r.find([("internal", "x")]).unwrap().limited.is_none());
     }

@@ -402,12 +402,12 @@ fn rls() -> &'static (EnvoyRls, tokio::runtime::Runtime) {
         let Some(envoy) = policy.envoy.clone() else {
             panic!("examples/envoy.toml has no [envoy] table");
         };
-        let engine = Engine::new(policy);
+        let engine = Arc::new(Engine::new(policy));
         let rules = match Rules::load(&envoy.config, engine.store().as_ref(), envoy.algorithm) {
             Ok(r) => r,
             Err(e) => panic!("examples/envoy/ratelimit.yaml does not load: {e}"),
         };
-        let service = EnvoyRls::new(Arc::new(rules), engine.store().clone());
+        let service = EnvoyRls::new(Arc::new(rules), engine.clone());
         let runtime = match tokio::runtime::Builder::new_current_thread().build() {
             Ok(r) => r,
             Err(e) => panic!("no runtime: {e}"),

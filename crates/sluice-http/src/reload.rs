@@ -179,7 +179,7 @@ impl Reloader {
                 .collect()
         };
         fn names(p: &Policy) -> Vec<&str> {
-            p.limits().iter().map(|l| &*l.name).collect()
+            p.limits().iter().map(|l| &*l.limit.name).collect()
         }
         let limits = gone(names(&old), names(new));
         let plans = gone(old.plan_names().collect(), new.plan_names().collect());
@@ -296,7 +296,7 @@ mod tests {
         assert_eq!(reloader.reload(false).unwrap(), Reloaded::Unchanged);
         assert_eq!(reloader.failed(), 2);
         assert_eq!(
-            engine.policy().limits()[0].name.as_ref(),
+            engine.policy().limits()[0].limit.name.as_ref(),
             "a",
             "the old config stays"
         );

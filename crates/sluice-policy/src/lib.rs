@@ -12,6 +12,7 @@ pub mod events;
 pub mod key_source;
 pub mod key_text;
 pub mod keys_file;
+pub mod limit;
 pub mod matcher;
 pub mod path;
 pub mod policy;
@@ -21,12 +22,13 @@ pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
 pub use engine::{
-    DecideError, Engine, LimitResult, Outcome, PlanSource, Results, RuntimeError, SaveError,
-    UnknownPlan, Verdict,
+    Charge, DecideError, Engine, LimitResult, Outcome, PlanSource, Results, RuntimeError,
+    SaveError, UnknownPlan, Verdict,
 };
 pub use key_source::KeySource;
 pub use key_text::KeyText;
+pub use limit::{DelayDef, Limit, LimitLabels};
 pub use policy::{
-    Access, AmbiguousKey, Applied, AppliedLimits, CostRule, DelayDef, EnvoySettings, KeyError,
-    LimitDef, LimitLabels, Matcher, MissingKey, Policy, RequestInfo, RuntimeKeysFile,
+    Access, AmbiguousKey, Applied, AppliedLimits, CostRule, EnvoySettings, KeyError, LimitDef,
+    Matcher, MissingKey, Policy, RequestInfo, RuntimeKeysFile,
 };

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::{HeaderMap, Method};
-use sluice_core::{LimitSpec, Limiter};
+use sluice_core::LimitSpec;
 use sluice_store::seam::CounterDef;
 use toml::Spanned;
 
@@ -18,24 +18,18 @@ use crate::config::{
 use crate::key_source::KeySource;
 use crate::key_text::KeyText;
 use crate::keys_file::KeysFile;
+pub use crate::limit::{DelayDef, Limit, LimitLabels};
 pub use crate::matcher::Matcher;
 
-/// A limit, ready to decide.
+/// A limit of the config, ready to decide: the compiled [`Limit`] the
+/// engine decides, and what the policy matches and keys it by.
 #[derive(Debug, Clone)]
 pub struct LimitDef {
-    /// The name shown in headers and problem bodies.
-    pub name: Arc<str>,
+    /// What the engine decides, whatever the adapter.
+    pub limit: Limit,
     /// The identity of the limit's counters: scope, name and definition. A
     /// limit whose definition changes gets fresh counters.
     pub id: String,
-    /// The plan the limit belongs to, if any.
-    pub plan: Option<String>,
-    /// How metrics name it.
-    pub labels: Arc<LimitLabels>,
-    /// Algorithm, rate and burst.
-    pub spec: LimitSpec,
-    /// The built algorithm.
-    pub limiter: Limiter,
     /// What the limit counts by.
     pub key: KeySource,
     /// Which requests it applies to.
@@ -46,56 +40,6 @@ pub struct LimitDef {
     pub shadow: bool,
     /// The share of keys (0 to 100) for which the limit is enforced.
     pub enforce_percent: u8,
-    /// With `on_limit = "delay"`: how requests over the limit are held.
-    pub delay: Option<DelayDef>,
-    /// Priority classes: the most of the burst (percent, 1 to 99) that the
-    /// keys of a plan may use; plans not listed may use all of it.
-    pub max_share: BTreeMap<String, u8>,
-    /// What a store counts for it: the extended bucket of a delay limit
-    /// ([`DelayDef`]), else its own, under its identity.
-    pub counted: CounterDef,
-}
-
-impl LimitDef {
-    /// The cost a request of plan `class` must leave in the bucket: the
-    /// part of the burst reserved for other classes (0 when unrestricted).
-    pub fn reserve_for(&self, class: Option<&str>) -> u64 {
-        let Some(share) = class.and_then(|c| self.max_share.get(c)) else {
-            return 0;
-        };
-        let usable = u128::from(self.spec.burst) * u128::from(*share) / 100;
-        self.spec.burst - u64::try_from(usable).unwrap_or(self.spec.burst)
-    }
-
-    /// The bucket the limit counts on: the extended one of a delay limit
-    /// ([`DelayDef`]), else its own.
-    pub fn counter(&self) -> &CounterDef {
-        &self.counted
-    }
-}
-
-/// `on_limit = "delay"`: a request over the limit that could pass within
-/// `max_delay` is admitted now and held until its turn.
-///
-/// The limit counts on an *extended* bucket of `burst + extra` where
-/// `extra` is what the rate refills in `max_delay`: a request that fits in
-/// the first `burst` passes at once; one that fits only in the extension is
-/// charged now (it reserves its slot) and held for the time the rate needs
-/// to bring the bucket back to `burst`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DelayDef {
-    /// The longest a request is held, in nanoseconds.
-    pub max_delay: sluice_core::Nanos,
-    /// The most requests held at once by this limit on this instance (with
-    /// a shared store too: the bound is per instance).
-    pub max_queue: usize,
-    /// The extension: the cost the rate refills in `max_delay`.
-    pub extra: u64,
-    /// The extended bucket (`burst + extra`) that the limit counts on, in
-    /// memory and in Redis.
-    pub limiter: Limiter,
-    /// The extended bucket's definition.
-    pub spec: LimitSpec,
 }
 
 /// A `bucket = "shared"` plan rule: matching requests cost `cost` on the
@@ -119,30 +63,6 @@ pub struct RuntimeKeysFile {
     /// What the file held when the policy was loaded (plans the policy lacks
     /// included: they are ignored while it lacks them).
     pub loaded: Vec<(String, String)>,
-}
-
-/// How metrics and logs name a limit. Every value comes from the config,
-/// so label cardinality is bounded by it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LimitLabels {
-    /// The limit's name.
-    pub limit: Arc<str>,
-    /// Its plan, or `""`.
-    pub plan: Arc<str>,
-    /// The requests it applies to: `*`, or methods and a path prefix such as
-    /// `POST /export*`.
-    pub endpoint: Arc<str>,
-}
-
-impl LimitLabels {
-    /// Labels of a limit outside any plan, applying to `endpoint`.
-    pub fn named(limit: Arc<str>, endpoint: &str) -> Arc<Self> {
-        Arc::new(Self {
-            limit,
-            plan: "".into(),
-            endpoint: endpoint.into(),
-        })
-    }
 }
 
 /// What the policy needs to know of a request.
@@ -309,10 +229,10 @@ impl Policy {
                 ));
             }
             let def = compile_limit(source, l, name, None, None, None, &config.plans)?;
-            if !names.insert(def.name.to_string()) {
+            if !names.insert(def.limit.name.to_string()) {
                 return Err(err(
                     l.span(),
-                    format!("limits: duplicate limit name `{}`", def.name),
+                    format!("limits: duplicate limit name `{}`", def.limit.name),
                 ));
             }
             global.push(limits.len());
@@ -371,12 +291,12 @@ impl Policy {
                         ),
                     ));
                 }
-                if let Some(l) = main.iter().find(|l| rule.cost > l.spec.burst) {
+                if let Some(l) = main.iter().find(|l| rule.cost > l.limit.spec.burst) {
                     return Err(err(
                         span.clone(),
                         format!(
                             "plans.{plan}: rule `{}`: cost {} exceeds the burst {} of limit `{}`: no matching request could ever pass",
-                            rule.name, rule.cost, l.spec.burst, l.name
+                            rule.name, rule.cost, l.limit.spec.burst, l.limit.name
                         ),
                     ));
                 }
@@ -681,11 +601,11 @@ impl Policy {
                 continue;
             }
             let configured = match shared_cost {
-                Some(cost) if limit.plan.is_some() && limit.matcher.is_any() => cost,
+                Some(cost) if limit.limit.plan.is_some() && limit.matcher.is_any() => cost,
                 _ => limit.cost,
             };
             let key = key_of(&limit.key, req, &self.trusted)?.ok_or_else(|| MissingKey {
-                limit: limit.name.to_string(),
+                limit: limit.limit.name.to_string(),
                 from: limit.key.clone(),
             })?;
             visit(&Applied {
@@ -822,8 +742,7 @@ fn compile_limit(
     };
     // A bad burst is reported at the burst, or at the rate it defaults from.
     let burst_span = c.burst.as_ref().map_or(rate_field.span(), Spanned::span);
-    let limiter = spec
-        .build()
+    spec.build()
         .map_err(|e| at_span(burst_span.clone(), format!("limit `{name}`: burst: {e}")))?;
     let cost = c.cost.as_ref().map_or(1, |c| *c.get_ref());
     if cost > spec.burst {
@@ -901,20 +820,21 @@ fn compile_limit(
         endpoint: matcher.describe().into(),
     });
     Ok(LimitDef {
-        name,
+        limit: Limit {
+            name,
+            labels,
+            spec,
+            counted,
+            delay,
+            max_share,
+            plan: plan.cloned(),
+        },
         id,
-        plan: plan.cloned(),
-        labels,
-        spec,
-        limiter,
         key,
         matcher,
         cost,
         shadow: c.shadow,
         enforce_percent,
-        delay,
-        max_share,
-        counted,
     })
 }
 
@@ -1007,14 +927,13 @@ fn compile_delay(
         burst: spec.burst.saturating_add(extra),
         ..*spec
     };
-    let limiter = extended
+    extended
         .build()
         .map_err(|e| at(max_delay.span(), format!("limit `{name}`: max_delay: {e}")))?;
     Ok(Some(DelayDef {
         max_delay: delay_ns,
         max_queue,
         extra,
-        limiter,
         spec: extended,
     }))
 }

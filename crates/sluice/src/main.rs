@@ -185,8 +185,7 @@ async fn serve(
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot bind {addr}"))?;
-            let service = sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.store().clone())
-                .with_hasher(engine.hasher().clone());
+            let service = sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.clone());
             Some((listener, service))
         }
     };

@@ -66,9 +66,10 @@ impl<C: Clock> Engine<C> {
             return None;
         }
         let d = decided.decisions.first()?;
-        let extra = def.delay.map_or(0, |d| d.extra);
+        let extra = def.limit.delay.map_or(0, |d| d.extra);
         Some(
-            def.spec
+            def.limit
+                .spec
                 .burst
                 .saturating_sub(d.remaining.saturating_sub(extra)),
         )
@@ -100,7 +101,7 @@ fn carry_pairs(policy: &Policy, from: &str, to: &str) -> Vec<(usize, usize)> {
         .filter_map(|(n, &ni)| {
             old.iter()
                 .copied()
-                .find(|&oi| policy.limits()[oi].name == policy.limits()[ni].name)
+                .find(|&oi| policy.limits()[oi].limit.name == policy.limits()[ni].limit.name)
                 .or_else(|| old.get(n).copied())
                 .map(|oi| (oi, ni))
         })
@@ -110,7 +111,7 @@ fn carry_pairs(policy: &Policy, from: &str, to: &str) -> Vec<(usize, usize)> {
 /// What the new limit must be charged so that its used share matches the
 /// old one's (rounded to nearest; never a refund).
 fn carry_charge(old_def: &LimitDef, new_def: &LimitDef, used_old: u64, used_new: u64) -> u64 {
-    let (b_old, b_new) = (old_def.spec.burst.max(1), new_def.spec.burst);
+    let (b_old, b_new) = (old_def.limit.spec.burst.max(1), new_def.limit.spec.burst);
     let target =
         (u128::from(used_old) * u128::from(b_new) + u128::from(b_old / 2)) / u128::from(b_old);
     let target = u64::try_from(target).unwrap_or(b_new).min(b_new);

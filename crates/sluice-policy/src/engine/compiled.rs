@@ -28,13 +28,13 @@ impl Compiled {
         let counters = policy
             .limits()
             .iter()
-            .map(|def| store.counter(def.counter().clone()))
+            .map(|def| store.counter(def.limit.counter().clone()))
             .collect();
         let gates = policy
             .limits()
             .iter()
             .map(|def| {
-                def.delay?;
+                def.limit.delay?;
                 let kept = old.and_then(|o| {
                     o.policy
                         .limits()

@@ -13,11 +13,9 @@ use sluice_store::seam::{Check, Checked, Decisions};
 use smallvec::SmallVec;
 
 use super::Engine;
-use super::compiled::Compiled;
 use super::decide::{Gate, named};
 use super::plan::Plan;
 use super::verdict::DecideError;
-use crate::policy::Policy;
 
 /// A request refused only by limits of its plan counted by the client key:
 /// what burst credits would have to pay.
@@ -36,14 +34,13 @@ pub(super) struct Claim {
 impl Claim {
     /// The claim of a refused request; `None` when a limit outside the
     /// client's plan refused it (or nothing did).
-    pub(super) fn of(policy: &Policy, plan: &Plan<'_>, checked: &Checked) -> Option<Self> {
-        let client = policy.client_key()?;
+    pub(super) fn of(plan: &Plan<'_>, checked: &Checked) -> Option<Self> {
         let (violated, rest): (SmallVec<[usize; 4]>, SmallVec<[usize; 4]>) =
             (0..plan.enforced.len()).partition(|&i| !checked.decisions[i].allowed);
         let &first = violated.first()?;
         let plan_only = violated.iter().all(|&i| {
-            let l = plan.enforced[i].limit;
-            l.plan.is_some() && l.key == *client
+            let p = &plan.enforced[i];
+            p.limit.plan.is_some() && p.by_client
         });
         if !plan_only {
             return None;
@@ -90,7 +87,6 @@ impl<C: Clock> Engine<C> {
     /// suffice: the paid decisions, or `None`. See the module docs.
     pub(super) async fn spend_credits(
         &self,
-        current: &Compiled,
         plan: &Plan<'_>,
         checked: &Checked,
         gates: &[Gate],
@@ -113,7 +109,7 @@ impl<C: Clock> Engine<C> {
             let rest: SmallVec<[Check<'_>; 4]> = claim
                 .rest
                 .iter()
-                .map(|&i| plan.enforced[i].check(current, gates[i].reserve))
+                .map(|&i| plan.enforced[i].check(gates[i].reserve))
                 .collect();
             let decided = self.store.check(&rest).await;
             let decided = match decided {

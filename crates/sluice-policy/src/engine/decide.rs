@@ -29,7 +29,6 @@ use sluice_store::seam::{Check, Checked, Pending, now_or_never};
 use smallvec::SmallVec;
 
 use super::Engine;
-use super::compiled::Compiled;
 use super::credits::Claim;
 use super::plan::Plan;
 use super::verdict::{DecideError, LimitResult, Verdict};
@@ -121,11 +120,7 @@ impl<C: Clock> Engine<C> {
     /// Decides a planned request (see the module docs), waiting on the
     /// store as long as it takes: the first round, then [`Self::rest`]
     /// unless it [settled].
-    pub(super) async fn decide_plan(
-        &self,
-        current: &Compiled,
-        plan: &Plan<'_>,
-    ) -> Result<Verdict, DecideError> {
+    pub(super) async fn decide_plan(&self, plan: &Plan<'_>) -> Result<Verdict, DecideError> {
         let answer = self.store.check(&plan.checks).await;
         let checked = after_round(plan, &plan.checks, answer)?;
         if settled(plan, &checked) {
@@ -133,17 +128,13 @@ impl<C: Clock> Engine<C> {
         }
         // The steps a request rarely needs wait in a box of their own: the
         // future of the usual request stays small.
-        Box::pin(self.rest(current, plan, checked)).await
+        Box::pin(self.rest(plan, checked)).await
     }
 
     /// [`Self::decide_plan`] on a store that answers at once, without a
     /// future on the usual path: the same steps, the first round's answer
     /// taken as it comes. `None` if the store did not answer at once.
-    pub(super) fn decide_plan_now(
-        &self,
-        current: &Compiled,
-        plan: &Plan<'_>,
-    ) -> Option<Result<Verdict, DecideError>> {
+    pub(super) fn decide_plan_now(&self, plan: &Plan<'_>) -> Option<Result<Verdict, DecideError>> {
         let answer = match self.store.check(&plan.checks) {
             Pending::Ready(answer) => answer.into_inner(),
             waiting @ Pending::Waiting(_) => now_or_never(waiting)?,
@@ -155,31 +146,24 @@ impl<C: Clock> Engine<C> {
         if settled(plan, &checked) {
             return Some(Ok(plan.verdict(checked, Vec::new())));
         }
-        now_or_never(self.rest(current, plan, checked))
+        now_or_never(self.rest(plan, checked))
     }
 
     /// What follows a first round that did not settle: a second round for
     /// a request a delay limit may hold, burst credits for one refused by
     /// its plan, the hold's release time, and the shadowed limits of an
     /// admitted request.
-    async fn rest(
-        &self,
-        current: &Compiled,
-        plan: &Plan<'_>,
-        mut checked: Checked,
-    ) -> Result<Verdict, DecideError> {
+    async fn rest(&self, plan: &Plan<'_>, mut checked: Checked) -> Result<Verdict, DecideError> {
         let mut gates = first_gates(plan);
-        if !checked.allowed && self.take_places(current, plan, &mut gates, &mut checked) {
+        if !checked.allowed && self.take_places(plan, &mut gates, &mut checked) {
             let checks = round_checks(plan, &gates);
             let answer = self.store.check(&checks).await;
             checked = after_round(plan, &checks, answer)?;
         }
         if !checked.allowed
             && checked.fallback().is_none()
-            && let Some(claim) = Claim::of(&current.policy, plan, &checked)
-            && let Some(paid) = self
-                .spend_credits(current, plan, &checked, &gates, claim)
-                .await?
+            && let Some(claim) = Claim::of(plan, &checked)
+            && let Some(paid) = self.spend_credits(plan, &checked, &gates, claim).await?
         {
             checked = paid;
         }
@@ -200,7 +184,7 @@ impl<C: Clock> Engine<C> {
         // The other places taken are given back.
         drop(gates);
         let shadow = if checked.allowed && !plan.shadowed.is_empty() {
-            self.decide_shadowed(current, plan).await
+            self.decide_shadowed(plan).await
         } else {
             Vec::new()
         };
@@ -208,9 +192,8 @@ impl<C: Clock> Engine<C> {
     }
 
     /// The shadowed limits of an admitted request, each on its own.
-    async fn decide_shadowed(&self, current: &Compiled, plan: &Plan<'_>) -> Vec<LimitResult> {
-        let checks: SmallVec<[Check<'_>; 4]> =
-            plan.shadowed.iter().map(|p| p.check(current, 0)).collect();
+    async fn decide_shadowed(&self, plan: &Plan<'_>) -> Vec<LimitResult> {
+        let checks: SmallVec<[Check<'_>; 4]> = plan.shadowed.iter().map(|p| p.check(0)).collect();
         let each = self.store.check_each(&checks).await;
         plan.shadowed
             .iter()
@@ -231,13 +214,7 @@ impl<C: Clock> Engine<C> {
     /// so. When a refusing limit's queue is full, takes none, and its
     /// refusal's retry time becomes the time until a place frees, if
     /// sooner.
-    fn take_places(
-        &self,
-        current: &Compiled,
-        plan: &Plan<'_>,
-        gates: &mut [Gate],
-        checked: &mut Checked,
-    ) -> bool {
+    fn take_places(&self, plan: &Plan<'_>, gates: &mut [Gate], checked: &mut Checked) -> bool {
         let holdable = |i: usize| {
             let p = &plan.enforced[i];
             p.limit.delay.is_some() && p.limit.reserve_for(plan.class) == 0
@@ -253,7 +230,7 @@ impl<C: Clock> Engine<C> {
         let mut taken: SmallVec<[(usize, Ticket); 4]> = SmallVec::new();
         let mut full = false;
         for (i, (p, g)) in plan.enforced.iter().zip(gates.iter_mut()).enumerate() {
-            let (Some(d), Some(queue)) = (p.limit.delay, &current.gates[p.index]) else {
+            let (Some(d), Some(queue)) = (p.limit.delay, p.gate) else {
                 continue;
             };
             if !holdable(i) {

@@ -4,11 +4,13 @@
 //!
 //! - [`plan`]: which limits apply to a request, under which keys;
 //! - [`decide`]: the one decision path (classes, delay, credits, shadow);
+//! - [`charges`]: limits an adapter matched itself (Envoy descriptors);
 //! - [`credits`]: burst credits; [`carry`]: carry-over between plans;
 //! - [`verdict`]: what the engine answers; [`outcome`]: how a request
 //!   ends.
 
 mod carry;
+mod charges;
 mod compiled;
 mod credits;
 mod decide;
@@ -31,6 +33,7 @@ use crate::runtime::{RuntimePlans, RuntimePlansCell};
 use compiled::Compiled;
 use plan::Plan;
 
+pub use charges::Charge;
 pub use outcome::Outcome;
 pub use verdict::{
     DecideError, LimitResult, PlanSource, Results, RuntimeError, SaveError, UnknownPlan, Verdict,
@@ -221,7 +224,7 @@ impl<C: Clock> Engine<C> {
             .map(arc_swap::Guard::into_inner);
         let mut plan = Plan::new(current.policy.headers);
         self.plan(&current, runtime.as_deref(), req, &mut plan)?;
-        self.decide_plan(&current, &plan).await
+        self.decide_plan(&plan).await
     }
 
     /// [`decide`](Self::decide), done now, when the store answers at once
@@ -254,7 +257,7 @@ impl<C: Clock> Engine<C> {
         ) {
             return Some(Err(e));
         }
-        self.decide_plan_now(&current, &plan)
+        self.decide_plan_now(&plan)
     }
 
     /// A key's plan now, and where it comes from.

@@ -3,21 +3,31 @@
 
 use sluice_core::{Decision, LimitSpec};
 use sluice_store::KeyId;
-use sluice_store::seam::{Check, Checked};
+use std::sync::Arc;
+
+use sluice_store::seam::{Check, Checked, Counter};
 use smallvec::SmallVec;
 
 use super::Engine;
 use super::compiled::Compiled;
 use super::verdict::{DecideError, LimitResult, Verdict};
 use crate::config::HeadersConfig;
-use crate::policy::{Access, LimitDef, RequestInfo};
+use crate::delay_queue::DelayQueue;
+use crate::limit::Limit;
+use crate::policy::{Access, RequestInfo};
 use crate::runtime::RuntimePlans;
 use sluice_core::Clock;
 
 /// One applied limit, planned.
 pub(super) struct Planned<'p> {
-    pub(super) limit: &'p LimitDef,
-    pub(super) index: usize,
+    pub(super) limit: &'p Limit,
+    /// The limit's counter in the store.
+    pub(super) counter: &'p Counter,
+    /// A delay limit's queue on this instance.
+    pub(super) gate: Option<&'p Arc<DelayQueue>>,
+    /// Whether the limit counts by the client key: a plan's limit that
+    /// burst credits may pay for.
+    pub(super) by_client: bool,
     pub(super) key: KeyId,
     pub(super) cost: u64,
 }
@@ -25,9 +35,9 @@ pub(super) struct Planned<'p> {
 impl<'p> Planned<'p> {
     /// The check of this limit on the store: on the bucket it counts on,
     /// keeping `reserve`.
-    pub(super) fn check<'c>(&self, current: &'c Compiled, reserve: u64) -> Check<'c> {
+    pub(super) fn check(&self, reserve: u64) -> Check<'p> {
         Check {
-            counter: &current.counters[self.index],
+            counter: self.counter,
             key: self.key,
             cost: self.cost,
             reserve,
@@ -170,6 +180,7 @@ impl<C: Clock> Engine<C> {
         // Hash each distinct client key once: limits with the same key
         // source have the same key.
         let mut ids: SmallVec<[(&'p crate::KeySource, KeyId); 4]> = SmallVec::new();
+        let client = current.policy.client_key();
         let mut place = |a: &crate::policy::Applied<'p>| {
             let key = match ids.iter().find(|(source, _)| **source == a.limit.key) {
                 Some((_, id)) => *id,
@@ -181,45 +192,63 @@ impl<C: Clock> Engine<C> {
             };
             let allowed_client = access == Access::Allowed;
             let planned = Planned {
-                limit: a.limit,
-                index: a.index,
+                limit: &a.limit.limit,
+                counter: &current.counters[a.index],
+                gate: current.gates[a.index].as_ref(),
+                by_client: client == Some(&a.limit.key),
                 key,
                 cost: a.cost,
             };
-            if !allowed_client && is_enforced(a.limit.shadow, a.limit.enforce_percent, key) {
-                if a.cost > a.limit.spec.burst {
-                    return Err(DecideError::Impossible {
-                        limit: a.limit.name.to_string(),
-                        cost: a.cost,
-                        capacity: a.limit.spec.burst,
-                    });
-                }
-                plan.enforced.push(planned);
-            } else {
-                plan.shadowed.push(planned);
-            }
-            Ok(())
+            let enforced =
+                !allowed_client && is_enforced(a.limit.shadow, a.limit.enforce_percent, key);
+            plan.place(planned, enforced)
         };
         current.policy.resolve_each(req, runtime_plan, &mut place)?;
         // The client's plan is its priority class, where a limit has some.
-        if plan
-            .enforced
-            .iter()
-            .any(|p: &Planned<'_>| !p.limit.max_share.is_empty())
-        {
-            plan.class = current.policy.client_plan(req, &runtime_plan);
-            // A cost beyond the class's share can never pass, on any store.
-            for p in &plan.enforced {
-                let reserve = p.limit.reserve_for(plan.class);
-                if reserve > 0 && p.cost > p.limit.spec.burst - reserve {
-                    return Err(beyond_share(p.limit, p.cost, reserve));
-                }
+        let class = if plan.enforced.iter().any(|p| !p.limit.max_share.is_empty()) {
+            current.policy.client_plan(req, &runtime_plan)
+        } else {
+            None
+        };
+        plan.seal(class)
+    }
+}
+
+impl<'p> Plan<'p> {
+    /// Adds one applied limit, enforced or in shadow. An enforced limit
+    /// whose cost exceeds its burst can never pass, on any store: the
+    /// request is refused before anything is charged.
+    pub(super) fn place(&mut self, p: Planned<'p>, enforced: bool) -> Result<(), DecideError> {
+        if !enforced {
+            self.shadowed.push(p);
+            return Ok(());
+        }
+        if p.cost > p.limit.spec.burst {
+            return Err(DecideError::Impossible {
+                limit: p.limit.name.to_string(),
+                cost: p.cost,
+                capacity: p.limit.spec.burst,
+            });
+        }
+        self.enforced.push(p);
+        Ok(())
+    }
+
+    /// Ends a plan once every limit is placed: the client's priority
+    /// `class` (refusing a cost beyond its share, which can never pass),
+    /// and the first round's checks.
+    pub(super) fn seal(&mut self, class: Option<&'p str>) -> Result<(), DecideError> {
+        self.class = class;
+        for p in &self.enforced {
+            let reserve = p.limit.reserve_for(class);
+            if reserve > 0 && p.cost > p.limit.spec.burst - reserve {
+                return Err(beyond_share(p.limit, p.cost, reserve));
             }
         }
-        for p in &plan.enforced {
+        for p in &self.enforced {
             let extra = p.limit.delay.map_or(0, |d| d.extra);
-            let reserve = p.limit.reserve_for(plan.class).saturating_add(extra);
-            plan.checks.push(p.check(current, reserve));
+            let reserve = p.limit.reserve_for(class).saturating_add(extra);
+            self.checks.push(p.check(reserve));
         }
         Ok(())
     }
@@ -227,7 +256,7 @@ impl<C: Clock> Engine<C> {
 
 /// A request whose cost exceeds what its priority class may ever use of a
 /// limit (the burst less the other classes' reserve).
-fn beyond_share(limit: &LimitDef, cost: u64, reserve: u64) -> DecideError {
+fn beyond_share(limit: &Limit, cost: u64, reserve: u64) -> DecideError {
     DecideError::Impossible {
         limit: limit.name.to_string(),
         cost,

@@ -135,7 +135,7 @@ fn limits_match_on_globs_hosts_and_headers() {
         .policy()
         .limits()
         .iter()
-        .map(|l| l.labels.endpoint.to_string())
+        .map(|l| l.limit.labels.endpoint.to_string())
         .collect();
     assert_eq!(
         labels,

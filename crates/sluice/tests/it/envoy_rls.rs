@@ -133,6 +133,22 @@ async fn one_descriptor_over_limit_refuses_all_and_consumes_none() {
 }
 
 #[tokio::test]
+async fn one_descriptor_repeated_past_its_burst_is_refused_and_charged_nothing() {
+    let (_sluice, mut c) = start().await;
+    let export = || descriptor(&[("api_key", "k5"), ("path", "/export")]);
+    // 3 and 3 on one counter (5 an hour): each fits, together they never
+    // can. (The service before the engine admitted this, uncharged, on
+    // every call: the store's refusal of the pair read as "no decision".)
+    for _ in 0..3 {
+        let r = ask(&mut c, request(vec![export(), export()], 3)).await;
+        assert_eq!(r.overall_code, OVER, "{r:?}");
+        assert_eq!((r.statuses[0].code, r.statuses[1].code), (OVER, OVER));
+    }
+    let r = ask(&mut c, request(vec![export()], 5)).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 0));
+}
+
+#[tokio::test]
 async fn matching_unlimited_unknown_prefix_and_shadow() {
     let (_sluice, mut c) = start().await;
     let name = |r: &RateLimitResponse| r.statuses[0].current_limit.as_ref().map(|l| l.name.clone());
