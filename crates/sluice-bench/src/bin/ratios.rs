@@ -1,5 +1,8 @@
-//! Reads the last `cargo bench -p sluice-bench --bench in_process` run and
-//! prints Sluice's ratios to governor beside the floors of issue 3.
+//! Reads the last `cargo bench -p sluice-bench --bench engine` and
+//! `--bench in_process` runs and prints Sluice's ratios to governor beside
+//! their floors: first the engine's public decision call (what
+//! `sluice serve` and the tower layer run; issue 13), then the standalone
+//! limiters (issue 3).
 //!
 //! `cargo run --release -p sluice-bench --bin ratios [CRITERION_DIR]`
 
@@ -21,6 +24,24 @@ struct Row {
 }
 
 const ROWS: &[Row] = &[
+    Row {
+        what: "engine path, one key: Engine::decide_now / governor direct",
+        sluice: ("engine_single_key", "sluice_engine"),
+        peer: ("engine_single_key", "governor_direct"),
+        floor: 1.2,
+    },
+    Row {
+        what: "engine path, 100k uniform: Engine::decide_now / governor keyed",
+        sluice: ("engine_uniform_100k", "sluice_engine"),
+        peer: ("engine_uniform_100k", "governor_keyed"),
+        floor: 0.8,
+    },
+    Row {
+        what: "engine path, 100k Zipf: Engine::decide_now / governor keyed",
+        sluice: ("engine_zipf_100k", "sluice_engine"),
+        peer: ("engine_zipf_100k", "governor_keyed"),
+        floor: 0.8,
+    },
     Row {
         what: "single key: Sluice DirectLimiter (GCRA) / governor direct",
         sluice: ("single_key", "sluice_direct_gcra"),
@@ -168,7 +189,7 @@ fn main() {
     }
     if missing {
         eprintln!(
-            "some results are missing under {}: run `cargo bench -p sluice-bench --bench in_process` first",
+            "some results are missing under {}: run `cargo bench -p sluice-bench --bench engine --bench in_process` first",
             dir.display()
         );
         std::process::exit(1);
