@@ -399,7 +399,11 @@ fn rls() -> &'static (EnvoyRls, tokio::runtime::Runtime) {
             Ok(p) => p,
             Err(e) => panic!("examples/envoy.toml does not compile: {e}"),
         };
-        let Some(envoy) = policy.envoy.clone() else {
+        let deployment = match sluice_policy::Deployment::from_toml(&name, &text) {
+            Ok(d) => d,
+            Err(e) => panic!("examples/envoy.toml does not compile: {e}"),
+        };
+        let Some(envoy) = deployment.envoy else {
             panic!("examples/envoy.toml has no [envoy] table");
         };
         let engine = Arc::new(Engine::new(policy));

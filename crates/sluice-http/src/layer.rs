@@ -43,7 +43,9 @@ use bytes::Bytes;
 use http::{Extensions, HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
 use sluice_policy::path::canonical;
-use sluice_policy::{ConfigError, DecideError, Engine, Policy, RequestInfo, Verdict};
+use sluice_policy::{
+    ConfigError, DecideError, Deployment, Engine, Policy, RequestInfo, Source, Verdict,
+};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -126,19 +128,25 @@ impl RateLimitLayer {
         crate::layer_builder::LayerBuilder::default()
     }
 
-    /// A layer with its own engine, from a Sluice config file.
+    /// A layer with its own engine (on a memory store of the config's
+    /// `[store] max_keys`), from a Sluice config file.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
-        Ok(Self::new(Arc::new(Engine::new(Policy::load(
-            path.as_ref(),
-        )?))))
+        Self::from_source(&Source::read(path.as_ref())?)
     }
 
     /// A layer with its own engine, from config text (TOML).
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        Ok(Self::new(Arc::new(Engine::new(Policy::from_toml(
-            "<inline config>",
-            text,
-        )?))))
+        Self::from_source(&Source {
+            file: "<inline config>".into(),
+            text: text.to_owned(),
+        })
+    }
+
+    fn from_source(source: &Source) -> Result<Self, ConfigError> {
+        let config = source.parse()?;
+        let max_keys = Deployment::compile(source, &config)?.store.max_keys;
+        let policy = Policy::compile(source, &config)?;
+        Ok(Self::new(Arc::new(Engine::in_memory(policy, max_keys))))
     }
 
     /// Finds the client address with `peer` instead of the socket peer.

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use sluice_policy::{ConfigError, Engine, Policy, Source};
+use sluice_policy::{ConfigError, Deployment, Engine, Policy, Source};
 
 /// How long a changed file must stay the same before it is loaded.
 pub const SETTLE: Duration = Duration::from_millis(250);
@@ -42,8 +42,10 @@ pub struct Reloader {
     /// Limits and plans that reloads removed.
     removed_limits: AtomicU64,
     removed_plans: AtomicU64,
-    /// `sluice serve --store-url`: replaces every loaded config's store URL.
-    store_url: Option<Option<sluice_store_url::StoreUrl>>,
+    /// The deployment settings the file had at start (before any command
+    /// line override): a reload that changes them is logged as needing a
+    /// restart.
+    started: Option<Deployment>,
     /// The hash of the config text in force.
     version: Mutex<String>,
     /// Held for a whole reload: two triggers at once (SIGHUP and the file
@@ -69,9 +71,13 @@ impl Reloader {
     /// A reloader for `engine`, whose config was loaded from `path`.
     pub fn new(engine: Arc<Engine>, path: PathBuf) -> Self {
         let text = snapshot(&engine, &path);
+        let started = text
+            .as_ref()
+            .and_then(|t| Deployment::from_toml(&path.display().to_string(), &t.config).ok());
         Self {
             engine,
             path,
+            started,
             version: Mutex::new(version_of(text.as_ref())),
             reloading: Mutex::new(()),
             last_text: Mutex::new(text),
@@ -79,15 +85,7 @@ impl Reloader {
             failed: AtomicU64::new(0),
             removed_limits: AtomicU64::new(0),
             removed_plans: AtomicU64::new(0),
-            store_url: None,
         }
-    }
-
-    /// Applies a `--store-url` override to every reloaded config (`None`
-    /// inside: the memory store).
-    pub fn with_store_url(mut self, url: Option<sluice_store_url::StoreUrl>) -> Self {
-        self.store_url = Some(url);
-        self
     }
 
     /// Reloads the file if its text changed (or always, with `force`).
@@ -132,11 +130,12 @@ impl Reloader {
             }
         }
         match self.compile(text.as_ref()) {
-            Ok(mut policy) => {
-                if let Some(url) = &self.store_url {
-                    policy.store.url = url.clone();
+            Ok((policy, deployment)) => {
+                if self.started.as_ref().is_some_and(|d| *d != deployment) {
+                    tracing::warn!(
+                        "listen, control_listen, upstream, [store], [server] and [envoy] changes take effect at the next restart"
+                    );
                 }
-                self.warn_about_restart_only_changes(&policy);
                 self.warn_about_removals(&policy);
                 self.engine.replace_policy(policy);
                 *self.version.lock() = version_of(text.as_ref());
@@ -155,9 +154,9 @@ impl Reloader {
         }
     }
 
-    /// The policy of the text that was read (not of a third read, which
-    /// could catch another write).
-    fn compile(&self, text: Option<&Snapshot>) -> Result<Policy, ConfigError> {
+    /// The policy and deployment of the text that was read (not of a third
+    /// read, which could catch another write).
+    fn compile(&self, text: Option<&Snapshot>) -> Result<(Policy, Deployment), ConfigError> {
         let source = match text {
             Some(t) => Source {
                 file: self.path.clone(),
@@ -165,7 +164,11 @@ impl Reloader {
             },
             None => Source::read(&self.path)?,
         };
-        Policy::compile(&source, &source.parse()?)
+        let config = source.parse()?;
+        Ok((
+            Policy::compile(&source, &config)?,
+            Deployment::compile(&source, &config)?,
+        ))
     }
 
     /// Names, at WARN, the limits and plans the new policy drops, and counts
@@ -194,21 +197,6 @@ impl Reloader {
             .fetch_add(limits.len() as u64, Ordering::Relaxed);
         self.removed_plans
             .fetch_add(plans.len() as u64, Ordering::Relaxed);
-    }
-
-    fn warn_about_restart_only_changes(&self, new: &Policy) {
-        let old = self.engine.policy();
-        if old.listen != new.listen
-            || old.control_listen != new.control_listen
-            || old.upstream != new.upstream
-            || old.envoy != new.envoy
-            || old.store != new.store
-            || old.server != new.server
-        {
-            tracing::warn!(
-                "listen, control_listen, upstream, [store], [server] and [envoy] changes take effect at the next restart"
-            );
-        }
     }
 
     /// The version (hash of the text) of the config in force.

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluice_policy::Deployment;
 use sluice_policy::Engine;
 use sluice_policy::server_settings::ServerSettings;
 use tokio::net::TcpListener;
@@ -21,6 +22,10 @@ use crate::proxy::Proxy;
 #[derive(Debug)]
 pub struct Servers {
     engine: Arc<Engine>,
+    /// The upstream, in proxy mode.
+    upstream: Option<http::Uri>,
+    /// Timeouts and caps of the listeners and the upstream.
+    settings: ServerSettings,
     admin: Option<crate::admin::Admin>,
     metrics: Option<Arc<Metrics>>,
     reloader: Option<Arc<crate::reload::Reloader>>,
@@ -89,16 +94,17 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// Binds the data plane to `listen` and the control API to `control_listen`.
-pub async fn serve(
-    engine: Arc<Engine>,
-    listen: SocketAddr,
-    control_listen: SocketAddr,
-) -> std::io::Result<Servers> {
-    let data = bind(listen)?;
-    let control = bind(control_listen)?;
+/// Binds the data plane to `deployment.listen` and the control API to
+/// `deployment.control_listen`; with `deployment.upstream`, the data plane
+/// is a reverse proxy to it. The listeners and the upstream keep the
+/// deployment's `[server]` timeouts and caps.
+pub async fn serve(engine: Arc<Engine>, deployment: &Deployment) -> std::io::Result<Servers> {
+    let data = bind(deployment.listen)?;
+    let control = bind(deployment.control_listen)?;
     Ok(Servers {
         engine,
+        upstream: deployment.upstream.clone(),
+        settings: deployment.server,
         admin: None,
         metrics: None,
         reloader: None,
@@ -152,11 +158,7 @@ impl Servers {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let (tx, rx) = watch::channel(false);
-        let policy = self.engine.policy();
-        let proxy = policy
-            .upstream
-            .clone()
-            .map(|u| Proxy::new(u, policy.server.upstream));
+        let proxy = self.upstream.map(|u| Proxy::new(u, self.settings.upstream));
         let metrics = self
             .metrics
             .unwrap_or_else(|| Arc::new(Metrics::new(&self.engine, None)));
@@ -168,7 +170,7 @@ impl Servers {
             control_app = control_app.merge(crate::admin::router(admin));
         }
 
-        let mut settings = self.engine.policy().server;
+        let mut settings = self.settings;
         if let Some(n) = self.descriptors {
             settings = fit_to_descriptors(settings, n);
         }

@@ -7,6 +7,7 @@
 pub mod client_ip;
 pub mod config;
 mod delay_queue;
+pub mod deployment;
 pub mod engine;
 pub mod events;
 pub mod key_source;
@@ -21,6 +22,7 @@ pub mod server_settings;
 pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
+pub use deployment::{Deployment, EnvoySettings};
 pub use engine::{
     Charge, DecideError, Engine, LimitResult, Outcome, PlanSource, Results, RuntimeError,
     SaveError, UnknownPlan, Verdict,
@@ -29,6 +31,6 @@ pub use key_source::KeySource;
 pub use key_text::KeyText;
 pub use limit::{DelayDef, Limit, LimitLabels};
 pub use policy::{
-    Access, AmbiguousKey, Applied, AppliedLimits, CostRule, EnvoySettings, KeyError, LimitDef,
-    Matcher, MissingKey, Policy, RequestInfo, RuntimeKeysFile,
+    Access, AmbiguousKey, Applied, AppliedLimits, CostRule, KeyError, LimitDef, Matcher,
+    MissingKey, Policy, RequestInfo, RuntimeKeysFile,
 };

@@ -2,7 +2,7 @@
 //! apply to it, each with its key and cost.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::{HeaderMap, Method};
@@ -148,20 +148,8 @@ pub struct Policy {
     trusted: TrustedProxies,
     /// Header style.
     pub headers: HeadersConfig,
-    /// The data plane's address.
-    pub listen: SocketAddr,
-    /// The control plane's address.
-    pub control_listen: SocketAddr,
-    /// The upstream, when the data plane is a reverse proxy.
-    pub upstream: Option<http::Uri>,
-    /// Where the limits' state lives.
-    pub store: crate::store_settings::StoreSettings,
-    /// Timeouts and caps of the listeners and the upstream (`[server]`).
-    pub server: crate::server_settings::ServerSettings,
     /// Account-manager events.
     pub events: crate::events::EventSettings,
-    /// The Envoy Rate Limit Service, if configured.
-    pub envoy: Option<EnvoySettings>,
     access: crate::config::AccessConfig,
 }
 
@@ -176,17 +164,6 @@ pub enum Access {
     Denied,
 }
 
-/// The `[envoy]` table, resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvoySettings {
-    /// The envoyproxy/ratelimit YAML file.
-    pub config: std::path::PathBuf,
-    /// The gRPC address.
-    pub grpc_listen: SocketAddr,
-    /// The algorithm of every descriptor limit.
-    pub algorithm: sluice_core::AlgorithmKind,
-}
-
 impl Policy {
     /// Reads, parses and checks a config file.
     pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
@@ -199,12 +176,9 @@ impl Policy {
     pub fn compile(source: &Source, config: &Config) -> Result<Self, ConfigError> {
         let err = |span: std::ops::Range<usize>, msg: String| source.error_at(Some(span), msg);
 
-        let store = crate::store_settings::StoreSettings::from_config(source, &config.store)?;
-
-        let upstream = match &config.upstream {
-            None => None,
-            Some(u) => Some(parse_upstream(u.get_ref()).map_err(|m| err(u.span(), m))?),
-        };
+        // The deployment settings are the binary's, read at start only, but
+        // a config with a bad one is refused whoever loads it.
+        crate::deployment::Deployment::compile(source, config)?;
 
         let mut limits = Vec::new();
         let mut names = HashSet::new();
@@ -390,18 +364,8 @@ impl Policy {
             trusted: TrustedProxies::new(config.client.trusted_proxies.clone())
                 .with_ipv6_prefix(ipv6_prefix(source, &config.client)?),
             headers: config.headers,
-            listen: config.listen,
-            control_listen: config.control_listen,
-            upstream,
-            store,
-            server: crate::server_settings::ServerSettings::from_config(source, &config.server)?,
             access: config.access.clone(),
             events: crate::events::EventSettings::from_config(source, config)?,
-            envoy: config.envoy.as_ref().map(|e| EnvoySettings {
-                config: dir.join(e.config.get_ref()),
-                grpc_listen: e.grpc_listen,
-                algorithm: e.algorithm,
-            }),
         })
     }
 
@@ -689,18 +653,6 @@ fn refuse_no_limits(
         ));
     }
     Ok(())
-}
-
-fn parse_upstream(text: &str) -> Result<http::Uri, String> {
-    let uri: http::Uri = text
-        .parse()
-        .map_err(|e| format!("upstream: `{text}` is not a URL: {e}"))?;
-    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-        return Err(format!(
-            "upstream: `{text}` must be an http:// URL with a host, e.g. \"http://127.0.0.1:8000\""
-        ));
-    }
-    Ok(uri)
 }
 
 fn valid_name(name: &str) -> bool {

@@ -132,6 +132,7 @@ impl Simulator {
         };
         Ok(Self::build(
             policy,
+            config.store.max_keys,
             config.client.key.clone(),
             fields,
             options,
@@ -151,11 +152,13 @@ impl Simulator {
                     .map_err(|_| SimError::HeaderName(n.clone()))
             })
             .collect::<Result<_, _>>()?;
-        Ok(Self::build(policy, None, fields, options))
+        let max_keys = MemoryStoreConfig::default().max_keys;
+        Ok(Self::build(policy, max_keys, None, fields, options))
     }
 
     fn build(
         policy: Policy,
+        max_keys: usize,
         client_key: Option<KeySource>,
         fields: Vec<HeaderName>,
         options: Options,
@@ -164,7 +167,7 @@ impl Simulator {
         // The store the server builds for this policy, on the virtual clock.
         let store = MemoryStore::with_clock(
             MemoryStoreConfig {
-                max_keys: policy.store.max_keys,
+                max_keys,
                 shards: 0,
             },
             clock.clone(),

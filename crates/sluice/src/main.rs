@@ -16,9 +16,9 @@ use clap::{Parser, Subcommand};
 use sluice_http::admin::Admin;
 use sluice_http::metrics::Metrics;
 use sluice_http::reload::Reloader;
-use sluice_policy::store_settings::parse_store_url;
-use sluice_policy::{Engine, Policy};
-use sluice_redis::{RuntimeState, StoreUrl};
+use sluice_policy::store_settings::{StoreSettings, parse_store_url};
+use sluice_policy::{Deployment, Engine, Policy};
+use sluice_redis::RuntimeState;
 use sluice_store::KeyHasher;
 
 /// Sluice: rate limits for APIs.
@@ -76,9 +76,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Simulate(args) => simulate::run(args),
-        Command::Validate { config } => match Policy::load(&config) {
-            Ok(policy) => {
-                if let Some(e) = &policy.envoy {
+        Command::Validate { config } => match load(&config) {
+            Ok((policy, deployment)) => {
+                if let Some(e) = &deployment.envoy {
                     let store = sluice_store::MemoryStore::new(Default::default());
                     if let Err(err) = sluice_envoy::Rules::load(&e.config, &store, e.algorithm) {
                         eprintln!("{err}");
@@ -106,8 +106,8 @@ fn main() -> ExitCode {
             log_format,
         } => {
             init_logging(log_format);
-            let mut policy = match Policy::load(&config) {
-                Ok(p) => p,
+            let (policy, mut deployment) = match load(&config) {
+                Ok(loaded) => loaded,
                 Err(e) => {
                     eprintln!("{e}");
                     return ExitCode::from(2);
@@ -121,17 +121,19 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            if let Some(url) = &store_url {
-                policy.store.url = url.clone();
+            // The command line beats the file.
+            if let Some(url) = store_url {
+                deployment.store.url = url;
             }
-            match serve(
-                config,
-                policy,
-                store_url,
-                listen,
-                control_listen,
-                grpc_listen,
-            ) {
+            deployment.listen = listen.unwrap_or(deployment.listen);
+            deployment.control_listen = control_listen.unwrap_or(deployment.control_listen);
+            if let Some(e) = &mut deployment.envoy {
+                e.grpc_listen = grpc_listen.unwrap_or(e.grpc_listen);
+            } else if grpc_listen.is_some() {
+                eprintln!("sluice: --grpc-listen needs an [envoy] table in the config");
+                return ExitCode::from(2);
+            }
+            match serve(config, policy, deployment) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sluice: {e:#}");
@@ -155,33 +157,29 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// Reads a config file once: its policy and its deployment.
+fn load(path: &std::path::Path) -> Result<(Policy, Deployment), sluice_policy::ConfigError> {
+    let source = sluice_policy::Source::read(path)?;
+    let config = source.parse()?;
+    Ok((
+        Policy::compile(&source, &config)?,
+        Deployment::compile(&source, &config)?,
+    ))
+}
+
 #[tokio::main]
-async fn serve(
-    config: PathBuf,
-    policy: Policy,
-    store_url: Option<Option<StoreUrl>>,
-    listen: Option<SocketAddr>,
-    control_listen: Option<SocketAddr>,
-    grpc_listen: Option<SocketAddr>,
-) -> anyhow::Result<()> {
-    let listen = listen.unwrap_or(policy.listen);
-    let control_listen = control_listen.unwrap_or(policy.control_listen);
-    let upstream = policy.upstream.clone();
-    let envoy = policy.envoy.clone();
-    if grpc_listen.is_some() && envoy.is_none() {
-        anyhow::bail!("--grpc-listen needs an [envoy] table in the config");
-    }
-    let engine = Arc::new(engine_for(policy).await);
+async fn serve(config: PathBuf, policy: Policy, deployment: Deployment) -> anyhow::Result<()> {
+    let engine = Arc::new(engine_for(policy, &deployment.store).await);
     // With Redis, runtime plans and credits changed through any instance
     // apply here within a poll.
     engine.watch_runtime_state(RUNTIME_POLL);
     // The Envoy Rate Limit Service shares the engine's store: memory, or
     // Redis (with its fallback) named by the same keyed hashes.
-    let rls = match &envoy {
+    let rls = match &deployment.envoy {
         None => None,
         Some(e) => {
             let rules = sluice_envoy::Rules::load(&e.config, engine.store().as_ref(), e.algorithm)?;
-            let addr = grpc_listen.unwrap_or(e.grpc_listen);
+            let addr = e.grpc_listen;
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot bind {addr}"))?;
@@ -189,13 +187,10 @@ async fn serve(
             Some((listener, service))
         }
     };
-    let mut reloader = Reloader::new(engine.clone(), config);
-    if let Some(url) = store_url {
-        reloader = reloader.with_store_url(url);
-    }
-    let reloader = Arc::new(reloader);
+    let reloader = Arc::new(Reloader::new(engine.clone(), config));
     let metrics = Arc::new(Metrics::new(&engine, Some(reloader.clone())));
-    let mut servers = sluice_http::serve(engine.clone(), listen, control_listen)
+    let (listen, control_listen) = (deployment.listen, deployment.control_listen);
+    let mut servers = sluice_http::serve(engine.clone(), &deployment)
         .await
         .with_context(|| format!("cannot bind {listen} and {control_listen}"))?
         .with_metrics(metrics)
@@ -218,7 +213,7 @@ async fn serve(
     }
     spawn_reload_triggers(reloader);
     let (data, control) = (servers.data_addr()?, servers.control_addr()?);
-    match &upstream {
+    match &deployment.upstream {
         Some(u) => tracing::info!(%data, %control, upstream = %u, "sluice proxying"),
         None => tracing::info!(%data, %control, "sluice serving"),
     }
@@ -264,17 +259,17 @@ async fn serve(
 /// Redis is not there yet, Sluice starts anyway on the fallback and
 /// connects in the background. Keys are then named by a hasher keyed by
 /// `SLUICE_KEY_SECRET`, which every instance shares.
-async fn engine_for(policy: Policy) -> Engine {
-    let Some(url) = policy.store.url.clone() else {
-        return Engine::new(policy);
+async fn engine_for(policy: Policy, store: &StoreSettings) -> Engine {
+    let Some(url) = store.url.clone() else {
+        return Engine::in_memory(policy, store.max_keys);
     };
-    let shared = sluice_redis::shared(url.clone(), policy.store.batch, policy.store.shared.clone());
+    let shared = sluice_redis::shared(url.clone(), store.batch, store.shared.clone());
     match shared.connect(std::time::Duration::from_secs(2)).await {
         Ok(()) => tracing::info!(store = %url, "limits are shared in Redis"),
         Err(e) => tracing::warn!(
             store = %url,
             error = %e,
-            fallback = policy.store.shared.fallback.name(),
+            fallback = store.shared.fallback.name(),
             "cannot reach Redis yet: starting on the fallback, connecting in the background"
         ),
     }
@@ -288,7 +283,7 @@ async fn engine_for(policy: Policy) -> Engine {
         }
     };
     let runtime = Arc::new(RuntimeState::new(shared.remote().clone()));
-    let wait = policy.store.shared.timeout;
+    let wait = store.shared.timeout;
     Engine::on(
         policy,
         shared,

@@ -94,10 +94,18 @@ impl<C: Clock> std::fmt::Debug for Engine<C> {
 }
 
 impl Engine<SystemClock> {
-    /// An engine with a fresh in-memory store sized by the policy.
+    /// An engine with a fresh in-memory store of the default size (a
+    /// million keys per limit).
     pub fn new(policy: Policy) -> Self {
+        Self::in_memory(policy, MemoryStoreConfig::default().max_keys)
+    }
+
+    /// An engine with a fresh in-memory store tracking at most `max_keys`
+    /// keys per limit (a config's `[store] max_keys`:
+    /// [`Deployment::store`](crate::Deployment::store)).
+    pub fn in_memory(policy: Policy, max_keys: usize) -> Self {
         let store = MemoryStore::new(MemoryStoreConfig {
-            max_keys: policy.store.max_keys,
+            max_keys,
             shards: 0,
         });
         Self::with_store(policy, Arc::new(store), KeyHasher::random())

@@ -140,7 +140,7 @@ fn server_settings_are_checked_and_located() {
     );
     let e = error("[client]\nipv6_prefix = 129\n[[limits]]\nkey = \"ip\"\nrate = \"1/s\"\n");
     assert!(e.starts_with("test.toml:2:15: client.ipv6_prefix"), "{e}");
-    let p = sluice_policy::Policy::from_toml(
+    let p = sluice_policy::Deployment::from_toml(
         "test.toml",
         "[server]\nidle_timeout = \"5s\"\nhttp2_keepalive_interval = \"0s\"\n[[limits]]\nkey = \"ip\"\nrate = \"1/s\"\n",
     )
