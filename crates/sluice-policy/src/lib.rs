@@ -5,6 +5,8 @@
 //! [`Engine`] that decides all of them together on a store.
 
 pub mod client_ip;
+mod compile;
+mod compile_limit;
 pub mod config;
 mod delay_queue;
 pub mod deployment;

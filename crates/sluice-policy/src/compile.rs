@@ -1,0 +1,337 @@
+//! Compiling a config into a [`Policy`]: its limits, plans, cost rules and
+//! key assignments, each error located at its file, line, column and
+//! field.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use crate::client_ip::TrustedProxies;
+use crate::compile_limit::{compile_cost_rule, compile_limit};
+use crate::config::{BucketConfig, Config, ConfigError, PlanConfig, Source};
+use crate::keys_file::KeysFile;
+use crate::policy::{CostRule, LimitDef, Policy, RuntimeKeysFile};
+
+impl Policy {
+    /// Reads, parses and checks a config file.
+    pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let source = Source::read(path)?;
+        let config = source.parse()?;
+        Self::compile(&source, &config)
+    }
+
+    /// Checks a parsed config and compiles it.
+    pub fn compile(source: &Source, config: &Config) -> Result<Self, ConfigError> {
+        // The deployment settings are the binary's, read at start only, but
+        // a config with a bad one is refused whoever loads it.
+        crate::deployment::Deployment::compile(source, config)?;
+        let mut limits = Limits::default();
+        let global = limits.add_global(source, config)?;
+        let client_key = config.client.key.clone();
+        let mut plans = BTreeMap::new();
+        let mut cost_rules = BTreeMap::new();
+        for (plan, pc) in &config.plans {
+            let (ids, rules) = limits.add_plan(source, config, plan, pc)?;
+            plans.insert(plan.clone(), ids);
+            cost_rules.insert(plan.clone(), rules);
+        }
+        if !plans.is_empty() && client_key.is_none() {
+            return Err(source.error_at(
+                None,
+                "client.key: plans need `[client] key = \"header:<Name>\"` to identify clients",
+            ));
+        }
+        let has_plan = |p: &str| plans.contains_key(p);
+        let default_plan = default_plan(source, config, &has_plan)?;
+        let (assignments, keys_file) = assignments(source, config, &has_plan)?;
+        let runtime_keys = runtime_keys(source, config)?;
+        let limits = limits.defs;
+        refuse_no_limits(source, config, &limits)?;
+        Ok(Self {
+            limits,
+            global,
+            plans,
+            cost_rules,
+            assignments,
+            keys_file,
+            runtime_keys,
+            carry_over: config.client.carry_over,
+            default_plan,
+            client_key,
+            trusted: TrustedProxies::new(config.client.trusted_proxies.clone())
+                .with_ipv6_prefix(ipv6_prefix(source, &config.client)?),
+            headers: config.headers,
+            access: config.access.clone(),
+            events: crate::events::EventSettings::from_config(source, config)?,
+        })
+    }
+
+    /// Parses and checks a config given as TOML text; `name` stands for the
+    /// file in error messages.
+    ///
+    /// ```
+    /// let policy = sluice_policy::Policy::from_toml(
+    ///     "inline.toml",
+    ///     r#"
+    ///         [[limits]]
+    ///         name = "per-ip"
+    ///         key = "ip"
+    ///         rate = "10/s"
+    ///         burst = 20
+    ///     "#,
+    /// )
+    /// .unwrap();
+    /// assert_eq!(policy.limits().len(), 1);
+    /// ```
+    pub fn from_toml(name: &str, text: &str) -> Result<Self, ConfigError> {
+        let source = Source {
+            file: name.into(),
+            text: text.to_owned(),
+        };
+        let config = source.parse()?;
+        Self::compile(&source, &config)
+    }
+}
+
+/// `client.ipv6_prefix`: 1 to 128.
+fn ipv6_prefix(source: &Source, client: &crate::config::ClientConfig) -> Result<u8, ConfigError> {
+    match &client.ipv6_prefix {
+        None => Ok(crate::client_ip::DEFAULT_IPV6_PREFIX),
+        Some(p) if (1..=128).contains(p.get_ref()) => Ok(*p.get_ref()),
+        Some(p) => Err(source.error_at(
+            Some(p.span()),
+            format!(
+                "client.ipv6_prefix: {} is not a prefix length from 1 to 128",
+                p.get_ref()
+            ),
+        )),
+    }
+}
+
+/// A config that limits nothing, which is most often an empty or
+/// half-written file, is refused unless it says `no_limits = true`. (With
+/// `[envoy]`, the limits come from its YAML.)
+fn refuse_no_limits(
+    source: &Source,
+    config: &Config,
+    limits: &[LimitDef],
+) -> Result<(), ConfigError> {
+    if limits.is_empty() && config.envoy.is_none() && !config.no_limits {
+        return Err(source.error_at(
+            Some(0..0),
+            "no_limits: this config defines no limits, so Sluice would limit nothing; \
+             if that is intended, put `no_limits = true` at the top of the file",
+        ));
+    }
+    Ok(())
+}
+
+/// The limits compiled so far, and the names of the config's own (which
+/// no plan's limit may reuse).
+#[derive(Default)]
+struct Limits {
+    defs: Vec<LimitDef>,
+    global_names: HashSet<String>,
+}
+
+impl Limits {
+    /// The config's own `[[limits]]`: their indices.
+    fn add_global(&mut self, source: &Source, config: &Config) -> Result<Vec<usize>, ConfigError> {
+        let mut global = Vec::new();
+        for (i, l) in config.limits.iter().enumerate() {
+            let name = l
+                .get_ref()
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("limit-{}", i + 1));
+            if let Some(b) = l
+                .get_ref()
+                .bucket
+                .as_ref()
+                .filter(|b| *b.get_ref() == BucketConfig::Shared)
+            {
+                return Err(source.error_at(
+                    Some(b.span()),
+                    format!(
+                        "limit `{name}`: bucket = \"shared\" draws from a plan's bucket, so it belongs in a plan's limits"
+                    ),
+                ));
+            }
+            let def = compile_limit(source, l, name, None, None, None, &config.plans)?;
+            if !self.global_names.insert(def.limit.name.to_string()) {
+                return Err(source.error_at(
+                    Some(l.span()),
+                    format!("limits: duplicate limit name `{}`", def.limit.name),
+                ));
+            }
+            global.push(self.defs.len());
+            self.defs.push(def);
+        }
+        Ok(global)
+    }
+
+    /// One plan's limits and its `bucket = "shared"` cost rules: the
+    /// limits' indices, and the rules.
+    fn add_plan(
+        &mut self,
+        source: &Source,
+        config: &Config,
+        plan: &String,
+        pc: &PlanConfig,
+    ) -> Result<(Vec<usize>, Vec<CostRule>), ConfigError> {
+        let mut ids = Vec::new();
+        let mut rules = Vec::new();
+        let mut plan_names = HashSet::new();
+        for (i, l) in pc.limits.iter().enumerate() {
+            let name = l.get_ref().name.clone().unwrap_or_else(|| {
+                if pc.limits.len() == 1 {
+                    plan.clone()
+                } else {
+                    format!("{plan}-{}", i + 1)
+                }
+            });
+            if self.global_names.contains(&name) || !plan_names.insert(name.clone()) {
+                return Err(source.error_at(
+                    Some(l.span()),
+                    format!("plans.{plan}: duplicate limit name `{name}`"),
+                ));
+            }
+            if l.get_ref().bucket.as_ref().map(|b| *b.get_ref()) == Some(BucketConfig::Shared) {
+                rules.push((compile_cost_rule(source, l, name)?, l.span()));
+                continue;
+            }
+            let client_key = config.client.key.as_ref();
+            let def = compile_limit(
+                source,
+                l,
+                name,
+                Some(plan),
+                client_key,
+                Some(pc),
+                &config.plans,
+            )?;
+            ids.push(self.defs.len());
+            self.defs.push(def);
+        }
+        let main: Vec<&LimitDef> = ids
+            .iter()
+            .map(|&i| &self.defs[i])
+            .filter(|l| l.matcher.is_any())
+            .collect();
+        for (rule, span) in &rules {
+            check_cost_rule(source, plan, rule, span, &main)?;
+        }
+        Ok((ids, rules.into_iter().map(|(r, _)| r).collect()))
+    }
+}
+
+/// A plan's `bucket = "shared"` rule charges the plan's main limits (those
+/// without a `match`): there must be some, and its cost must fit each.
+fn check_cost_rule(
+    source: &Source,
+    plan: &str,
+    rule: &CostRule,
+    span: &std::ops::Range<usize>,
+    main: &[&LimitDef],
+) -> Result<(), ConfigError> {
+    if main.is_empty() {
+        return Err(source.error_at(
+            Some(span.clone()),
+            format!(
+                "plans.{plan}: rule `{}` has bucket = \"shared\", which charges the plan's main limits (those without a `match`), and this plan has none",
+                rule.name
+            ),
+        ));
+    }
+    if let Some(l) = main.iter().find(|l| rule.cost > l.limit.spec.burst) {
+        return Err(source.error_at(
+            Some(span.clone()),
+            format!(
+                "plans.{plan}: rule `{}`: cost {} exceeds the burst {} of limit `{}`: no matching request could ever pass",
+                rule.name, rule.cost, l.limit.spec.burst, l.limit.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `[client] default_plan`, which must name a plan.
+fn default_plan(
+    source: &Source,
+    config: &Config,
+    has_plan: &dyn Fn(&str) -> bool,
+) -> Result<Option<String>, ConfigError> {
+    match &config.client.default_plan {
+        None => Ok(None),
+        Some(p) if has_plan(p.get_ref()) => Ok(Some(p.get_ref().clone())),
+        Some(p) => Err(source.error_at(
+            Some(p.span()),
+            format!("client.default_plan: no plan named `{}`", p.get_ref()),
+        )),
+    }
+}
+
+/// The config's `[keys]` and its `[client] keys_file` (resolved against
+/// the config's folder), merged: key to plan, and the keys file's path.
+fn assignments(
+    source: &Source,
+    config: &Config,
+    has_plan: &dyn Fn(&str) -> bool,
+) -> Result<(HashMap<String, String>, Option<PathBuf>), ConfigError> {
+    let mut assignments = HashMap::new();
+    for (key, plan) in &config.keys {
+        if !has_plan(plan.get_ref()) {
+            return Err(source.error_at(
+                Some(plan.span()),
+                format!("keys: no plan named `{}`", plan.get_ref()),
+            ));
+        }
+        assignments.insert(key.clone(), plan.get_ref().clone());
+    }
+    let Some(f) = &config.client.keys_file else {
+        return Ok((assignments, None));
+    };
+    let path = config_dir(source).join(f.get_ref());
+    let file = KeysFile::read(&path, false).map_err(|e| {
+        if e.line == 0 {
+            source.error_at(Some(f.span()), format!("client.keys_file: {e}"))
+        } else {
+            e
+        }
+    })?;
+    for entry in &file.entries {
+        if !has_plan(&entry.plan) {
+            return Err(file.source.error_at(
+                Some(entry.plan_span.clone()),
+                format!("no plan named `{}`", entry.plan),
+            ));
+        }
+        assignments.insert(entry.key.clone(), entry.plan.clone());
+    }
+    Ok((assignments, Some(path)))
+}
+
+/// `[client] runtime_keys_file`, resolved against the config's folder and
+/// read (plans the policy lacks included: they are ignored while it lacks
+/// them).
+fn runtime_keys(source: &Source, config: &Config) -> Result<Option<RuntimeKeysFile>, ConfigError> {
+    let Some(f) = &config.client.runtime_keys_file else {
+        return Ok(None);
+    };
+    let path = config_dir(source).join(f.get_ref());
+    let file = KeysFile::read(&path, true).map_err(|e| {
+        if e.line == 0 {
+            source.error_at(Some(f.span()), format!("client.runtime_keys_file: {e}"))
+        } else {
+            e
+        }
+    })?;
+    Ok(Some(RuntimeKeysFile {
+        path,
+        loaded: file.entries.into_iter().map(|e| (e.key, e.plan)).collect(),
+    }))
+}
+
+/// The folder files named in a config are resolved against.
+fn config_dir(source: &Source) -> &Path {
+    source.file.parent().unwrap_or(Path::new(""))
+}
