@@ -1,0 +1,49 @@
+//! Redis key names: `sluice:{<key id hex>}:<limit tag>`, and the hash tag
+//! inside one.
+
+use sluice_store::KeyId;
+
+/// The Redis key holding the state of `limit_id` for `key`:
+/// `sluice:{<key id hex>}:<limit tag>`, the limit tag being
+/// [`limit_tag`](sluice_store::limit_tag) in 16 hex digits.
+pub fn key_name(limit_id: &str, key: KeyId) -> String {
+    use std::fmt::Write;
+    let mut name = String::with_capacity(KEY_NAME_LEN);
+    // Writing to a String cannot fail.
+    let _ = write!(
+        name,
+        "sluice:{{{:032x}}}:{:016x}",
+        key.0,
+        sluice_store::limit_tag(limit_id)
+    );
+    name
+}
+
+/// The length of every key name.
+const KEY_NAME_LEN: usize = 7 + 34 + 1 + 16;
+
+/// The hash tag (the key id in hex) of a name made by [`key_name`].
+pub(super) fn hash_tag(name: &str) -> &str {
+    name.get(8..40).unwrap_or(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_are_tagged_by_the_key_id() {
+        let key = KeyId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        let name = key_name("api/per-key", key);
+        assert_eq!(name.len(), KEY_NAME_LEN);
+        assert_eq!(
+            name,
+            format!(
+                "sluice:{{{}}}:{:016x}",
+                key.to_hex(),
+                sluice_store::limit_tag("api/per-key")
+            )
+        );
+        assert_eq!(hash_tag(&name), key.to_hex());
+    }
+}

@@ -1,0 +1,97 @@
+//! A request's checks as the script takes them: merged per (limit, key),
+//! each with its Redis key, parameters and cost, grouped by hash tag.
+
+use sluice_core::CheckError;
+use sluice_store::KeyId;
+
+use super::RedisCheck;
+use super::key::key_name;
+use crate::RedisStoreError;
+use crate::script::{LimitParams, ScriptCheck};
+
+/// One unique (limit, key) of a request.
+pub(super) struct Item<'a> {
+    pub(super) limit_id: &'a str,
+    pub(super) key: KeyId,
+    pub(super) check: ScriptCheck,
+}
+
+/// The unique (limit, key) checks with their summed costs, and for each
+/// input check the index of its unique check. Fails on an impossible cost.
+pub(super) fn merge<'a>(
+    checks: &[RedisCheck<'a>],
+) -> Result<(Vec<Item<'a>>, Vec<usize>), RedisStoreError> {
+    let mut items: Vec<Item<'a>> = Vec::with_capacity(checks.len());
+    let mut index = Vec::with_capacity(checks.len());
+    for c in checks {
+        match items
+            .iter()
+            .position(|u| u.key == c.key && u.limit_id == c.limit_id)
+        {
+            Some(i) => {
+                let check = &mut items[i].check;
+                check.cost = check.cost.saturating_add(c.cost);
+                // The strictest reserve of the merged checks.
+                if c.reserve > check.params.reserve() {
+                    check.params = check.params.with_reserve(c.reserve);
+                }
+                index.push(i);
+            }
+            None => {
+                let params = params_of(c)?;
+                index.push(items.len());
+                items.push(Item {
+                    limit_id: c.limit_id,
+                    key: c.key,
+                    check: ScriptCheck {
+                        key: key_name(c.limit_id, c.key),
+                        params,
+                        cost: c.cost,
+                    },
+                });
+            }
+        }
+    }
+    for item in &items {
+        check_cost(item.check.cost, &item.check.params)?;
+    }
+    Ok((items, index))
+}
+
+/// The items grouped by hash tag (the key id), in order of first
+/// appearance: each group's key id, and the indices of its items.
+pub(super) fn group_by_tag(items: &[Item<'_>]) -> (Vec<KeyId>, Vec<Vec<usize>>) {
+    let mut tags: Vec<KeyId> = Vec::new();
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        match tags.iter().position(|k| *k == item.key) {
+            Some(t) => members[t].push(i),
+            None => {
+                tags.push(item.key);
+                members.push(vec![i]);
+            }
+        }
+    }
+    (tags, members)
+}
+
+/// The script's parameters for a check's limit, with the check's reserve.
+pub(super) fn params_of(c: &RedisCheck<'_>) -> Result<LimitParams, RedisStoreError> {
+    LimitParams::of(c.limiter)
+        .map(|p| p.with_reserve(c.reserve))
+        .ok_or_else(|| {
+            RedisStoreError::BadReply(format!(
+                "cannot read the parameters of limit `{}`",
+                c.limit_id
+            ))
+        })
+}
+
+/// A cost the limit can never admit is an error, before anything is sent.
+pub(super) fn check_cost(cost: u64, params: &LimitParams) -> Result<(), RedisStoreError> {
+    let capacity = params.burst();
+    if cost > capacity {
+        return Err(CheckError::CostExceedsCapacity { cost, capacity }.into());
+    }
+    Ok(())
+}
