@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use toml::Spanned;
+
 use crate::ConfigError;
 use crate::config::{ServerConfig, Source};
 
@@ -76,112 +78,190 @@ impl Default for ServerSettings {
 
 impl ServerSettings {
     /// Resolves `[server]`, pointing errors at the offending field.
+    ///
+    /// Fields are checked in a fixed order (the listeners' timeouts, the
+    /// data plane's caps, the control API's caps, then the upstream's), so
+    /// that a file with several mistakes always reports the same one first.
     pub fn from_config(source: &Source, server: &ServerConfig) -> Result<Self, ConfigError> {
-        let d = Self::default();
-        // A duration field; `"0s"` only where `zero` says it means "never".
-        let duration =
-            |field: &Option<toml::Spanned<String>>, name: &str, default: Duration, zero: bool| {
-                let Some(text) = field else {
-                    return Ok(default);
-                };
-                let at =
-                    |m: String| source.error_at(Some(text.span()), format!("server.{name}: {m}"));
-                if zero && matches!(text.get_ref().trim(), "0" | "0s" | "off") {
-                    return Ok(Duration::ZERO);
-                }
-                let value = sluice_core::parse_duration(text.get_ref())
-                    .map(Duration::from_nanos)
-                    .map_err(|e| at(format!("`{}`: {e}", text.get_ref())))?;
-                if value.is_zero() && !zero {
-                    return Err(at("must be longer than 0".to_owned()));
-                }
-                Ok(value)
-            };
-        let count = |n: &Option<toml::Spanned<usize>>, name: &str, default: usize| match n {
-            Some(n) if *n.get_ref() == 0 => {
-                Err(source.error_at(Some(n.span()), format!("server.{name} must be at least 1")))
-            }
-            Some(n) => Ok(*n.get_ref()),
-            None => Ok(default),
-        };
-        let interval = duration(
-            &server.http2_keepalive_interval,
-            "http2_keepalive_interval",
-            Duration::from_secs(20),
-            true,
-        )?;
-        let common = ConnectionSettings {
-            header_read_timeout: duration(
-                &server.header_read_timeout,
-                "header_read_timeout",
-                d.data.header_read_timeout,
-                false,
-            )?,
-            idle_timeout: duration(
-                &server.idle_timeout,
-                "idle_timeout",
-                d.data.idle_timeout,
-                false,
-            )?,
-            http2_keepalive_interval: (!interval.is_zero()).then_some(interval),
-            http2_keepalive_timeout: duration(
-                &server.http2_keepalive_timeout,
-                "http2_keepalive_timeout",
-                d.data.http2_keepalive_timeout,
-                false,
-            )?,
-            ..d.data
-        };
-        let caps = |max: &Option<toml::Spanned<usize>>,
-                    per_ip: &Option<toml::Spanned<usize>>,
-                    prefix: &str,
-                    dflt: &ConnectionSettings| {
-            Ok::<_, ConfigError>(ConnectionSettings {
-                max_connections: count(
-                    max,
-                    &format!("{prefix}max_connections"),
-                    dflt.max_connections,
-                )?,
-                max_connections_per_ip: count(
-                    per_ip,
-                    &format!("{prefix}max_connections_per_ip"),
-                    dflt.max_connections_per_ip,
-                )?,
-                ..common
-            })
-        };
+        let defaults = Self::default();
+        let timeouts = connection_timeouts(source, server, &defaults.data)?;
         Ok(Self {
-            data: caps(
-                &server.max_connections,
-                &server.max_connections_per_ip,
-                "",
-                &d.data,
+            data: with_connection_caps(
+                source,
+                timeouts,
+                ConnectionCaps {
+                    max: &server.max_connections,
+                    per_ip: &server.max_connections_per_ip,
+                    prefix: "",
+                },
+                &defaults.data,
             )?,
-            control: caps(
-                &server.control_max_connections,
-                &server.control_max_connections_per_ip,
-                "control_",
-                &d.control,
+            control: with_connection_caps(
+                source,
+                timeouts,
+                ConnectionCaps {
+                    max: &server.control_max_connections,
+                    per_ip: &server.control_max_connections_per_ip,
+                    prefix: "control_",
+                },
+                &defaults.control,
             )?,
-            upstream: UpstreamSettings {
-                connect_timeout: duration(
-                    &server.upstream_connect_timeout,
-                    "upstream_connect_timeout",
-                    d.upstream.connect_timeout,
-                    false,
-                )?,
-                response_timeout: duration(
-                    &server.upstream_response_timeout,
-                    "upstream_response_timeout",
-                    d.upstream.response_timeout,
-                    false,
-                )?,
-                max_in_flight: count(
-                    &server.upstream_max_in_flight,
-                    "upstream_max_in_flight",
-                    d.upstream.max_in_flight,
-                )?,
-            },
+            upstream: upstream_settings(source, server, &defaults.upstream)?,
         })
     }
+}
+
+/// What the zero duration (`"0s"`, `"0"` or `"off"`) means for a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Zero {
+    /// "Never": the field is switched off.
+    MeansNever,
+    /// Nothing sensible: refused.
+    Refused,
+}
+
+/// `server.<name>`, a duration such as `"10s"`; `default` when absent.
+fn duration(
+    source: &Source,
+    field: &Option<Spanned<String>>,
+    name: &str,
+    default: Duration,
+    zero: Zero,
+) -> Result<Duration, ConfigError> {
+    let Some(text) = field else {
+        return Ok(default);
+    };
+    let at = |m: String| source.error_at(Some(text.span()), format!("server.{name}: {m}"));
+    if zero == Zero::MeansNever && matches!(text.get_ref().trim(), "0" | "0s" | "off") {
+        return Ok(Duration::ZERO);
+    }
+    let value = sluice_core::parse_duration(text.get_ref())
+        .map(Duration::from_nanos)
+        .map_err(|e| at(format!("`{}`: {e}", text.get_ref())))?;
+    if value.is_zero() && zero == Zero::Refused {
+        return Err(at("must be longer than 0".to_owned()));
+    }
+    Ok(value)
+}
+
+/// `server.<name>`, a count of at least 1; `default` when absent.
+fn count(
+    source: &Source,
+    field: &Option<Spanned<usize>>,
+    name: &str,
+    default: usize,
+) -> Result<usize, ConfigError> {
+    match field {
+        Some(n) if *n.get_ref() == 0 => {
+            Err(source.error_at(Some(n.span()), format!("server.{name} must be at least 1")))
+        }
+        Some(n) => Ok(*n.get_ref()),
+        None => Ok(default),
+    }
+}
+
+/// The timeouts both listeners share, over `defaults` (whose caps are kept).
+fn connection_timeouts(
+    source: &Source,
+    server: &ServerConfig,
+    defaults: &ConnectionSettings,
+) -> Result<ConnectionSettings, ConfigError> {
+    let interval = duration(
+        source,
+        &server.http2_keepalive_interval,
+        "http2_keepalive_interval",
+        defaults.http2_keepalive_interval.unwrap_or_default(),
+        Zero::MeansNever,
+    )?;
+    Ok(ConnectionSettings {
+        header_read_timeout: duration(
+            source,
+            &server.header_read_timeout,
+            "header_read_timeout",
+            defaults.header_read_timeout,
+            Zero::Refused,
+        )?,
+        idle_timeout: duration(
+            source,
+            &server.idle_timeout,
+            "idle_timeout",
+            defaults.idle_timeout,
+            Zero::Refused,
+        )?,
+        http2_keepalive_interval: (!interval.is_zero()).then_some(interval),
+        http2_keepalive_timeout: duration(
+            source,
+            &server.http2_keepalive_timeout,
+            "http2_keepalive_timeout",
+            defaults.http2_keepalive_timeout,
+            Zero::Refused,
+        )?,
+        ..*defaults
+    })
+}
+
+/// One listener's connection-cap fields: `server.<prefix>max_connections`
+/// and `server.<prefix>max_connections_per_ip`.
+struct ConnectionCaps<'a> {
+    /// `<prefix>max_connections`.
+    max: &'a Option<Spanned<usize>>,
+    /// `<prefix>max_connections_per_ip`.
+    per_ip: &'a Option<Spanned<usize>>,
+    /// `""` for the data plane, `"control_"` for the control API.
+    prefix: &'a str,
+}
+
+/// `timeouts` with one listener's caps, over that listener's `defaults`.
+fn with_connection_caps(
+    source: &Source,
+    timeouts: ConnectionSettings,
+    caps: ConnectionCaps<'_>,
+    defaults: &ConnectionSettings,
+) -> Result<ConnectionSettings, ConfigError> {
+    let prefix = caps.prefix;
+    Ok(ConnectionSettings {
+        max_connections: count(
+            source,
+            caps.max,
+            &format!("{prefix}max_connections"),
+            defaults.max_connections,
+        )?,
+        max_connections_per_ip: count(
+            source,
+            caps.per_ip,
+            &format!("{prefix}max_connections_per_ip"),
+            defaults.max_connections_per_ip,
+        )?,
+        ..timeouts
+    })
+}
+
+/// The proxy's `server.upstream_*` fields, over `defaults`.
+fn upstream_settings(
+    source: &Source,
+    server: &ServerConfig,
+    defaults: &UpstreamSettings,
+) -> Result<UpstreamSettings, ConfigError> {
+    Ok(UpstreamSettings {
+        connect_timeout: duration(
+            source,
+            &server.upstream_connect_timeout,
+            "upstream_connect_timeout",
+            defaults.connect_timeout,
+            Zero::Refused,
+        )?,
+        response_timeout: duration(
+            source,
+            &server.upstream_response_timeout,
+            "upstream_response_timeout",
+            defaults.response_timeout,
+            Zero::Refused,
+        )?,
+        max_in_flight: count(
+            source,
+            &server.upstream_max_in_flight,
+            "upstream_max_in_flight",
+            defaults.max_in_flight,
+        )?,
+    })
 }

@@ -1,0 +1,49 @@
+//! `[client]`: how clients are identified and assigned plans.
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::key_source::KeySource;
+
+/// `[client]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    /// Where the client's identity (its API key) comes from; plans and plan
+    /// limits are keyed by it.
+    pub key: Option<KeySource>,
+    /// The plan of a client key that is not assigned one.
+    pub default_plan: Option<Spanned<String>>,
+    /// Proxies whose `X-Forwarded-For`/`Forwarded` headers are believed.
+    #[serde(default)]
+    pub trusted_proxies: Vec<IpNet>,
+    /// A file of key-to-plan assignments (`.csv`: `key,plan` lines;
+    /// `.toml`: `"key" = "plan"`), relative to this config file. Its entries
+    /// beat `[keys]`.
+    pub keys_file: Option<Spanned<String>>,
+    /// Where `POST /admin/keys/save` writes the runtime assignments (a
+    /// `.toml` or `.csv` file, relative to this config file); they are
+    /// loaded from it at start.
+    pub runtime_keys_file: Option<Spanned<String>>,
+    /// What a key that changes plan keeps of its used quota.
+    #[serde(default)]
+    pub carry_over: CarryOver,
+    /// How much of an IPv6 client's address identifies it: `ip` keys,
+    /// allow and deny lists and per-address connection caps see its
+    /// `/ipv6_prefix` network. 64 by default (one subscriber's network);
+    /// 128 keys each address.
+    pub ipv6_prefix: Option<Spanned<u8>>,
+}
+
+/// `client.carry_over`: what a key that changes plan keeps of the quota it
+/// has used.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CarryOver {
+    /// The new plan starts with the same used fraction as the old one.
+    #[default]
+    Proportional,
+    /// The new plan starts fresh.
+    Reset,
+}

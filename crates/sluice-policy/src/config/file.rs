@@ -1,0 +1,68 @@
+//! The whole config file: its top-level keys, and a field per table.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{
+    AccessConfig, ClientConfig, EnvoyConfig, EventsConfig, HeadersConfig, LimitConfig, PlanConfig,
+    ServerConfig, StoreConfig,
+};
+
+/// A parsed config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The data plane's address.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// The control plane's address (check API, health).
+    #[serde(default = "default_control_listen")]
+    pub control_listen: SocketAddr,
+    /// With an upstream, the data plane is a reverse proxy to it.
+    pub upstream: Option<Spanned<String>>,
+    /// Where limiter state lives.
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// Which rate-limit header fields responses carry.
+    #[serde(default)]
+    pub headers: HeadersConfig,
+    /// How clients are identified.
+    #[serde(default)]
+    pub client: ClientConfig,
+    /// Plans by name.
+    #[serde(default)]
+    pub plans: BTreeMap<String, PlanConfig>,
+    /// Client keys assigned to plans: `"<key>" = "<plan>"`.
+    #[serde(default)]
+    pub keys: BTreeMap<String, Spanned<String>>,
+    /// Limits that apply to every client, whatever its plan.
+    #[serde(default)]
+    pub limits: Vec<Spanned<LimitConfig>>,
+    /// The Envoy Rate Limit Service (gRPC), if wanted.
+    pub envoy: Option<EnvoyConfig>,
+    /// Allow and deny lists.
+    #[serde(default)]
+    pub access: AccessConfig,
+    /// Account-manager events.
+    #[serde(default)]
+    pub events: EventsConfig,
+    /// Timeouts and caps of the listeners and of the upstream.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Says that a config without a single limit is intended. Without it,
+    /// such a config is refused (at start and on reload), so that an empty
+    /// or half-written file cannot switch limiting off.
+    #[serde(default)]
+    pub no_limits: bool,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+fn default_control_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9090))
+}

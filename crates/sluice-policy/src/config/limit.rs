@@ -1,0 +1,84 @@
+//! One limit (`[[limits]]`, or one of a plan's `limits`), with what it does
+//! over the limit (`on_limit`) and whose counter it uses (`bucket`).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use sluice_core::{AlgorithmKind, Rate};
+use toml::Spanned;
+
+use super::MatchConfig;
+use crate::key_source::KeySource;
+
+/// `on_limit`: what happens to a request over the limit.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLimitConfig {
+    /// 429 at once.
+    #[default]
+    Reject,
+    /// Hold it until it fits, up to `max_delay`; 429 beyond.
+    Delay,
+}
+
+/// `bucket`: whether a limit with a `match` counts on its own.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BucketConfig {
+    /// Its own counter (the default).
+    #[default]
+    Separate,
+    /// No counter of its own: a matching request costs `cost` on the plan's
+    /// main limits (those without a `match`).
+    Shared,
+}
+
+/// One limit.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitConfig {
+    /// The limit's name, shown in headers and errors.
+    pub name: Option<String>,
+    /// The algorithm; `token_bucket` by default.
+    #[serde(default)]
+    pub algorithm: AlgorithmKind,
+    /// The long-run rate, e.g. `"10/s"`. Required, except for a
+    /// `bucket = "shared"` rule, which has no counter of its own.
+    pub rate: Option<Spanned<Rate>>,
+    /// The most cost admitted at once; defaults to the rate's amount.
+    pub burst: Option<Spanned<u64>>,
+    /// Leaky bucket only: admit within `burst` without delay.
+    #[serde(default)]
+    pub nodelay: bool,
+    /// What the limit counts by; plan limits default to the client key.
+    pub key: Option<KeySource>,
+    /// Which requests the limit applies to; all by default.
+    #[serde(default = "default_match", rename = "match")]
+    pub matches: Spanned<MatchConfig>,
+    /// The cost of one matching request; 1 by default.
+    pub cost: Option<Spanned<u64>>,
+    /// Decide and record, but never refuse (safe rollout).
+    #[serde(default)]
+    pub shadow: bool,
+    /// Enforce for this share of keys (sticky by a keyed hash of the key);
+    /// the others are in shadow. 100 by default.
+    pub enforce_percent: Option<Spanned<u8>>,
+    /// Its own counter (`separate`, the default) or the plan's (`shared`).
+    pub bucket: Option<Spanned<BucketConfig>>,
+    /// `reject` (429, the default) or `delay` a request over the limit.
+    pub on_limit: Option<Spanned<OnLimitConfig>>,
+    /// With `on_limit = "delay"`: the longest a request is held, e.g.
+    /// `"500ms"`.
+    pub max_delay: Option<Spanned<String>>,
+    /// With `on_limit = "delay"`: the most requests held at once by this
+    /// limit on this instance; 100 by default.
+    pub max_queue: Option<Spanned<u64>>,
+    /// Priority classes: the most of this limit's burst (in percent) that
+    /// the keys of a plan may use, e.g. `{ free = 80 }`; plans not listed
+    /// may use all of it.
+    pub max_share: Option<Spanned<BTreeMap<String, u8>>>,
+}
+
+fn default_match() -> Spanned<MatchConfig> {
+    Spanned::new(0..0, MatchConfig::default())
+}

@@ -1,0 +1,34 @@
+//! A limit's `match`: which requests it applies to.
+
+use serde::Deserialize;
+
+/// `match = { ... }`: every condition given must hold.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MatchConfig {
+    /// HTTP methods, any of which matches (case-insensitive).
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// A path prefix, matched on whole segments (`/export` matches
+    /// `/export` and `/export/x`, not `/exports`).
+    pub path_prefix: Option<String>,
+    /// A path glob: `*` is one segment, `**` any number of segments, e.g.
+    /// `/v1/*/export`.
+    pub path: Option<String>,
+    /// The host (`Host` header or URI authority, without the port): exact,
+    /// or `*.example.com` for any subdomain.
+    pub host: Option<String>,
+    /// A header that must be present (`{ name = "X-Debug" }`) or have a
+    /// value (`{ name = "X-Tier", value = "batch" }`).
+    pub header: Option<HeaderMatchConfig>,
+}
+
+/// `match.header`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderMatchConfig {
+    /// The header's name (case-insensitive).
+    pub name: String,
+    /// The value it must have (exact, after trimming); any value when absent.
+    pub value: Option<String>,
+}

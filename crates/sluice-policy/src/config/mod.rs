@@ -1,0 +1,41 @@
+//! The TOML config file: what it may say, and errors that point into it.
+//!
+//! Unknown fields are errors. Every error names the file, line and column,
+//! and says what was expected, e.g.
+//! `sluice.toml:12:8: invalid rate: unknown time unit `fortnight``.
+//!
+//! One file per part of the config:
+//!
+//! - `source`: the file's text ([`Source`]) and errors located in it
+//!   ([`ConfigError`]);
+//! - `file`: the whole file ([`Config`]), its top-level keys and tables;
+//! - `server`, `store`, `client`, `access`, `headers`, `envoy`, `events`:
+//!   the tables of the same names;
+//! - `plan`: `[plans.<name>]`; `limit`: one limit; `matches`: a limit's
+//!   `match`.
+
+mod access;
+mod client;
+mod envoy;
+mod events;
+mod file;
+mod headers;
+mod limit;
+mod matches;
+mod plan;
+mod server;
+mod source;
+mod store;
+
+pub use access::AccessConfig;
+pub use client::{CarryOver, ClientConfig};
+pub use envoy::EnvoyConfig;
+pub use events::EventsConfig;
+pub use file::Config;
+pub use headers::HeadersConfig;
+pub use limit::{BucketConfig, LimitConfig, OnLimitConfig};
+pub use matches::{HeaderMatchConfig, MatchConfig};
+pub use plan::{AlertConfig, PlanConfig};
+pub use server::ServerConfig;
+pub use source::{ConfigError, Source};
+pub use store::{FallbackConfig, StoreConfig};

@@ -1,0 +1,41 @@
+//! `[server]`: the listeners' timeouts and connection caps, and what the
+//! proxy waits for its upstream, as written (resolved by
+//! `crate::server_settings`).
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// `[server]`: how long a connection may take and how many there may be,
+/// on both listeners, and what the proxy waits for its upstream. Durations
+/// are written like `"10s"` or `"500ms"`. Every field has a safe default
+/// (see `docs/configuration.md`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The longest a client may take to send a request's head, from its
+    /// first byte (or from the connection's start, for the first request).
+    pub header_read_timeout: Option<Spanned<String>>,
+    /// How long a keep-alive connection may sit idle between requests.
+    pub idle_timeout: Option<Spanned<String>>,
+    /// How often an HTTP/2 connection is pinged to check the peer is alive
+    /// (`"0s"`: never).
+    pub http2_keepalive_interval: Option<Spanned<String>>,
+    /// How long a ping's answer may take before the connection is closed.
+    pub http2_keepalive_timeout: Option<Spanned<String>>,
+    /// The most open connections on `listen`.
+    pub max_connections: Option<Spanned<usize>>,
+    /// The most open connections on `listen` from one client address (an
+    /// IPv6 client's `client.ipv6_prefix`); trusted proxies are exempt.
+    pub max_connections_per_ip: Option<Spanned<usize>>,
+    /// The most open connections on `control_listen`.
+    pub control_max_connections: Option<Spanned<usize>>,
+    /// The most open connections on `control_listen` from one address.
+    pub control_max_connections_per_ip: Option<Spanned<usize>>,
+    /// Proxy: the longest a connection to the upstream may take.
+    pub upstream_connect_timeout: Option<Spanned<String>>,
+    /// Proxy: the longest from sending a request to the upstream (its body
+    /// included) to the upstream's response head.
+    pub upstream_response_timeout: Option<Spanned<String>>,
+    /// Proxy: the most requests in flight to the upstream at once.
+    pub upstream_max_in_flight: Option<Spanned<usize>>,
+}
