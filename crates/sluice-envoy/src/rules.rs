@@ -21,7 +21,7 @@ use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use sluice_policy::{Limit, LimitLabels};
 use sluice_store::seam::{Counter, Store};
 
-use crate::yaml_config::{YamlConfig, YamlDescriptor};
+use crate::yaml_config::{YamlConfig, YamlDescriptor, YamlRateLimit};
 
 /// Why a YAML config could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -283,11 +283,6 @@ impl Compile<'_> {
         } else {
             format!("{parent}.{step}")
         };
-        let err = |message: String| RulesError::Limit {
-            file: self.file.to_owned(),
-            path: path.clone(),
-            message,
-        };
         let value = match &d.value {
             None => ValueMatch::Any,
             Some(v) => match v.strip_suffix('*') {
@@ -297,52 +292,7 @@ impl Compile<'_> {
         };
         let rule = match &d.rate_limit {
             None => None,
-            Some(rl) => {
-                let unit_text = rl.unit.as_deref().unwrap_or("");
-                let unit = match Unit::parse(unit_text) {
-                    Some(u) => u,
-                    None if rl.unlimited => Unit::Second,
-                    None => {
-                        return Err(err(format!(
-                            "unit `{unit_text}`: expected second, minute, hour, day, week, month or year"
-                        )));
-                    }
-                };
-                let name: Arc<str> = sanitize(rl.name.as_deref().unwrap_or(&path)).into();
-                let labels = LimitLabels::named(name, "envoy");
-                let limited = if rl.unlimited {
-                    None
-                } else {
-                    let rpu = u64::from(rl.requests_per_unit);
-                    let rate = Rate::new(rpu, unit.seconds() * 1_000_000_000)
-                        .ok_or_else(|| err("requests_per_unit must be at least 1".into()))?;
-                    let spec = LimitSpec {
-                        algorithm: self.algorithm,
-                        rate,
-                        burst: rpu,
-                        nodelay: true,
-                    };
-                    let id = format!(
-                        "envoy:{}/{path}/{}/{rate}/{rpu}",
-                        self.domain,
-                        self.algorithm.name()
-                    );
-                    let limit =
-                        Limit::plain(&id, labels.clone(), spec).map_err(|e| err(e.to_string()))?;
-                    Some(Limited {
-                        counter: self.store.counter(limit.counted.clone()),
-                        limit,
-                    })
-                };
-                Some(Arc::new(Rule {
-                    labels,
-                    unit,
-                    requests_per_unit: rl.requests_per_unit,
-                    replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
-                    shadow: d.shadow_mode,
-                    limited,
-                }))
-            }
+            Some(rl) => Some(Arc::new(self.rule(rl, &path, d.shadow_mode)?)),
         };
         let children = d
             .descriptors
@@ -354,6 +304,61 @@ impl Compile<'_> {
             value,
             rule,
             children,
+        })
+    }
+}
+
+impl Compile<'_> {
+    /// The rule of the node at `path`: its unit, its Sluice limit (none
+    /// for `unlimited`), what it replaces and whether it is in shadow mode.
+    fn rule(&self, rl: &YamlRateLimit, path: &str, shadow: bool) -> Result<Rule, RulesError> {
+        let err = |message: String| RulesError::Limit {
+            file: self.file.to_owned(),
+            path: path.to_owned(),
+            message,
+        };
+        let unit_text = rl.unit.as_deref().unwrap_or("");
+        let unit = match Unit::parse(unit_text) {
+            Some(u) => u,
+            None if rl.unlimited => Unit::Second,
+            None => {
+                return Err(err(format!(
+                    "unit `{unit_text}`: expected second, minute, hour, day, week, month or year"
+                )));
+            }
+        };
+        let name: Arc<str> = sanitize(rl.name.as_deref().unwrap_or(path)).into();
+        let labels = LimitLabels::named(name, "envoy");
+        let limited = if rl.unlimited {
+            None
+        } else {
+            let rpu = u64::from(rl.requests_per_unit);
+            let rate = Rate::new(rpu, unit.seconds() * 1_000_000_000)
+                .ok_or_else(|| err("requests_per_unit must be at least 1".into()))?;
+            let spec = LimitSpec {
+                algorithm: self.algorithm,
+                rate,
+                burst: rpu,
+                nodelay: true,
+            };
+            let id = format!(
+                "envoy:{}/{path}/{}/{rate}/{rpu}",
+                self.domain,
+                self.algorithm.name()
+            );
+            let limit = Limit::plain(&id, labels.clone(), spec).map_err(|e| err(e.to_string()))?;
+            Some(Limited {
+                counter: self.store.counter(limit.counted.clone()),
+                limit,
+            })
+        };
+        Ok(Rule {
+            labels,
+            unit,
+            requests_per_unit: rl.requests_per_unit,
+            replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
+            shadow,
+            limited,
         })
     }
 }

@@ -173,44 +173,12 @@ async fn serve(config: PathBuf, policy: Policy, deployment: Deployment) -> anyho
     // With Redis, runtime plans and credits changed through any instance
     // apply here within a poll.
     engine.watch_runtime_state(RUNTIME_POLL);
-    // The Envoy Rate Limit Service shares the engine's store: memory, or
-    // Redis (with its fallback) named by the same keyed hashes.
     let rls = match &deployment.envoy {
         None => None,
-        Some(e) => {
-            let rules = sluice_envoy::Rules::load(&e.config, engine.store().as_ref(), e.algorithm)?;
-            let addr = e.grpc_listen;
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot bind {addr}"))?;
-            let service = sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.clone());
-            Some((listener, service))
-        }
+        Some(e) => Some(envoy_service(e, &engine).await?),
     };
     let reloader = Arc::new(Reloader::new(engine.clone(), config));
-    let metrics = Arc::new(Metrics::new(&engine, Some(reloader.clone())));
-    let (listen, control_listen) = (deployment.listen, deployment.control_listen);
-    let mut servers = sluice_http::serve(engine.clone(), &deployment)
-        .await
-        .with_context(|| format!("cannot bind {listen} and {control_listen}"))?
-        .with_metrics(metrics)
-        .with_reloader(reloader.clone());
-    // As many open files as the hard limit allows, and connection caps
-    // that fit in them.
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(n) => servers = servers.with_descriptor_limit(n),
-        Err(e) => tracing::warn!(error = %e, "cannot read the open-file limit"),
-    }
-    match std::env::var("SLUICE_ADMIN_TOKEN") {
-        Ok(token) if !token.trim().is_empty() => {
-            servers = servers.with_admin(Admin {
-                engine: engine.clone(),
-                token: token.trim().into(),
-                reloader: reloader.clone(),
-            });
-        }
-        _ => tracing::info!("SLUICE_ADMIN_TOKEN is not set: the admin routes are off"),
-    }
+    let servers = http_servers(&engine, &deployment, &reloader).await?;
     spawn_reload_triggers(reloader);
     let (data, control) = (servers.data_addr()?, servers.control_addr()?);
     match &deployment.upstream {
@@ -252,6 +220,54 @@ async fn serve(config: PathBuf, policy: Policy, deployment: Deployment) -> anyho
     }
     tracing::info!("sluice stopped");
     Ok(())
+}
+
+/// The Envoy Rate Limit Service, bound: it shares the engine's store
+/// (memory, or Redis with its fallback, named by the same keyed hashes).
+async fn envoy_service(
+    e: &sluice_policy::EnvoySettings,
+    engine: &Arc<Engine>,
+) -> anyhow::Result<(tokio::net::TcpListener, sluice_envoy::EnvoyRls)> {
+    let rules = sluice_envoy::Rules::load(&e.config, engine.store().as_ref(), e.algorithm)?;
+    let addr = e.grpc_listen;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot bind {addr}"))?;
+    let service = sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.clone());
+    Ok((listener, service))
+}
+
+/// The data plane and the control API, bound, with metrics, the status
+/// page's config version, connection caps that fit in the open files the
+/// hard limit allows, and the admin routes when `SLUICE_ADMIN_TOKEN` is
+/// set.
+async fn http_servers(
+    engine: &Arc<Engine>,
+    deployment: &Deployment,
+    reloader: &Arc<Reloader>,
+) -> anyhow::Result<sluice_http::Servers> {
+    let metrics = Arc::new(Metrics::new(engine, Some(reloader.clone())));
+    let (listen, control_listen) = (deployment.listen, deployment.control_listen);
+    let mut servers = sluice_http::serve(engine.clone(), deployment)
+        .await
+        .with_context(|| format!("cannot bind {listen} and {control_listen}"))?
+        .with_metrics(metrics)
+        .with_reloader(reloader.clone());
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => servers = servers.with_descriptor_limit(n),
+        Err(e) => tracing::warn!(error = %e, "cannot read the open-file limit"),
+    }
+    match std::env::var("SLUICE_ADMIN_TOKEN") {
+        Ok(token) if !token.trim().is_empty() => {
+            servers = servers.with_admin(Admin {
+                engine: engine.clone(),
+                token: token.trim().into(),
+                reloader: reloader.clone(),
+            });
+        }
+        _ => tracing::info!("SLUICE_ADMIN_TOKEN is not set: the admin routes are off"),
+    }
+    Ok(servers)
 }
 
 /// The engine over the configured store: the one place a store URL turns

@@ -2,11 +2,11 @@
 //! pass?" over every limit that applies to it, all-or-nothing, on one path
 //! whatever the store.
 //!
-//! - [`plan`]: which limits apply to a request, under which keys;
-//! - [`decide`]: the one decision path (classes, delay, credits, shadow);
-//! - [`charges`]: limits an adapter matched itself (Envoy descriptors);
-//! - [`credits`]: burst credits; [`carry`]: carry-over between plans;
-//! - [`verdict`]: what the engine answers; [`outcome`]: how a request
+//! - `plan.rs`: which limits apply to a request, under which keys;
+//! - `decide.rs`: the one decision path (classes, delay, credits, shadow);
+//! - `charges.rs`: limits an adapter matched itself (Envoy descriptors);
+//! - `credits.rs`: burst credits; `carry.rs`: carry-over between plans;
+//! - `verdict.rs`: what the engine answers; `outcome.rs`: how a request
 //!   ends.
 
 mod carry;
@@ -235,7 +235,7 @@ impl<C: Clock> Engine<C> {
         self.decide_plan(&plan).await
     }
 
-    /// [`decide`](Self::decide), done now, when the store answers at once
+    /// `decide.rs`(Self::decide), done now, when the store answers at once
     /// (the memory store): `None` when it does not, and nothing was
     /// decided. For callers that avoid a future where they can (the tower
     /// layer), and synchronous ones (the simulator). The same path as
@@ -294,7 +294,7 @@ impl<C: Clock> Engine<C> {
     /// every instance applies it within a poll), then here. If the store
     /// fails, nothing changes. With `[client] carry_over = "proportional"`
     /// (the default), the key keeps the share of quota it has used (see
-    /// [`carry`]).
+    /// `carry.rs`).
     pub async fn set_plan(&self, key: &str, plan: &str) -> Result<(), RuntimeError> {
         if !self.current.load().policy.has_plan(plan) {
             return Err(UnknownPlan(plan.to_owned()).into());
