@@ -1,0 +1,130 @@
+//! Prometheus metrics, served at `GET /metrics` on `control_listen` in the
+//! OpenMetrics text format.
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `sluice_requests_total` | `outcome` | requests by outcome: `allowed`, `limited`, `denied`, `missing_key`, `invalid`, `store_unavailable` |
+//! | `sluice_decisions_total` | `limit`, `plan`, `endpoint`, `outcome` | each limit's decisions: `allowed`, `limited`, `delayed`, `shadow_allowed`, `shadow_limited` |
+//! | `sluice_limited_within_plan_total` | — | refusals of clients their plan limits admitted (refused by another limit) |
+//! | `sluice_limited_retry_after_seconds` | `limit` | histogram of the time until a refused request could pass |
+//! | `sluice_queue_wait_seconds` | — | histogram of the delay of admitted requests held for smoothing |
+//! | `sluice_fallback_decisions_total` | `mode` | decisions made by the fallback while Redis could not |
+//! | `sluice_store_latency_seconds` | — | histogram of Redis calls |
+//! | `sluice_store_errors_total` | `kind` | failed Redis calls: `error`, `timeout` |
+//! | `sluice_store_over_limit_cache_hits_total` | — | refusals answered by the over-limit cache |
+//! | `sluice_store_breaker_state` | — | 0 closed, 1 open (fallback deciding), 2 half-open |
+//! | `sluice_store_fallback_settled_total` | — | cost the fallback admitted during an outage, charged to Redis after it |
+//! | `sluice_store_fallback_unrecorded_total` | — | fallback admissions not recorded for charging (the ledger was full) |
+//! | `sluice_store_fallback_owed_keys` | — | (limit, key) pairs still owed to Redis |
+//! | `sluice_store_info` | `store` | 1, labelled `memory` or `redis` |
+//! | `sluice_connections_open` | `listener` | open connections: `data`, `control` |
+//! | `sluice_connections_refused_total` | `listener`, `reason` | connections refused at accept: `full`, `per_client` |
+//! | `sluice_connections_closed_total` | `listener`, `reason` | connections closed by a timeout: `slow_head`, `idle` |
+//! | `sluice_config_reloads_total` | `result` | `success`, `failure` |
+//! | `sluice_config_removed_total` | `kind` | limits and plans that reloads removed: `limit`, `plan` |
+//! | `sluice_config_info` | `version` | 1, labelled with the config's hash |
+//! | `sluice_top_limited_key_requests` | `rank`, `key` | the most-limited keys (keyed hash prefixes), at most 10 series |
+//! | `sluice_account_events_total` | `result` | account-manager events: `emitted`, `delivered`, `failed`, `dropped` |
+//!
+//! Every label value comes from the config or a fixed set: no label grows
+//! with traffic. Keys appear only as keyed-hash prefixes in the bounded
+//! top-K.
+//!
+//! The metrics kept in the registry are registered by `families`, and
+//! updated by `record`; the rest are read at scrape time by the collector
+//! in `live_state`, with the store's (`store_gauges`) and listeners'
+//! (`listener_gauges`) sections, written by `const_series`.
+
+mod const_series;
+mod families;
+mod labels;
+mod listener_gauges;
+mod live_state;
+mod record;
+mod store_gauges;
+
+pub use labels::{LimitOutcome, RequestOutcome};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use sluice_policy::Engine;
+
+use crate::account_events::AccountEvents;
+use crate::conn_limits::ConnLimits;
+use crate::rejection_log::RejectionLog;
+use crate::reload::Reloader;
+use crate::top_keys::TopKeys;
+use families::Families;
+use labels::RequestLabels;
+use listener_gauges::Listeners;
+use live_state::LiveState;
+
+/// How many of the most-limited keys `/metrics` shows.
+pub const TOP_KEYS: usize = 10;
+
+/// What the server records, and the registry it is served from.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    families: Families,
+    top: Arc<TopKeys>,
+    rejections: RejectionLog,
+    events: Arc<AccountEvents>,
+    listeners: Listeners,
+}
+
+impl Metrics {
+    /// Metrics for a server running `engine`, with its reloader if any.
+    pub fn new(engine: &Arc<Engine>, reloader: Option<Arc<Reloader>>) -> Self {
+        let mut registry = Registry::default();
+        let families = Families::register(&mut registry, engine);
+        let top = Arc::new(TopKeys::new(64, Duration::from_secs(60)));
+        let events = Arc::new(AccountEvents::new(engine.clone()));
+        let listeners = Listeners::default();
+        registry.register_collector(Box::new(LiveState {
+            engine: engine.clone(),
+            reloader,
+            top: top.clone(),
+            events: events.clone(),
+            listeners: listeners.clone(),
+        }));
+        Self {
+            registry,
+            families,
+            top,
+            rejections: RejectionLog::default(),
+            events,
+            listeners,
+        }
+    }
+
+    /// Reports a listener's open, refused and closed connections, as
+    /// `listener="<name>"`.
+    pub fn watch_listener(&self, name: &'static str, limits: Arc<ConnLimits>) {
+        self.listeners.lock().push((name, limits));
+    }
+
+    /// Requests so far with this outcome.
+    pub fn requests(&self, outcome: RequestOutcome) -> u64 {
+        self.families
+            .requests
+            .get(&RequestLabels { outcome })
+            .map_or(0, |c| c.get())
+    }
+
+    /// The most-limited keys now.
+    pub fn top_keys(&self, k: usize) -> Vec<crate::top_keys::TopKey> {
+        self.top.top(k)
+    }
+
+    /// The exposition, in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "cannot encode the metrics");
+        }
+        out
+    }
+}
