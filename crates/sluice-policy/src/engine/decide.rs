@@ -81,20 +81,35 @@ fn after_round(
     checks: &[Check<'_>],
     answer: Result<Checked, sluice_store::seam::StoreError>,
 ) -> Result<Checked, DecideError> {
-    let mut checked = answer.map_err(|e| {
-        named(e, plan, |i| {
-            checks[i].cost.saturating_add(checks[i].reserve)
-        })
-    })?;
+    let mut checked = answer.map_err(|e| impossible(e, plan, checks))?;
+    shown(plan, checks, &mut checked);
+    Ok(checked)
+}
+
+/// The store's decisions, as the client sees them (see [`Planned::shown`]).
+#[inline]
+fn shown(plan: &Plan<'_>, checks: &[Check<'_>], checked: &mut Checked) {
+    let share = checked.share;
     for ((p, c), d) in plan
         .enforced
         .iter()
         .zip(checks)
         .zip(checked.decisions.iter_mut())
     {
-        *d = p.shown(*d, c.reserve, checked.share, true);
+        *d = p.shown(*d, c.reserve, share, true);
     }
-    Ok(checked)
+}
+
+/// A store's refusal of checks it can never admit, with the limit named.
+#[cold]
+fn impossible(
+    e: sluice_store::seam::StoreError,
+    plan: &Plan<'_>,
+    checks: &[Check<'_>],
+) -> DecideError {
+    named(e, plan, |i| {
+        checks[i].cost.saturating_add(checks[i].reserve)
+    })
 }
 
 /// Whether a first round's answer is the end of the decision: nothing to
@@ -135,17 +150,20 @@ impl<C: Clock> Engine<C> {
     /// future on the usual path: the same steps, the first round's answer
     /// taken as it comes. `None` if the store did not answer at once.
     pub(super) fn decide_plan_now(&self, plan: &Plan<'_>) -> Option<Result<Verdict, DecideError>> {
-        let answer = match self.store.check(&plan.checks) {
+        let mut answer = match self.store.check(&plan.checks) {
             Pending::Ready(answer) => answer.into_inner(),
             waiting @ Pending::Waiting(_) => now_or_never(waiting)?,
         };
-        let checked = match after_round(plan, &plan.checks, answer) {
+        // Decided in place: the answer is not moved on the usual path.
+        let checked = match &mut answer {
             Ok(c) => c,
-            Err(e) => return Some(Err(e)),
+            Err(e) => return Some(Err(impossible(e.clone(), plan, &plan.checks))),
         };
-        if settled(plan, &checked) {
-            return Some(Ok(plan.verdict(checked, Vec::new())));
+        shown(plan, &plan.checks, checked);
+        if settled(plan, checked) {
+            return Some(Ok(plan.verdict_of(checked, Vec::new())));
         }
+        let checked = answer.ok()?;
         now_or_never(self.rest(plan, checked))
     }
 

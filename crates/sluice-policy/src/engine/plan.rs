@@ -140,6 +140,13 @@ impl Plan<'_> {
 
     #[inline]
     pub(super) fn verdict(&self, checked: Checked, shadow: Vec<LimitResult>) -> Verdict {
+        self.verdict_of(&checked, shadow)
+    }
+
+    /// The verdict of a decided plan: its enforced limits' results, and
+    /// its shadowed ones'.
+    #[inline]
+    pub(super) fn verdict_of(&self, checked: &Checked, shadow: Vec<LimitResult>) -> Verdict {
         for r in &shadow {
             if !r.decision.allowed {
                 tracing::info!(limit = %r.name(), "shadow: would have been limited");
@@ -151,8 +158,8 @@ impl Plan<'_> {
             results: self
                 .enforced
                 .iter()
-                .zip(checked.decisions)
-                .map(|(p, d)| p.result(d))
+                .zip(&checked.decisions)
+                .map(|(p, d)| p.result(*d))
                 .collect(),
             shadow,
             style: self.style,
