@@ -120,14 +120,13 @@ fn settled(plan: &Plan<'_>, checked: &Checked) -> bool {
     if checked.allowed {
         plan.shadowed.is_empty() && checked.decisions.iter().all(|d| d.delay == 0)
     } else {
-        // No delay limit to hold it, and no refusing plan limit for
-        // credits to pay.
-        checked.fallback().is_some()
-            || plan
-                .enforced
-                .iter()
-                .zip(&checked.decisions)
-                .all(|(p, d)| p.limit.delay.is_none() && (d.allowed || p.limit.plan.is_none()))
+        // No delay limit to hold it (whoever decided), and no refusing
+        // plan limit for credits to pay (credits are not spent on a
+        // fallback's refusal).
+        let by_fallback = checked.fallback().is_some();
+        plan.enforced.iter().zip(&checked.decisions).all(|(p, d)| {
+            p.limit.delay.is_none() && (d.allowed || by_fallback || p.limit.plan.is_none())
+        })
     }
 }
 
