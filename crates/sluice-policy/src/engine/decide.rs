@@ -25,7 +25,7 @@
 //! burst less its reserve).
 
 use sluice_core::{Clock, Nanos};
-use sluice_store::seam::{Check, Checked, Pending, now_or_never};
+use sluice_store::seam::{Check, Checked, now_or_never};
 use smallvec::SmallVec;
 
 use super::Engine;
@@ -148,13 +148,11 @@ impl<C: Clock> Engine<C> {
     /// [`Self::decide_plan`] on a store that answers at once, without a
     /// future on the usual path: the same steps, the first round's answer
     /// taken as it comes. `None` if the store did not answer at once.
+    #[inline(always)]
     pub(super) fn decide_plan_now(&self, plan: &Plan<'_>) -> Option<Result<Verdict, DecideError>> {
-        let mut answer = match self.store.check(&plan.checks) {
-            Pending::Ready(answer) => answer.into_inner(),
-            waiting @ Pending::Waiting(_) => now_or_never(waiting)?,
-        };
-        // Decided in place: the answer is not moved on the usual path.
-        let checked = match &mut answer {
+        let mut pending = self.store.check(&plan.checks);
+        // Read in place: the answer is not moved on the usual path.
+        let checked = match pending.ready_mut()? {
             Ok(c) => c,
             Err(e) => return Some(Err(impossible(e.clone(), plan, &plan.checks))),
         };
@@ -162,7 +160,7 @@ impl<C: Clock> Engine<C> {
         if settled(plan, checked) {
             return Some(Ok(plan.verdict_of(checked, Vec::new())));
         }
-        let checked = answer.ok()?;
+        let checked = now_or_never(pending)?.ok()?;
         now_or_never(self.rest(plan, checked))
     }
 

@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 
 use super::Engine;
 use super::compiled::Compiled;
-use super::verdict::{DecideError, LimitResult, Verdict};
+use super::verdict::{DecideError, LimitResult, Results, Verdict};
 use crate::config::HeadersConfig;
 use crate::delay_queue::DelayQueue;
 use crate::limit::Limit;
@@ -145,25 +145,25 @@ impl Plan<'_> {
 
     /// The verdict of a decided plan: its enforced limits' results, and
     /// its shadowed ones'.
-    #[inline]
+    #[inline(always)]
     pub(super) fn verdict_of(&self, checked: &Checked, shadow: Vec<LimitResult>) -> Verdict {
         for r in &shadow {
             if !r.decision.allowed {
                 tracing::info!(limit = %r.name(), "shadow: would have been limited");
             }
         }
-        Verdict {
+        // Filled in place: a collected list would be built, then moved.
+        let mut verdict = Verdict {
             allowed: checked.allowed,
             fallback: checked.fallback(),
-            results: self
-                .enforced
-                .iter()
-                .zip(&checked.decisions)
-                .map(|(p, d)| p.result(*d))
-                .collect(),
+            results: Results::new(),
             shadow,
             style: self.style,
+        };
+        for (p, d) in self.enforced.iter().zip(&checked.decisions) {
+            verdict.results.push(p.result(*d));
         }
+        verdict
     }
 }
 

@@ -11,12 +11,15 @@ use std::task::{Context, Poll, Waker};
 ///
 /// ```
 /// use sluice_store::seam::{Pending, now_or_never};
-/// let answer: Pending<'_, u32> = Pending::ready(7);
+/// let mut answer: Pending<'_, u32> = Pending::ready(7);
+/// assert_eq!(answer.ready_mut(), Some(&mut 7));
 /// assert_eq!(now_or_never(answer), Some(7));
 /// ```
 pub enum Pending<'a, T> {
-    /// The answer, already known.
-    Ready(std::future::Ready<T>),
+    /// The answer, already known (`None` once a poll has taken it). A
+    /// caller that knows the store answers at once may read it in place,
+    /// without polling ([`Pending::ready_mut`]).
+    Ready(Option<T>),
     /// An answer still on its way.
     Waiting(Pin<Box<dyn Future<Output = T> + Send + 'a>>),
 }
@@ -25,14 +28,28 @@ impl<'a, T> Pending<'a, T> {
     /// An answer known now.
     #[inline]
     pub fn ready(value: T) -> Self {
-        Self::Ready(std::future::ready(value))
+        Self::Ready(Some(value))
     }
 
     /// An answer to wait for.
     pub fn waiting(future: impl Future<Output = T> + Send + 'a) -> Self {
         Self::Waiting(Box::pin(future))
     }
+
+    /// The answer, in place, when it is already known: no poll, and no
+    /// move of a large answer.
+    #[inline]
+    pub fn ready_mut(&mut self) -> Option<&mut T> {
+        match self {
+            Self::Ready(value) => value.as_mut(),
+            Self::Waiting(_) => None,
+        }
+    }
 }
+
+// The answer is never pinned (it is moved out whole, as `std::future::Ready`
+// does), and the waiting future is pinned in its box.
+impl<T> Unpin for Pending<'_, T> {}
 
 impl<T> Future for Pending<'_, T> {
     type Output = T;
@@ -41,7 +58,12 @@ impl<T> Future for Pending<'_, T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         // Both variants are `Unpin`: the boxed future is pinned in its box.
         match self.get_mut() {
-            Self::Ready(r) => Pin::new(r).poll(cx),
+            Self::Ready(value) => match value.take() {
+                Some(v) => Poll::Ready(v),
+                // As `std::future::Ready`: a future is not polled again
+                // once it has completed.
+                None => panic!("Pending polled after completion"),
+            },
             Self::Waiting(f) => f.as_mut().poll(cx),
         }
     }
