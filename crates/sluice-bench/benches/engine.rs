@@ -14,32 +14,18 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use http::{HeaderMap, Method};
+use sluice_bench::engine_workload::{KEYS, ONE_LIMIT, ip};
 use sluice_bench::{uniform_keys, zipf_keys};
 use sluice_policy::{Engine, Policy, RequestInfo};
 
-const KEYS: u64 = 100_000;
 const SEQ: usize = 1 << 20;
-
-const ONE_LIMIT: &str = r#"
-[[limits]]
-name = "per-ip"
-key = "ip"
-algorithm = "gcra"
-rate = "1000/s"
-burst = 1000
-"#;
-
-fn ip(k: u64) -> IpAddr {
-    // 10.0.0.0/8 holds 2^24 addresses: every key its own.
-    IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (k as u32 & 0x00ff_ffff)))
-}
 
 fn keyed(c: &mut Criterion, group: &str, picks: &[u64]) {
     let mut g = c.benchmark_group(group);

@@ -30,6 +30,32 @@ pub mod layer_configs {
 "#;
 }
 
+/// The engine benchmark's workload (`benches/engine.rs`, and the
+/// `engine_instructions` binary that counts it under callgrind).
+pub mod engine_workload {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// One limit keyed by client IP, beside governor's quota of the same
+    /// rate and burst.
+    pub const ONE_LIMIT: &str = r#"
+[[limits]]
+name = "per-ip"
+key = "ip"
+algorithm = "gcra"
+rate = "1000/s"
+burst = 1000
+"#;
+
+    /// The number of distinct clients.
+    pub const KEYS: u64 = 100_000;
+
+    /// Client `k`'s address: 10.0.0.0/8 holds 2^24 addresses, every key
+    /// its own.
+    pub fn ip(k: u64) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (k as u32 & 0x00ff_ffff)))
+    }
+}
+
 /// A xorshift64* generator: deterministic, fast, good enough for workloads.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);

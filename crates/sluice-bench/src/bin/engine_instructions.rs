@@ -15,30 +15,16 @@
 //! over 200,000.
 
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::num::NonZeroU32;
 
 use governor::{Quota, RateLimiter};
 use http::{HeaderMap, Method};
+use sluice_bench::engine_workload::{KEYS, ONE_LIMIT, ip};
 use sluice_bench::uniform_keys;
 use sluice_policy::{Engine, Policy, RequestInfo};
 
-const KEYS: u64 = 100_000;
 const COUNTED: usize = 200_000;
-
-/// The engine bench's one limit.
-const ONE_LIMIT: &str = r#"
-[[limits]]
-name = "per-ip"
-key = "ip"
-algorithm = "gcra"
-rate = "1000/s"
-burst = 1000
-"#;
-
-fn ip(k: u64) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (k as u32 & 0x00ff_ffff)))
-}
 
 /// The counted loop: `decide` once per address.
 #[inline(never)]
