@@ -16,9 +16,10 @@
 //!   `duration_until_reset` (for a refused descriptor: until it could pass);
 //!   `response_headers_to_add` carries the `RateLimit-Policy`/`RateLimit`
 //!   fields, and `Retry-After` when over the limit.
-//! - A descriptor whose cost exceeds its limit's burst can never pass: the
-//!   engine refuses the request and charges nothing; that descriptor
-//!   answers `OVER_LIMIT` and the others show their state unchanged.
+//! - A descriptor whose cost exceeds its limit's burst (alone, or with the
+//!   same descriptor repeated) can never pass: the engine refuses the
+//!   request and charges nothing; that descriptor answers `OVER_LIMIT`
+//!   without a retry time, and the others show their state unchanged.
 //! - On a shared store, when Redis cannot decide, the store's fallback does
 //!   and the answer carries `Sluice-Fallback: local|allow|deny`; the `deny`
 //!   fallback answers `OVER_LIMIT` for every enforced descriptor (Envoy
@@ -34,7 +35,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use sluice_core::{Decision, Nanos};
-use sluice_policy::{Charge, DecideError, Engine, LimitResult, Verdict};
+use sluice_policy::{Charge, Engine, LimitResult, Verdict};
 
 use crate::request::{InvalidRequest, validate};
 use crate::rules::{Limited, Rule, Rules};
@@ -105,77 +106,35 @@ impl EnvoyRls {
                 limit: &limited.limit,
                 counter: &limited.counter,
                 key: hasher.key_id(&descriptor_key(d)),
-                // A shadow descriptor never refuses: at most its burst.
-                cost: if rule.shadow {
-                    cost.min(limited.limit.spec.burst)
-                } else {
-                    cost
-                },
+                cost,
                 shadow: rule.shadow,
             });
         }
         let verdict = if charges.is_empty() {
             None
         } else {
-            Some(self.decided(&mut charges).await)
+            Some(self.decided(&charges).await)
         };
         Ok(response(&rules, &places, verdict.as_ref()))
     }
 
-    /// The engine's verdict on the charges. A request that can never pass
-    /// (a cost beyond a burst) is refused with nothing charged; its verdict
-    /// is then the others' state, peeked, with the impossible ones refused.
-    async fn decided(&self, charges: &mut [Charge<'_>]) -> Verdict {
+    /// The engine's verdict on the charges. A verdict it cannot give (a
+    /// counter registered with another store: a bug) is logged, and every
+    /// limited descriptor is answered over its limit.
+    async fn decided(&self, charges: &[Charge<'_>]) -> Verdict {
         match self.engine.decide_charges(charges).await {
             Ok(v) => v,
             Err(e) => {
-                if !matches!(e, DecideError::Impossible { .. }) {
-                    tracing::error!(error = %e, "ShouldRateLimit: cannot decide");
+                tracing::error!(error = %e, "ShouldRateLimit: cannot decide");
+                Verdict {
+                    allowed: false,
+                    results: Default::default(),
+                    shadow: Vec::new(),
+                    style: Default::default(),
+                    fallback: None,
                 }
-                let costs: Vec<u64> = charges.iter().map(|c| c.cost).collect();
-                for c in charges.iter_mut() {
-                    c.cost = 0;
-                }
-                let mut v = match self.engine.decide_charges(charges).await {
-                    Ok(v) => v,
-                    Err(_) => empty_verdict(),
-                };
-                v.allowed = false;
-                // What each enforced counter and key was asked in all:
-                // descriptors repeated in one request add up.
-                let enforced: Vec<(&Charge<'_>, u64)> = charges
-                    .iter()
-                    .zip(costs)
-                    .filter(|(c, _)| !c.shadow)
-                    .collect();
-                let asked = |c: &Charge<'_>| -> u64 {
-                    enforced
-                        .iter()
-                        .filter(|(o, _)| std::ptr::eq(o.counter, c.counter) && o.key == c.key)
-                        .map(|(_, cost)| *cost)
-                        .fold(0, u64::saturating_add)
-                };
-                for (r, (c, _)) in v.results.iter_mut().zip(&enforced) {
-                    if asked(c) > c.limit.spec.burst {
-                        r.decision.allowed = false;
-                        r.decision.retry_after = Some(Nanos::MAX);
-                    }
-                }
-                v.shadow.clear();
-                v
             }
         }
-    }
-}
-
-/// A verdict with nothing in it.
-fn empty_verdict() -> Verdict {
-    Verdict {
-        allowed: false,
-        results: Default::default(),
-        shadow: Vec::new(),
-        style: Default::default(),
-        fallback: None,
     }
 }
 
@@ -219,7 +178,15 @@ fn response(
                 return ok_unlimited();
             };
             let decision = match (place, verdict) {
-                (Place::Enforced(i), Some(v)) => v.results.get(*i).map(|r| r.decision),
+                // An enforced descriptor the verdict does not show (it
+                // could not be given) is refused with the request.
+                (Place::Enforced(i), Some(v)) => Some(v.results.get(*i).map_or(
+                    Decision {
+                        allowed: v.allowed,
+                        ..Decision::full(limited.limit.spec.burst)
+                    },
+                    |r| r.decision,
+                )),
                 (Place::Shadow(i), Some(v)) => v.shadow.get(*i).map(|r| r.decision),
                 _ => None,
             };
@@ -279,8 +246,8 @@ fn headers(v: &Verdict) -> Vec<HeaderValue> {
     if let Some(value) = sluice_headers::ratelimit_field(results) {
         add("RateLimit", value);
     }
-    if !v.allowed {
-        let retry = v.retry_after().unwrap_or(0);
+    // A request that can never pass has no retry time.
+    if let Some(retry) = v.retry_after().filter(|_| !v.allowed) {
         add(
             "Retry-After",
             sluice_headers::retry_after_secs(retry).to_string(),

@@ -290,14 +290,13 @@ impl Simulator {
         };
         // The memory store answers at once; an engine over any other store
         // is a bug of the caller, reported as impossible.
-        let decided = self
-            .engine
-            .decide_now(&req)
-            .unwrap_or(Err(DecideError::Impossible {
+        let decided = self.engine.decide_now(&req).unwrap_or_else(|| {
+            Err(DecideError::Impossible {
                 limit: "the simulator needs a store in this process".into(),
                 cost: 0,
                 capacity: 0,
-            }));
+            })
+        });
         let status = Status::of(&decided);
         let client = client_of(self.client_key.as_ref(), &self.policy, &req);
         self.agg.record(time, client, status, decided.as_ref().ok());

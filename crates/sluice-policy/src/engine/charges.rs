@@ -5,6 +5,7 @@
 use sluice_core::Clock;
 use sluice_store::KeyId;
 use sluice_store::seam::Counter;
+use smallvec::SmallVec;
 
 use super::Engine;
 use super::plan::{Plan, Planned};
@@ -31,26 +32,65 @@ pub struct Charge<'a> {
 
 impl<C: Clock> Engine<C> {
     /// Decides limits an adapter matched itself, together: the enforced
-    /// ones all or nothing (one whose cost exceeds its burst refuses the
-    /// request with [`DecideError::Impossible`], charging nothing), the
-    /// shadowed ones each on its own once the request is admitted. The
-    /// verdict's results are the enforced charges' in order, its shadow
-    /// results the shadowed ones'.
+    /// ones all or nothing, the shadowed ones each on its own once the
+    /// request is admitted. The verdict's results are the enforced
+    /// charges' in order, its shadow results the shadowed ones'.
+    ///
+    /// A request that can never pass (an enforced counter and key asked for
+    /// more than its burst, by one charge or by several on the same counter
+    /// and key) is refused and charges nothing: its verdict shows every
+    /// enforced limit's state, peeked in one round, with the impossible
+    /// ones refused (no retry time: waiting does not help), and no shadow
+    /// results.
     pub async fn decide_charges(&self, charges: &[Charge<'_>]) -> Result<Verdict, DecideError> {
         let style = self.current.load().policy.headers;
+        let impossible = impossible(charges);
         let mut plan = Plan::new(style);
         for c in charges {
+            if !impossible.is_empty() && c.shadow {
+                continue;
+            }
             let planned = Planned {
                 limit: c.limit,
                 counter: c.counter,
                 gate: None,
                 by_client: false,
                 key: c.key,
-                cost: c.cost,
+                // A request that cannot pass only peeks.
+                cost: if impossible.is_empty() { c.cost } else { 0 },
             };
             plan.place(planned, !c.shadow)?;
         }
         plan.seal(None)?;
-        self.decide_plan(&plan).await
+        let mut verdict = self.decide_plan(&plan).await?;
+        if !impossible.is_empty() {
+            verdict.allowed = false;
+            for &i in &impossible {
+                if let Some(r) = verdict.results.get_mut(i) {
+                    r.decision.allowed = false;
+                    r.decision.retry_after = None;
+                }
+            }
+        }
+        Ok(verdict)
     }
+}
+
+/// The enforced charges (by their place among the enforced ones) whose
+/// counter and key are asked for more than the counter's burst, by them
+/// alone or with other charges on the same counter and key.
+fn impossible(charges: &[Charge<'_>]) -> SmallVec<[usize; 4]> {
+    let enforced: SmallVec<[&Charge<'_>; 4]> = charges.iter().filter(|c| !c.shadow).collect();
+    let asked = |c: &Charge<'_>| {
+        enforced
+            .iter()
+            .filter(|o| std::ptr::eq(o.counter, c.counter) && o.key == c.key)
+            .fold(0u64, |sum, o| sum.saturating_add(o.cost))
+    };
+    enforced
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| asked(c) > c.counter.def().spec().burst)
+        .map(|(i, _)| i)
+        .collect()
 }

@@ -149,6 +149,25 @@ async fn one_descriptor_repeated_past_its_burst_is_refused_and_charged_nothing()
 }
 
 #[tokio::test]
+async fn a_descriptor_beyond_its_burst_refuses_the_request_and_the_others_stay_unchanged() {
+    let (_sluice, mut c) = start().await;
+    let per_key = || descriptor(&[("api_key", "k6")]);
+    let export = || descriptor(&[("api_key", "k6"), ("path", "/export")]);
+    // 6 hits on export (5 an hour) can never pass: refused, nothing
+    // charged, no retry time; per-key (60 a minute) shows its state.
+    let r = ask(&mut c, request(vec![per_key(), export()], 6)).await;
+    assert_eq!(r.overall_code, OVER);
+    assert_eq!(
+        (r.statuses[0].code, r.statuses[0].limit_remaining),
+        (OK, 60)
+    );
+    assert_eq!(r.statuses[1].code, OVER);
+    assert_eq!(header(&r, "Retry-After"), None);
+    let r = ask(&mut c, request(vec![per_key()], 1)).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 59));
+}
+
+#[tokio::test]
 async fn matching_unlimited_unknown_prefix_and_shadow() {
     let (_sluice, mut c) = start().await;
     let name = |r: &RateLimitResponse| r.statuses[0].current_limit.as_ref().map(|l| l.name.clone());
@@ -173,6 +192,13 @@ async fn matching_unlimited_unknown_prefix_and_shadow() {
     let r = ask(&mut c, ua()).await;
     assert_eq!(r.overall_code, OK);
     assert_eq!(r.statuses[0].code, OK);
+    // Counted: one hit of another client takes its one token (a shadow
+    // descriptor that counted nothing would still show 1).
+    let one = request(vec![descriptor(&[("user_agent", "wget")])], 1);
+    let r = ask(&mut c, one.clone()).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 0));
+    let r = ask(&mut c, one).await;
+    assert_eq!((r.overall_code, r.statuses[0].code), (OK, OK));
     let r = ask(&mut c, request(vec![descriptor(&[("domain", "other")])], 0)).await;
     assert_eq!(r.overall_code, OK);
 }
