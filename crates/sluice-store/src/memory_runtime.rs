@@ -42,6 +42,10 @@ impl MemoryRuntime {
 }
 
 impl RuntimeStore for MemoryRuntime {
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+
     fn set_plan<'a>(
         &'a self,
         _key: KeyId,
@@ -88,9 +92,12 @@ impl RuntimeStore for MemoryRuntime {
         key: KeyId,
         amount: u64,
     ) -> Pending<'_, Result<(), RuntimeStoreError>> {
-        let mut all = self.credits.lock();
-        let balance = all.get(&key).copied().unwrap_or(0);
-        all.insert(key, balance.saturating_add(amount));
+        // Nothing to give back adds no entry: 0 credits is no entry.
+        if amount > 0 {
+            let mut all = self.credits.lock();
+            let balance = all.get(&key).copied().unwrap_or(0);
+            all.insert(key, balance.saturating_add(amount));
+        }
         Pending::ready(Ok(()))
     }
 }

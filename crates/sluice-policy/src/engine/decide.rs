@@ -118,7 +118,10 @@ fn impossible(
 #[inline]
 fn settled(plan: &Plan<'_>, checked: &Checked) -> bool {
     if checked.allowed {
-        plan.shadowed.is_empty() && checked.decisions.iter().all(|d| d.delay == 0)
+        // Admitted at once: no place in a delay queue was taken, so there
+        // is no hold to release (a leaky bucket's own delay is in the
+        // decision already).
+        plan.shadowed.is_empty()
     } else {
         // No delay limit to hold it (whoever decided), and no refusing
         // plan limit for credits to pay (credits are not spent on a

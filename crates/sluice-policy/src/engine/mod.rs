@@ -145,7 +145,9 @@ impl<C: Clock> Engine<C> {
             .map(|r| RuntimePlans::from_keys(&r.loaded, &hasher))
             .unwrap_or_default();
         let compiled = Compiled::new(policy, store.as_ref(), None);
-        let at_once = store.answers_at_once();
+        // A decision may spend credits: both stores must answer at once
+        // for `decide_now` to finish what it starts.
+        let at_once = store.answers_at_once() && runtime.answers_at_once();
         Self {
             current: ArcSwap::from_pointee(compiled),
             runtime_plans: RuntimePlansCell::new(plans),

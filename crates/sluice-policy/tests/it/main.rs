@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod access;
+mod at_once;
 mod config_errors;
 mod plan_features;
 mod quickstart_policy;

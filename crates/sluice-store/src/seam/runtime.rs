@@ -51,6 +51,13 @@ pub trait RuntimeStore: Send + Sync + std::fmt::Debug {
     fn refund_credits(&self, key: KeyId, amount: u64)
     -> Pending<'_, Result<(), RuntimeStoreError>>;
 
+    /// Whether every answer is [ready](super::Pending::Ready) at once (a
+    /// store in this process): a decision that spends credits on it then
+    /// completes on its first poll.
+    fn answers_at_once(&self) -> bool {
+        false
+    }
+
     /// For a store shared by instances: keeps `sink` current with the
     /// plans every instance assigns, polling every `every` in the
     /// background until the sink is dropped. Returns whether it did (not

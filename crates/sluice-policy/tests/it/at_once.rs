@@ -1,0 +1,83 @@
+//! `Engine::decide_now` decides only when everything a decision may wait
+//! on answers at once: with the limits in memory but runtime state (burst
+//! credits) elsewhere, it answers `None` and charges nothing, and
+//! `Engine::decide` then charges the request once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, Method};
+use sluice_core::SystemClock;
+use sluice_policy::{Engine, Policy, RequestInfo};
+use sluice_store::seam::{Pending, RuntimeStore, RuntimeStoreError};
+use sluice_store::{KeyHasher, KeyId, MemoryRuntime, MemoryStore};
+
+/// Runtime state in memory that says it does not answer at once (as a
+/// shared one would not).
+#[derive(Debug, Default)]
+struct Remote(MemoryRuntime);
+
+impl RuntimeStore for Remote {
+    fn set_plan<'a>(
+        &'a self,
+        key: KeyId,
+        plan: &'a str,
+    ) -> Pending<'a, Result<(), RuntimeStoreError>> {
+        self.0.set_plan(key, plan)
+    }
+    fn remove_plan(&self, key: KeyId) -> Pending<'_, Result<bool, RuntimeStoreError>> {
+        self.0.remove_plan(key)
+    }
+    fn set_credits(&self, key: KeyId, credits: u64) -> Pending<'_, Result<(), RuntimeStoreError>> {
+        self.0.set_credits(key, credits)
+    }
+    fn credits(&self, key: KeyId) -> Pending<'_, Result<u64, RuntimeStoreError>> {
+        self.0.credits(key)
+    }
+    fn spend_credits(
+        &self,
+        key: KeyId,
+        need: u64,
+        within: Duration,
+    ) -> Pending<'_, Result<Option<u64>, RuntimeStoreError>> {
+        self.0.spend_credits(key, need, within)
+    }
+    fn refund_credits(
+        &self,
+        key: KeyId,
+        amount: u64,
+    ) -> Pending<'_, Result<(), RuntimeStoreError>> {
+        self.0.refund_credits(key, amount)
+    }
+}
+
+#[test]
+fn decide_now_waits_for_a_runtime_store_that_does_not_answer_at_once() {
+    let policy = Policy::from_toml(
+        "at_once.toml",
+        "[[limits]]\nname = \"per-ip\"\nkey = \"ip\"\nrate = \"2/h\"\nburst = 2\n",
+    )
+    .unwrap();
+    let engine = Engine::on(
+        policy,
+        Arc::new(MemoryStore::new(Default::default())),
+        Arc::new(Remote::default()),
+        KeyHasher::random(),
+        SystemClock::new(),
+    );
+    let (method, headers) = (Method::GET, HeaderMap::new());
+    let req = RequestInfo {
+        method: &method,
+        path: "/",
+        headers: &headers,
+        peer: Some("192.0.2.7".parse().unwrap()),
+        cost: None,
+    };
+    assert!(engine.decide_now(&req).is_none(), "nothing decided at once");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let v = rt.block_on(engine.decide(&req)).unwrap();
+    // The `None` above charged nothing: this is the first of two.
+    assert_eq!((v.allowed, v.results[0].decision.remaining), (true, 1));
+}
