@@ -155,6 +155,17 @@ impl Breaker {
         }
     }
 
+    /// Gives the probe back when its caller went away before the store
+    /// answered (a dropped request): the breaker is open again, due at
+    /// once, so the next caller probes. Without this, a probe dropped
+    /// half-way would leave the breaker half-open, every caller waiting for
+    /// a probe that never reports.
+    pub fn abandon_probe(&self) {
+        let _ = self
+            .state
+            .compare_exchange(HALF_OPEN, OPEN, Ordering::AcqRel, Ordering::Acquire);
+    }
+
     fn trip(&self) {
         self.reopen_at.store(
             self.now()
@@ -197,6 +208,20 @@ mod tests {
         );
         assert_eq!(b.success(), Some(Transition::Closed));
         assert_eq!(b.admit(), Admit::Call);
+    }
+
+    #[test]
+    fn an_abandoned_probe_lets_the_next_caller_probe() {
+        let b = Breaker::new_open(1, Duration::ZERO);
+        assert_eq!(b.admit(), Admit::Probe);
+        assert_eq!(b.admit(), Admit::Wait, "one probe at a time");
+        b.abandon_probe();
+        assert_eq!(b.state(), BreakerState::Open);
+        assert_eq!(b.admit(), Admit::Probe, "the next caller probes");
+        // Giving back a probe that is not out changes nothing.
+        assert_eq!(b.success(), Some(Transition::Closed));
+        b.abandon_probe();
+        assert_eq!(b.state(), BreakerState::Closed);
     }
 
     #[test]

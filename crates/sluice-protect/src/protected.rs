@@ -186,12 +186,15 @@ impl<R: Remote> Protected<R> {
             admit => admit,
         };
         if admit != Admit::Skip {
+            // Reports the probe however this call ends: dropped half-way
+            // (the client went away), the probe is given back.
+            let probe = (admit == Admit::Probe).then(|| ProbeOut {
+                breaker: &self.breaker,
+                done: &self.probe_done,
+            });
             let result = self.settle_then_call(&remote, deadline).await;
             let decided = self.on_result(checks, &parts, result);
-            if admit == Admit::Probe {
-                // Callers that waited for the probe ask the breaker again.
-                self.probe_done.notify_waiters();
-            }
+            drop(probe);
             if let Some(decided) = decided {
                 return Ok(decided);
             }
@@ -420,5 +423,23 @@ impl<R: Remote> Store for Protected<R> {
 
     fn observe_calls(&self, observer: CallObserver) {
         let _ = self.observer.set(observer);
+    }
+}
+
+/// The probe a call is making. When it ends, however it ends, the callers
+/// that waited for it ask the breaker again; a probe the store never
+/// answered (its call was dropped) is given back first, so the breaker
+/// cannot stay half-open.
+struct ProbeOut<'a> {
+    breaker: &'a Breaker,
+    done: &'a tokio::sync::Notify,
+}
+
+impl Drop for ProbeOut<'_> {
+    fn drop(&mut self) {
+        // After an answer the breaker is closed or open again, and this
+        // does nothing.
+        self.breaker.abandon_probe();
+        self.done.notify_waiters();
     }
 }
