@@ -308,19 +308,17 @@ impl<R: Remote> Protected<R> {
                 .ledger
                 .take_for(checks.iter().map(|c| (c.counter.def().tag(), c.key)));
             if !owed.is_empty() {
-                // On a timeout, what was owed is owed again whole: charging
-                // a part twice errs towards refusing, never admitting.
-                let copy = owed.clone();
-                match tokio::time::timeout_at(deadline, self.settle(owed)).await {
+                // What was not charged, on a failure or a timeout, is owed
+                // again (see `settle`).
+                let mut owed = std::collections::VecDeque::from(owed);
+                let settled = tokio::time::timeout_at(deadline, self.settle(&mut owed)).await;
+                if !owed.is_empty() {
+                    self.ledger.put_back(owed.into());
+                }
+                match settled {
                     Ok(Ok(())) => {}
-                    Ok(Err((e, back))) => {
-                        self.ledger.put_back(back);
-                        return Err(e);
-                    }
-                    Err(_) => {
-                        self.ledger.put_back(copy);
-                        return Err(RemoteError::Timeout(self.opts.timeout));
-                    }
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => return Err(RemoteError::Timeout(self.opts.timeout)),
                 }
             }
         }
