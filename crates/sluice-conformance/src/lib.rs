@@ -19,7 +19,7 @@ use sluice_policy::{DecideError, Engine, Policy, RequestInfo, Verdict};
 use sluice_protect::ProtectOptions;
 use sluice_redis::{RuntimeState, StoreUrl};
 use sluice_store::KeyHasher;
-use sluice_store::seam::{RuntimeStore, Store};
+use sluice_store::seam::{Fallback, RuntimeStore, Store};
 use sluice_testkit::{RedisCluster, RedisServer, SentinelSetup};
 
 /// Where the limits live.
@@ -119,6 +119,11 @@ impl Deployments {
                     // A generous timeout: the suite compares decisions, and
                     // a busy machine must not turn one into a fallback's.
                     timeout: Duration::from_secs(2),
+                    // Every decision must be Redis's: the local fallback
+                    // decides as the memory store does, and a comparison
+                    // it answered would prove nothing (`get` checks).
+                    fallback: Fallback::Deny,
+                    over_limit_cache: false,
                     ..ProtectOptions::default()
                 },
             );
@@ -152,7 +157,8 @@ pub fn fresh_key(prefix: &str) -> String {
     )
 }
 
-/// Decides a GET of `path` with `X-Api-Key: key`.
+/// Decides a GET of `path` with `X-Api-Key: key`, and checks that a store
+/// over the network decided it (not its fallback or its cache).
 pub fn get(e: &Engine, key: &str, path: &str) -> Result<Verdict, DecideError> {
     let mut h = HeaderMap::new();
     h.insert("x-api-key", key.parse().unwrap());
@@ -163,7 +169,16 @@ pub fn get(e: &Engine, key: &str, path: &str) -> Result<Verdict, DecideError> {
         peer: Some("192.0.2.1".parse().unwrap()),
         cost: None,
     };
-    runtime().block_on(e.decide(&req))
+    let decided = runtime().block_on(e.decide(&req));
+    if let Some(h) = e.remote_health() {
+        assert_eq!(
+            (h.fallback_decisions, h.cache_hits),
+            (0, 0),
+            "on {}: a decision did not come from the store",
+            h.address
+        );
+    }
+    decided
 }
 
 /// Runs a future on the shared runtime.
