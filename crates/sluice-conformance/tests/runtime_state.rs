@@ -77,6 +77,32 @@ fn credits_are_set_spent_and_refunded_alike(d: &Deployments) {
         );
         block(runtime.refund_credits(key, 3)).unwrap();
         assert_eq!(block(runtime.credits(key)).unwrap(), 5, "{kind:?}");
+        // Refunded credits can be spent again (on Redis the instance's copy
+        // of the balance, which gates spending, has the refund too).
+        assert_eq!(
+            block(runtime.spend_credits(key, 3, wait)).unwrap(),
+            Some(2),
+            "{kind:?}: spent after the refund"
+        );
+        // Another instance (its own copy, empty) is answered by the store's
+        // script, not by a copy: short, it spends nothing.
+        if kind != sluice_conformance::Kind::Memory {
+            let (_, other) = d.stores(kind);
+            block(other.set_credits(key, 5)).unwrap();
+            block(runtime.set_credits(key, 5)).unwrap();
+            assert_eq!(
+                block(runtime.spend_credits(key, 3, wait)).unwrap(),
+                Some(2),
+                "{kind:?}"
+            );
+            // `other`'s copy still says 5; the store has 2.
+            assert_eq!(
+                block(other.spend_credits(key, 3, wait)).unwrap(),
+                None,
+                "{kind:?}: short, refused by the store"
+            );
+            assert_eq!(block(runtime.credits(key)).unwrap(), 2, "{kind:?}");
+        }
         block(runtime.set_credits(key, 0)).unwrap();
         assert_eq!(block(runtime.credits(key)).unwrap(), 0, "{kind:?}");
         assert_eq!(

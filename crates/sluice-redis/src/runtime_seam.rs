@@ -103,9 +103,13 @@ impl RuntimeStore for RuntimeState {
         amount: u64,
     ) -> Pending<'_, Result<(), RuntimeStoreError>> {
         Pending::waiting(async move {
-            RuntimeState::refund_credits(self, key, amount)
+            let rest = RuntimeState::refund_credits(self, key, amount)
                 .await
-                .map_err(runtime_error)
+                .map_err(runtime_error)?;
+            // The local copy gates spending (see `spend_credits`): without
+            // the refund in it, this instance would refuse credits Redis has.
+            self.mirror_credits(key, rest);
+            Ok(())
         })
     }
 

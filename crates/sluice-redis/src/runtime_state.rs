@@ -241,10 +241,11 @@ impl RuntimeState {
     }
 
     /// Gives back credits spent by [`spend_credits`](Self::spend_credits)
-    /// for a request that was refused after all.
-    pub async fn refund_credits(&self, key: KeyId, amount: u64) -> Result<(), RedisStoreError> {
+    /// for a request that was refused after all. Returns the key's balance
+    /// after it.
+    pub async fn refund_credits(&self, key: KeyId, amount: u64) -> Result<u64, RedisStoreError> {
         let amount = amount.min(MAX_CREDITS);
-        let _: i64 = self
+        let rest: i64 = self
             .call(CALL_TIMEOUT, async |c| {
                 self.refund
                     .key(CREDITS_KEY)
@@ -255,7 +256,7 @@ impl RuntimeState {
                     .await
             })
             .await?;
-        Ok(())
+        Ok(u64::try_from(rest).unwrap_or(0))
     }
 
     /// The hashes' versions (one `MGET`).
