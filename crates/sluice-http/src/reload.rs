@@ -45,7 +45,7 @@ pub struct Reloader {
     /// The deployment settings the file had at start (before any command
     /// line override): a reload that changes them is logged as needing a
     /// restart.
-    started: Option<Deployment>,
+    started: Deployment,
     /// The hash of the config text in force.
     version: Mutex<String>,
     /// Held for a whole reload: two triggers at once (SIGHUP and the file
@@ -68,12 +68,12 @@ pub enum Reloaded {
 }
 
 impl Reloader {
-    /// A reloader for `engine`, whose config was loaded from `path`.
-    pub fn new(engine: Arc<Engine>, path: PathBuf) -> Self {
+    /// A reloader for `engine`, whose config was loaded from `path` with
+    /// the deployment settings `started` (as the file has them, before any
+    /// command-line override): a reload that changes those is logged as
+    /// needing a restart.
+    pub fn new(engine: Arc<Engine>, path: PathBuf, started: Deployment) -> Self {
         let text = snapshot(&engine, &path);
-        let started = text
-            .as_ref()
-            .and_then(|t| Deployment::from_toml(&path.display().to_string(), &t.config).ok());
         Self {
             engine,
             path,
@@ -131,7 +131,7 @@ impl Reloader {
         }
         match self.compile(text.as_ref()) {
             Ok((policy, deployment)) => {
-                if self.started.as_ref().is_some_and(|d| *d != deployment) {
+                if self.started != deployment {
                     tracing::warn!(
                         "listen, control_listen, upstream, [store], [server] and [envoy] changes take effect at the next restart"
                     );
@@ -269,7 +269,11 @@ mod tests {
         let good = "[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"1/s\"\n";
         std::fs::write(&path, good).unwrap();
         let engine = Arc::new(Engine::new(Policy::load(&path).unwrap()));
-        let reloader = Reloader::new(engine.clone(), path.clone());
+        let reloader = Reloader::new(
+            engine.clone(),
+            path.clone(),
+            Deployment::load(&path).unwrap(),
+        );
         assert_eq!(reloader.reload(false).unwrap(), Reloaded::Unchanged);
 
         std::fs::remove_file(&path).unwrap();
@@ -308,7 +312,11 @@ mod tests {
         .unwrap();
         std::fs::write(dir.join("keys.csv"), "alice,free\n").unwrap();
         let engine = Arc::new(Engine::new(Policy::load(&path).unwrap()));
-        let reloader = Reloader::new(engine.clone(), path.clone());
+        let reloader = Reloader::new(
+            engine.clone(),
+            path.clone(),
+            Deployment::load(&path).unwrap(),
+        );
         assert_eq!(reloader.reload(false).unwrap(), Reloaded::Unchanged);
         std::fs::write(dir.join("keys.csv"), "alice,pro\n").unwrap();
         assert_eq!(reloader.reload(false).unwrap(), Reloaded::Applied);

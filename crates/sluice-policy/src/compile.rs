@@ -12,18 +12,26 @@ use crate::keys_file::KeysFile;
 use crate::policy::{CostRule, LimitDef, Policy, RuntimeKeysFile};
 
 impl Policy {
-    /// Reads, parses and checks a config file.
+    /// Reads, parses and checks a config file, its deployment settings
+    /// included (a config with a bad one is refused whoever loads it).
     pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
         let source = Source::read(path)?;
-        let config = source.parse()?;
-        Self::compile(&source, &config)
+        Self::checked(&source)
     }
 
-    /// Checks a parsed config and compiles it.
+    /// The policy of a whole config, its deployment settings checked
+    /// (compiled, and dropped: they are the binary's, read at start only).
+    fn checked(source: &Source) -> Result<Self, ConfigError> {
+        let config = source.parse()?;
+        crate::deployment::Deployment::compile(source, &config)?;
+        Self::compile(source, &config)
+    }
+
+    /// Checks a parsed config's policy and compiles it. (Its deployment
+    /// settings are [`Deployment::compile`](crate::Deployment::compile)'s:
+    /// callers that need both compile both; [`Policy::load`] and
+    /// [`Policy::from_toml`] check them too.)
     pub fn compile(source: &Source, config: &Config) -> Result<Self, ConfigError> {
-        // The deployment settings are the binary's, read at start only, but
-        // a config with a bad one is refused whoever loads it.
-        crate::deployment::Deployment::compile(source, config)?;
         let mut limits = Limits::default();
         let global = limits.add_global(source, config)?;
         let client_key = config.client.key.clone();
@@ -83,12 +91,10 @@ impl Policy {
     /// assert_eq!(policy.limits().len(), 1);
     /// ```
     pub fn from_toml(name: &str, text: &str) -> Result<Self, ConfigError> {
-        let source = Source {
+        Self::checked(&Source {
             file: name.into(),
             text: text.to_owned(),
-        };
-        let config = source.parse()?;
-        Self::compile(&source, &config)
+        })
     }
 }
 

@@ -121,7 +121,8 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            // The command line beats the file.
+            // The command line beats the file; reloads compare with the file.
+            let started = deployment.clone();
             if let Some(url) = store_url {
                 deployment.store.url = url;
             }
@@ -133,7 +134,7 @@ fn main() -> ExitCode {
                 eprintln!("sluice: --grpc-listen needs an [envoy] table in the config");
                 return ExitCode::from(2);
             }
-            match serve(config, policy, deployment) {
+            match serve(config, policy, deployment, started) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sluice: {e:#}");
@@ -168,7 +169,12 @@ fn load(path: &std::path::Path) -> Result<(Policy, Deployment), sluice_policy::C
 }
 
 #[tokio::main]
-async fn serve(config: PathBuf, policy: Policy, deployment: Deployment) -> anyhow::Result<()> {
+async fn serve(
+    config: PathBuf,
+    policy: Policy,
+    deployment: Deployment,
+    started: Deployment,
+) -> anyhow::Result<()> {
     let engine = Arc::new(engine_for(policy, &deployment.store).await);
     // With Redis, runtime plans and credits changed through any instance
     // apply here within a poll.
@@ -177,7 +183,7 @@ async fn serve(config: PathBuf, policy: Policy, deployment: Deployment) -> anyho
         None => None,
         Some(e) => Some(envoy_service(e, &engine).await?),
     };
-    let reloader = Arc::new(Reloader::new(engine.clone(), config));
+    let reloader = Arc::new(Reloader::new(engine.clone(), config, started));
     let servers = http_servers(&engine, &deployment, &reloader).await?;
     spawn_reload_triggers(reloader);
     let (data, control) = (servers.data_addr()?, servers.control_addr()?);

@@ -4,15 +4,11 @@
 
 use std::path::PathBuf;
 
-use sluice_policy::{ConfigError, Policy, Source};
+use sluice_policy::{ConfigError, Policy};
 
+/// A whole config checked, its deployment settings included.
 fn compile(text: &str) -> Result<Policy, ConfigError> {
-    let source = Source {
-        file: PathBuf::from("test.toml"),
-        text: text.to_owned(),
-    };
-    let config = source.parse()?;
-    Policy::compile(&source, &config)
+    Policy::from_toml("test.toml", text)
 }
 
 fn error(text: &str) -> String {
