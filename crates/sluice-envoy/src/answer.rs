@@ -26,6 +26,7 @@
 //!   then refuses with 429), whatever the filter's `failure_mode_deny`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -34,8 +35,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use sluice_core::{Decision, Nanos};
+use sluice_core::{AlgorithmKind, Decision, LimitSpec, Nanos, Rate};
 use sluice_policy::{Charge, Engine, LimitResult, Verdict};
+use sluice_store::DirectLimiter;
 
 use crate::request::{InvalidRequest, validate};
 use crate::rules::{Limited, Rule, Rules};
@@ -45,6 +47,10 @@ use crate::rules::{Limited, Rule, Rules};
 pub struct EnvoyRls {
     rules: Arc<Rules>,
     engine: Arc<Engine>,
+    /// Lines about unknown domains (the client names the domain): at most
+    /// one a second, in bursts of five; the rest are counted.
+    unknown_domain_lines: Option<DirectLimiter>,
+    unknown_domain_left_out: AtomicU64,
 }
 
 /// Where a descriptor's decision is in the engine's verdict.
@@ -64,7 +70,34 @@ impl EnvoyRls {
     /// [`Rules::load`]), and descriptors are named by the engine's hasher
     /// (on a shared store, keyed by the secret every instance shares).
     pub fn new(rules: Arc<Rules>, engine: Arc<Engine>) -> Self {
-        Self { rules, engine }
+        let lines = LimitSpec {
+            algorithm: AlgorithmKind::Gcra,
+            rate: Rate::per_second(1),
+            burst: 5,
+            nodelay: true,
+        };
+        Self {
+            rules,
+            engine,
+            unknown_domain_lines: DirectLimiter::new(&lines).ok(),
+            unknown_domain_left_out: AtomicU64::new(0),
+        }
+    }
+
+    /// Logs a request for a domain the rules do not have, unless too many
+    /// were logged lately; the domain is cut to 64 characters.
+    fn unknown_domain(&self, domain: &str) {
+        let may_log = self
+            .unknown_domain_lines
+            .as_ref()
+            .is_some_and(|l| l.check(1).is_ok_and(|d| d.allowed));
+        if !may_log {
+            self.unknown_domain_left_out.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let shown: String = domain.chars().take(64).collect();
+        let left_out = self.unknown_domain_left_out.swap(0, Ordering::Relaxed);
+        tracing::warn!(domain = %shown, left_out, "ShouldRateLimit for an unknown domain: allowed");
     }
 
     /// Decides one `ShouldRateLimit` request, once it passes [`validate`]:
@@ -82,7 +115,7 @@ impl EnvoyRls {
         let rules = if req.domain == self.rules.domain {
             self.rules.resolve(&req.descriptors)
         } else {
-            tracing::warn!(domain = %req.domain, "ShouldRateLimit for an unknown domain: allowed");
+            self.unknown_domain(&req.domain);
             vec![None; req.descriptors.len()]
         };
         let hasher = self.engine.hasher();

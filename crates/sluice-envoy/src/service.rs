@@ -21,6 +21,11 @@ pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// connection.
 pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The most calls one HTTP/2 connection may have in flight at once (each
+/// holds a decision, which may wait on the store). Envoy keeps far fewer
+/// open per connection.
+pub const MAX_CONCURRENT_STREAMS: u32 = 256;
+
 /// How long an accepted TCP connection stays idle before the kernel sends
 /// keepalive probes.
 pub const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
@@ -42,7 +47,8 @@ impl RateLimitService for EnvoyRls {
 }
 
 /// Serves the Rate Limit Service and `grpc.health.v1` on `listener` until
-/// `shutdown` completes: messages of at most [`MAX_MESSAGE_BYTES`], HTTP/2
+/// `shutdown` completes: messages of at most [`MAX_MESSAGE_BYTES`], at most
+/// [`MAX_CONCURRENT_STREAMS`] calls in flight per connection, HTTP/2
 /// pings every [`HTTP2_KEEPALIVE_INTERVAL`] (a connection that does not
 /// answer within [`HTTP2_KEEPALIVE_TIMEOUT`] is closed) and TCP keepalive
 /// after [`TCP_KEEPALIVE`] idle on every accepted connection.
@@ -60,6 +66,7 @@ pub async fn serve(
     let incoming =
         tonic::transport::server::TcpIncoming::from(listener).with_keepalive(Some(TCP_KEEPALIVE));
     tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
         .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
         .add_service(health.max_decoding_message_size(MAX_MESSAGE_BYTES))
