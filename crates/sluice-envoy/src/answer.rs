@@ -1,17 +1,26 @@
 //! `ShouldRateLimit`: Envoy's descriptors in, one status per descriptor out.
 //! This module only translates; the engine decides.
 //!
-//! - Each request descriptor is matched against the [`Rules`]
-//!   ([`Rules::resolve`], `replaces` included); its cost is its own
-//!   `hits_addend` if set, else the request's (0 meaning 1).
+//! - Each request descriptor is matched against the [`Rules`] of the
+//!   request's domain ([`Rules::resolve`], `replaces` included); its cost is
+//!   its own `hits_addend` if set, else the request's (0 meaning 1).
 //! - The descriptors that meet a limit become the engine's
-//!   [charges](Charge), under the keyed hash of their entries, and are
+//!   [charges](Charge), under the keyed hash of their entries (an entry
+//!   matched by a `share_threshold` wildcard counts as the pattern), and are
 //!   decided on the engine's one path ([`Engine::decide_charges`]): the
 //!   enforced ones all or nothing (if one is over its limit, the answer is
-//!   `OVER_LIMIT` and no descriptor consumes anything), shadow-mode ones
-//!   counted when the request is admitted and always answering `OK`.
-//! - Unmatched and `unlimited` descriptors answer `OK` with no
-//!   `current_limit`.
+//!   `OVER_LIMIT` and no descriptor consumes anything); shadow-mode and
+//!   quota-mode ones after them, each on its own, counted when the request
+//!   is admitted.
+//! - A shadow-mode descriptor always answers `OK`. A quota-mode descriptor
+//!   over its limit answers `OVER_LIMIT`, but refuses the request only when
+//!   every quota-mode descriptor of the request is over (as in the
+//!   reference server).
+//! - A descriptor on a limit of 0 (`requests_per_unit: 0`) refuses the
+//!   request; nothing is charged.
+//! - Unmatched descriptors answer `OK` with no `current_limit`; `unlimited`
+//!   ones `OK` with `limit_remaining` 4294967295, as the reference server
+//!   does.
 //! - Every other status carries `current_limit`, `limit_remaining` and
 //!   `duration_until_reset` (for a refused descriptor: until it could pass);
 //!   `response_headers_to_add` carries the `RateLimit-Policy`/`RateLimit`
@@ -28,6 +37,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -40,12 +50,13 @@ use sluice_policy::{Charge, Engine, LimitResult, Verdict};
 use sluice_store::DirectLimiter;
 
 use crate::request::{InvalidRequest, validate};
-use crate::rules::{Limited, Rule, Rules};
+use crate::rules::{Found, Rule, RuleKind, Rules};
 
 /// The Rate Limit Service: the rules over an engine.
 #[derive(Debug)]
 pub struct EnvoyRls {
-    rules: Arc<Rules>,
+    /// Replaced whole on reload; each call reads one set from start to end.
+    rules: ArcSwap<Rules>,
     engine: Arc<Engine>,
     /// Lines about unknown domains (the client names the domain): at most
     /// one a second, in bursts of five; the rest are counted.
@@ -77,11 +88,23 @@ impl EnvoyRls {
             nodelay: true,
         };
         Self {
-            rules,
+            rules: ArcSwap::new(rules),
             engine,
             unknown_domain_lines: DirectLimiter::new(&lines).ok(),
             unknown_domain_left_out: AtomicU64::new(0),
         }
+    }
+
+    /// The rules in force.
+    pub fn rules(&self) -> Arc<Rules> {
+        self.rules.load_full()
+    }
+
+    /// Replaces the rules (a reload): calls being decided finish on the old
+    /// ones. A rule whose counter id is unchanged keeps its counts, since
+    /// counters live in the engine's store.
+    pub fn replace_rules(&self, rules: Arc<Rules>) {
+        self.rules.store(rules);
     }
 
     /// Logs a request for a domain the rules do not have, unless too many
@@ -112,25 +135,36 @@ impl EnvoyRls {
         } else {
             u64::from(req.hits_addend)
         };
-        let rules = if req.domain == self.rules.domain {
-            self.rules.resolve(&req.descriptors)
-        } else {
+        let rules_now = self.rules.load();
+        if !rules_now.has_domain(&req.domain) {
             self.unknown_domain(&req.domain);
-            vec![None; req.descriptors.len()]
-        };
+        }
+        let found = rules_now.resolve(&req.domain, &req.descriptors);
         let hasher = self.engine.hasher();
-        let mut places = Vec::with_capacity(rules.len());
-        let mut charges: Vec<Charge<'_>> = Vec::with_capacity(rules.len());
-        let (mut enforced, mut shadowed) = (0, 0);
-        for (d, rule) in req.descriptors.iter().zip(&rules) {
-            let Some((rule, limited)) = rule.and_then(|r| Some((r, r.limited.as_ref()?))) else {
+        // A descriptor on a limit of 0 refuses the request: nothing else
+        // is charged (the others are only read).
+        let zero = found
+            .iter()
+            .flatten()
+            .any(|f| matches!(f.rule.kind, RuleKind::Zero) && !f.rule.shadow && !f.rule.quota);
+        let mut places = Vec::with_capacity(found.len());
+        let mut charges: Vec<Charge<'_>> = Vec::with_capacity(found.len());
+        let (mut enforced, mut later) = (0, 0);
+        for (d, f) in req.descriptors.iter().zip(&found) {
+            let Some((f, limited)) = f.as_ref().and_then(|f| Some((f, f.rule.limited()?))) else {
                 places.push(Place::None);
                 continue;
             };
-            let cost = cost_of(d, request_hits);
-            places.push(if rule.shadow {
-                shadowed += 1;
-                Place::Shadow(shadowed - 1)
+            // Shadow-mode and quota-mode descriptors are decided after the
+            // others, each on its own, only for a request they admit.
+            let after = f.rule.shadow || f.rule.quota;
+            if after && zero {
+                places.push(Place::None);
+                continue;
+            }
+            places.push(if after {
+                later += 1;
+                Place::Shadow(later - 1)
             } else {
                 enforced += 1;
                 Place::Enforced(enforced - 1)
@@ -138,9 +172,9 @@ impl EnvoyRls {
             charges.push(Charge {
                 limit: &limited.limit,
                 counter: &limited.counter,
-                key: hasher.key_id(&descriptor_key(d)),
-                cost,
-                shadow: rule.shadow,
+                key: hasher.key_id(&descriptor_key(d, &f.shared)),
+                cost: if zero { 0 } else { cost_of(d, request_hits) },
+                shadow: after,
             });
         }
         let verdict = if charges.is_empty() {
@@ -148,7 +182,7 @@ impl EnvoyRls {
         } else {
             Some(self.decided(&charges).await)
         };
-        Ok(response(&rules, &places, verdict.as_ref()))
+        Ok(response(&found, &places, verdict.as_ref(), zero))
     }
 
     /// The engine's verdict on the charges. A verdict it cannot give (a
@@ -183,49 +217,72 @@ fn cost_of(d: &RateLimitDescriptor, request_hits: u64) -> u64 {
 }
 
 /// What a descriptor's counter is named by (before the keyed hash): its
-/// entries, keys and values, with separators no entry can forge.
-fn descriptor_key(d: &RateLimitDescriptor) -> String {
+/// entries, keys and values, with separators no entry can forge. An entry
+/// matched by a `share_threshold` wildcard counts as the pattern (marked,
+/// so that no value can be mistaken for it).
+fn descriptor_key(d: &RateLimitDescriptor, shared: &[(usize, &str)]) -> String {
     let mut key = String::new();
-    for e in &d.entries {
+    for (i, e) in d.entries.iter().enumerate() {
         key.push_str(&e.key);
         key.push('\u{1f}');
-        key.push_str(&e.value);
+        match shared.iter().find(|(at, _)| *at == i) {
+            Some((_, pattern)) => {
+                key.push('\u{1d}');
+                key.push_str(pattern);
+            }
+            None => key.push_str(&e.value),
+        }
         key.push('\u{1e}');
     }
     key
 }
 
 /// The response to a request: one status per descriptor, in order, and
-/// the headers.
+/// the headers. The request is over the limit when the engine refused it,
+/// when a descriptor meets a limit of 0, or when every quota-mode
+/// descriptor is over its limit.
 fn response(
-    rules: &[Option<&Arc<Rule>>],
+    found: &[Option<Found<'_>>],
     places: &[Place],
     verdict: Option<&Verdict>,
+    zero: bool,
 ) -> RateLimitResponse {
-    let over = verdict.is_some_and(|v| !v.allowed);
-    let statuses = rules
+    let (mut quotas, mut quotas_over) = (0, 0);
+    let statuses = found
         .iter()
         .zip(places)
-        .map(|(rule, place)| {
-            let (Some(rule), Some(limited)) = (rule, rule.and_then(|r| r.limited.as_ref())) else {
-                return ok_unlimited();
+        .map(|(f, place)| {
+            let Some(rule) = f.as_ref().map(|f| &**f.rule) else {
+                return ok_unmatched();
             };
-            let decision = match (place, verdict) {
-                // An enforced descriptor the verdict does not show (it
-                // could not be given) is refused with the request.
-                (Place::Enforced(i), Some(v)) => Some(v.results.get(*i).map_or(
-                    Decision {
-                        allowed: v.allowed,
-                        ..Decision::full(limited.limit.spec.burst)
-                    },
-                    |r| r.decision,
-                )),
-                (Place::Shadow(i), Some(v)) => v.shadow.get(*i).map(|r| r.decision),
-                _ => None,
+            let st = match (&rule.kind, place, verdict) {
+                (RuleKind::Unlimited, ..) => return ok_unlimited(),
+                (RuleKind::Zero, ..) => zero_status(rule),
+                (RuleKind::Counted(limited), Place::Enforced(i), Some(v)) => {
+                    // An enforced descriptor the verdict does not show (it
+                    // could not be given) is refused with the request.
+                    let d = v.results.get(*i).map_or(
+                        Decision {
+                            allowed: v.allowed,
+                            ..Decision::full(limited.limit.spec.burst)
+                        },
+                        |r| r.decision,
+                    );
+                    status(rule, Some(d))
+                }
+                (RuleKind::Counted(_), Place::Shadow(i), Some(v)) => {
+                    status(rule, v.shadow.get(*i).map(|r| r.decision))
+                }
+                (RuleKind::Counted(_), ..) => status(rule, None),
             };
-            status(rule, limited, decision)
+            if rule.quota {
+                quotas += 1;
+                quotas_over += usize::from(st.code == Code::OverLimit as i32);
+            }
+            st
         })
         .collect();
+    let over = verdict.is_some_and(|v| !v.allowed) || zero || (quotas > 0 && quotas == quotas_over);
     RateLimitResponse {
         overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
         statuses,
@@ -236,8 +293,9 @@ fn response(
 
 /// One descriptor's status. A shadow-mode descriptor always answers `OK`;
 /// one not counted (in shadow, on a refused request) shows its limit full.
-fn status(rule: &Rule, limited: &Limited, decision: Option<Decision>) -> DescriptorStatus {
-    let decision = decision.unwrap_or(Decision::full(limited.limit.spec.burst));
+fn status(rule: &Rule, decision: Option<Decision>) -> DescriptorStatus {
+    let full = rule.limited().map_or(0, |l| l.limit.spec.burst);
+    let decision = decision.unwrap_or(Decision::full(full));
     let refused = !decision.allowed && !rule.shadow;
     let until = if refused {
         decision.retry_after.unwrap_or(decision.reset_after)
@@ -246,14 +304,38 @@ fn status(rule: &Rule, limited: &Limited, decision: Option<Decision>) -> Descrip
     };
     DescriptorStatus {
         code: if refused { Code::OverLimit } else { Code::Ok } as i32,
-        current_limit: Some(CurrentLimit {
-            name: rule.name().to_string(),
-            requests_per_unit: rule.requests_per_unit,
-            unit: rule.unit as i32,
-        }),
+        current_limit: Some(current_limit(rule)),
         limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
         duration_until_reset: Some(duration(until)),
         ..Default::default()
+    }
+}
+
+/// The status of a descriptor on a limit of 0: over it (`OK` in shadow
+/// mode), until the unit's clock-aligned window ends.
+fn zero_status(rule: &Rule) -> DescriptorStatus {
+    let unit = rule.unit.seconds();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DescriptorStatus {
+        code: if rule.shadow {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        } as i32,
+        current_limit: Some(current_limit(rule)),
+        limit_remaining: 0,
+        duration_until_reset: Some(duration((unit - now % unit) * 1_000_000_000)),
+        ..Default::default()
+    }
+}
+
+fn current_limit(rule: &Rule) -> CurrentLimit {
+    CurrentLimit {
+        name: rule.name().to_string(),
+        requests_per_unit: rule.requests_per_unit,
+        unit: rule.unit as i32,
     }
 }
 
@@ -289,9 +371,20 @@ fn headers(v: &Verdict) -> Vec<HeaderValue> {
     out
 }
 
+/// A descriptor that meets no rule: `OK`, with no limit.
+fn ok_unmatched() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        ..Default::default()
+    }
+}
+
+/// An `unlimited` descriptor: `OK`, with the most a status can say
+/// remaining (4294967295, as the reference server answers).
 fn ok_unlimited() -> DescriptorStatus {
     DescriptorStatus {
         code: Code::Ok as i32,
+        limit_remaining: u32::MAX,
         ..Default::default()
     }
 }

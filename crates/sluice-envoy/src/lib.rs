@@ -15,10 +15,14 @@
 //! - [`service`]: the gRPC server.
 
 pub mod answer;
+pub mod compile;
+pub mod load;
+pub mod pattern;
 pub mod request;
 pub mod rules;
 pub mod service;
 pub mod yaml_config;
+pub mod yaml_locate;
 
 pub use answer::EnvoyRls;
 pub use request::{InvalidRequest, validate};

@@ -1,62 +1,36 @@
-//! The descriptor tree, compiled: which Sluice limit a request descriptor
-//! meets.
+//! The descriptor trees, compiled: which Sluice limit a request descriptor
+//! meets, in each domain.
 //!
-//! Matching follows the reference server: entry `i` of a request
-//! descriptor is matched at depth `i` of the tree; a node whose `value`
-//! equals the entry's value beats one with a `prefix*` value, which beats a
-//! node without a value; there is no backtracking; and the descriptor is
-//! limited by the `rate_limit` of the node where its last entry lands. Every
-//! distinct list of entry values has its own counter.
+//! Matching follows the reference server (its `GetLimit`): entry `i` of a
+//! request descriptor is matched at depth `i` of its domain's tree; at each
+//! level a node whose `value` equals the entry's value wins, then the first
+//! node (in file order) whose wildcard [pattern](crate::pattern) matches
+//! it, then a node without a `value`; there is no backtracking; and the
+//! descriptor is limited by the `rate_limit` of the node where its last
+//! entry lands. Every distinct list of entry values has its own counter,
+//! except that a value matched by a `share_threshold` wildcard counts as
+//! the pattern itself: all the values it matches share one counter.
 //!
 //! Each `rate_limit` becomes a Sluice limit of `requests_per_unit` per unit
 //! with a burst of `requests_per_unit`: with the default fixed window, the
 //! reference server's clock-aligned windows; with another algorithm, the same
-//! long-run rate without the 2× burst across window boundaries.
+//! long-run rate without the 2× burst across window boundaries. A limit of
+//! 0 requests refuses every request that meets it.
+//!
+//! Rules are compiled from YAML files by [`compile`](crate::compile).
 
-use std::path::Path;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+use envoy_types::pb::google::protobuf::Struct;
 use sluice_policy::{Limit, LimitLabels};
-use sluice_store::seam::{Counter, Store};
+use sluice_store::seam::Counter;
+use smallvec::SmallVec;
 
-use crate::yaml_config::{YamlConfig, YamlDescriptor, YamlRateLimit};
+use crate::pattern::Pattern;
 
-/// Why a YAML config could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum RulesError {
-    /// The file could not be read.
-    #[error("{file}: cannot read: {error}")]
-    Read {
-        /// The file.
-        file: String,
-        /// The error.
-        error: std::io::Error,
-    },
-    /// The YAML is malformed or has unknown fields.
-    #[error("{file}:{line}:{column}: {message}")]
-    Yaml {
-        /// The file.
-        file: String,
-        /// 1-based line (0 when unknown).
-        line: usize,
-        /// 1-based column (0 when unknown).
-        column: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// A descriptor's rate limit is unusable.
-    #[error("{file}: descriptor `{path}`: {message}")]
-    Limit {
-        /// The file.
-        file: String,
-        /// The descriptor's path in the tree.
-        path: String,
-        /// What is wrong.
-        message: String,
-    },
-}
+pub use crate::compile::RulesError;
 
 /// The reference server's time units (`Unit` in the RLS protos).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +52,8 @@ pub enum Unit {
 }
 
 impl Unit {
-    fn parse(text: &str) -> Option<Self> {
+    /// A unit's name in a config, in any case.
+    pub fn parse(text: &str) -> Option<Self> {
         Some(match text.to_ascii_lowercase().as_str() {
             "second" => Self::Second,
             "minute" => Self::Minute,
@@ -87,6 +62,20 @@ impl Unit {
             "month" => Self::Month,
             "year" => Self::Year,
             "week" => Self::Week,
+            _ => return None,
+        })
+    }
+
+    /// A unit as the RLS protos number it (0 is `UNKNOWN`: `None`).
+    pub fn from_proto(n: i32) -> Option<Self> {
+        Some(match n {
+            1 => Self::Second,
+            2 => Self::Minute,
+            3 => Self::Hour,
+            4 => Self::Day,
+            5 => Self::Month,
+            6 => Self::Year,
+            7 => Self::Week,
             _ => return None,
         })
     }
@@ -111,6 +100,8 @@ pub struct Rule {
     /// How metrics and logs name it (built once, shared by every decision);
     /// its name is [`name`](Self::name).
     pub labels: Arc<LimitLabels>,
+    /// `rate_limit.name` as the file gives it (empty when absent).
+    pub given_name: String,
     /// The unit, for statuses.
     pub unit: Unit,
     /// Requests per unit, for statuses.
@@ -119,14 +110,38 @@ pub struct Rule {
     pub replaces: Vec<String>,
     /// Count but never refuse.
     pub shadow: bool,
-    /// `None` for `unlimited`.
-    pub limited: Option<Limited>,
+    /// Over its limit, refuse only when every quota-mode descriptor of the
+    /// request is.
+    pub quota: bool,
+    /// What the rule does with a request.
+    pub kind: RuleKind,
+    /// `metadata`, for the response's `dynamic_metadata`.
+    pub metadata: Option<Struct>,
+}
+
+/// What a rule does with a request.
+#[derive(Debug)]
+pub enum RuleKind {
+    /// `unlimited: true`: nothing is counted.
+    Unlimited,
+    /// `requests_per_unit: 0`: every request is over the limit.
+    Zero,
+    /// Counted on a Sluice limit.
+    Counted(Box<Limited>),
 }
 
 impl Rule {
     /// Its name: `rate_limit.name`, else the node's path.
     pub fn name(&self) -> &Arc<str> {
         &self.labels.limit
+    }
+
+    /// Its Sluice limit, when it counts.
+    pub fn limited(&self) -> Option<&Limited> {
+        match &self.kind {
+            RuleKind::Counted(l) => Some(l),
+            RuleKind::Unlimited | RuleKind::Zero => None,
+        }
     }
 }
 
@@ -139,249 +154,150 @@ pub struct Limited {
     pub counter: Counter,
 }
 
+/// One node of a tree.
 #[derive(Debug)]
-enum ValueMatch {
-    Any,
-    Prefix(String),
-    Exact(String),
+pub(crate) struct Node {
+    pub(crate) rule: Option<Arc<Rule>>,
+    pub(crate) children: Level,
+    /// For a wildcard node with `share_threshold`: its pattern's text.
+    pub(crate) shared: Option<String>,
 }
 
-impl ValueMatch {
-    /// How well `value` matches: `None` for no match, higher is better.
-    fn score(&self, value: &str) -> Option<u8> {
-        match self {
-            Self::Exact(v) => (v == value).then_some(2),
-            Self::Prefix(p) => value.starts_with(p.as_str()).then_some(1),
-            Self::Any => Some(0),
-        }
+/// The nodes of one level, by entry key.
+#[derive(Debug, Default)]
+pub(crate) struct Level {
+    pub(crate) by_key: HashMap<String, Keyed>,
+}
+
+/// The nodes of one level for one entry key.
+#[derive(Debug, Default)]
+pub(crate) struct Keyed {
+    pub(crate) exact: HashMap<String, Node>,
+    /// In file order: the first that matches wins.
+    pub(crate) wildcards: Vec<(Pattern, Node)>,
+    pub(crate) any: Option<Box<Node>>,
+}
+
+impl Level {
+    /// The node an entry lands on.
+    fn find(&self, key: &str, value: &str) -> Option<&Node> {
+        let keyed = self.by_key.get(key)?;
+        keyed
+            .exact
+            .get(value)
+            .or_else(|| {
+                keyed
+                    .wildcards
+                    .iter()
+                    .find(|(p, _)| p.matches(value))
+                    .map(|(_, n)| n)
+            })
+            .or(keyed.any.as_deref())
     }
 }
 
-#[derive(Debug)]
-struct Node {
-    key: String,
-    value: ValueMatch,
-    rule: Option<Arc<Rule>>,
-    children: Vec<Node>,
+/// The rule a request descriptor meets, and how its counter is named.
+#[derive(Debug, Clone)]
+pub struct Found<'r> {
+    /// The rule.
+    pub rule: &'r Arc<Rule>,
+    /// The entries matched by a `share_threshold` wildcard, with its
+    /// pattern: they count as the pattern, not as their value.
+    pub shared: SmallVec<[(usize, &'r str); 2]>,
 }
 
-/// A compiled config: one domain's descriptor tree.
-#[derive(Debug)]
+/// Compiled configs: each domain's descriptor tree.
+#[derive(Debug, Default)]
 pub struct Rules {
-    /// The domain.
-    pub domain: String,
-    nodes: Vec<Node>,
+    pub(crate) domains: HashMap<String, Level>,
 }
 
 impl Rules {
-    /// Loads a YAML file, creating each rule's limit in `store`.
-    pub fn load(
-        path: &Path,
-        store: &dyn Store,
-        algorithm: AlgorithmKind,
-    ) -> Result<Self, RulesError> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|error| RulesError::Read {
-            file: file.clone(),
-            error,
-        })?;
-        Self::from_yaml(&file, &text, store, algorithm)
+    /// Whether a domain is configured.
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
     }
 
-    /// Compiles YAML text; `file` names it in errors.
-    pub fn from_yaml(
-        file: &str,
-        text: &str,
-        store: &dyn Store,
-        algorithm: AlgorithmKind,
-    ) -> Result<Self, RulesError> {
-        let config: YamlConfig = serde_yaml_ng::from_str(text).map_err(|e| {
-            let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-            RulesError::Yaml {
-                file: file.to_owned(),
-                line,
-                column,
-                message: e.to_string(),
-            }
-        })?;
-        let ctx = Compile {
-            file,
-            domain: &config.domain,
-            store,
-            algorithm,
-        };
-        let nodes = config
-            .descriptors
-            .iter()
-            .map(|d| ctx.node(d, ""))
-            .collect::<Result<_, _>>()?;
-        Ok(Self {
-            domain: config.domain,
-            nodes,
-        })
+    /// The configured domains, sorted.
+    pub fn domains(&self) -> Vec<&str> {
+        let mut all: Vec<&str> = self.domains.keys().map(String::as_str).collect();
+        all.sort_unstable();
+        all
     }
 
     /// The rule each request descriptor meets, in order: `None` for none,
     /// and for a rule that another matched rule `replaces`.
     pub fn resolve<'r>(
         &'r self,
+        domain: &str,
         descriptors: &[RateLimitDescriptor],
-    ) -> Vec<Option<&'r Arc<Rule>>> {
-        let mut found: Vec<Option<&Arc<Rule>>> = descriptors
+    ) -> Vec<Option<Found<'r>>> {
+        let Some(tree) = self.domains.get(domain) else {
+            return vec![None; descriptors.len()];
+        };
+        let mut found: Vec<Option<Found<'r>>> = descriptors
             .iter()
-            .map(|d| self.find(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))))
+            .map(|d| {
+                find_in(
+                    tree,
+                    d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
+                )
+            })
             .collect();
         let replaced: Vec<&str> = found
             .iter()
             .flatten()
-            .flat_map(|r| r.replaces.iter().map(String::as_str))
+            .flat_map(|f| f.rule.replaces.iter().map(String::as_str))
             .collect();
-        for rule in &mut found {
-            if rule.is_some_and(|r| replaced.contains(&&**r.name())) {
-                *rule = None;
+        if !replaced.is_empty() {
+            for f in &mut found {
+                // As in the reference server: only a named rule is replaced.
+                if f.as_ref().is_some_and(|f| {
+                    !f.rule.given_name.is_empty() && replaced.contains(&f.rule.given_name.as_str())
+                }) {
+                    *f = None;
+                }
             }
         }
         found
     }
 
-    /// The rule a request descriptor meets, given its `(key, value)` entries.
+    /// The rule a request descriptor meets in `domain`, given its
+    /// `(key, value)` entries.
     pub fn find<'a>(
         &self,
+        domain: &str,
         entries: impl IntoIterator<Item = (&'a str, &'a str)>,
-    ) -> Option<&Arc<Rule>> {
-        let mut level = &self.nodes;
-        let mut found = None;
-        for (key, value) in entries {
-            let node = level
-                .iter()
-                .filter(|n| n.key == key)
-                .filter_map(|n| n.value.score(value).map(|s| (s, n)))
-                .max_by_key(|(s, _)| *s)
-                .map(|(_, n)| n)?;
-            found = Some(node);
-            level = &node.children;
+    ) -> Option<Found<'_>> {
+        find_in(self.domains.get(domain)?, entries)
+    }
+}
+
+fn find_in<'r, 'a>(
+    tree: &'r Level,
+    entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Option<Found<'r>> {
+    let mut level = tree;
+    let mut last = None;
+    let mut shared = SmallVec::new();
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        let node = level.find(key, value)?;
+        if let Some(pattern) = &node.shared {
+            shared.push((i, pattern.as_str()));
         }
-        found?.rule.as_ref()
+        last = Some(node);
+        level = &node.children;
     }
-}
-
-struct Compile<'a> {
-    file: &'a str,
-    domain: &'a str,
-    store: &'a dyn Store,
-    algorithm: AlgorithmKind,
-}
-
-impl Compile<'_> {
-    fn node(&self, d: &YamlDescriptor, parent: &str) -> Result<Node, RulesError> {
-        let step = match &d.value {
-            Some(v) => format!("{}_{v}", d.key),
-            None => d.key.clone(),
-        };
-        let path = if parent.is_empty() {
-            step
-        } else {
-            format!("{parent}.{step}")
-        };
-        let value = match &d.value {
-            None => ValueMatch::Any,
-            Some(v) => match v.strip_suffix('*') {
-                Some(prefix) => ValueMatch::Prefix(prefix.to_owned()),
-                None => ValueMatch::Exact(v.clone()),
-            },
-        };
-        let rule = match &d.rate_limit {
-            None => None,
-            Some(rl) => Some(Arc::new(self.rule(rl, &path, d.shadow_mode)?)),
-        };
-        let children = d
-            .descriptors
-            .iter()
-            .map(|c| self.node(c, &path))
-            .collect::<Result<_, _>>()?;
-        Ok(Node {
-            key: d.key.clone(),
-            value,
-            rule,
-            children,
-        })
-    }
-}
-
-impl Compile<'_> {
-    /// The rule of the node at `path`: its unit, its Sluice limit (none
-    /// for `unlimited`), what it replaces and whether it is in shadow mode.
-    fn rule(&self, rl: &YamlRateLimit, path: &str, shadow: bool) -> Result<Rule, RulesError> {
-        let err = |message: String| RulesError::Limit {
-            file: self.file.to_owned(),
-            path: path.to_owned(),
-            message,
-        };
-        let unit_text = rl.unit.as_deref().unwrap_or("");
-        let unit = match Unit::parse(unit_text) {
-            Some(u) => u,
-            None if rl.unlimited => Unit::Second,
-            None => {
-                return Err(err(format!(
-                    "unit `{unit_text}`: expected second, minute, hour, day, week, month or year"
-                )));
-            }
-        };
-        let name: Arc<str> = sanitize(rl.name.as_deref().unwrap_or(path)).into();
-        let labels = LimitLabels::named(name, "envoy");
-        let limited = if rl.unlimited {
-            None
-        } else {
-            let rpu = u64::from(rl.requests_per_unit);
-            let rate = Rate::new(rpu, unit.seconds() * 1_000_000_000)
-                .ok_or_else(|| err("requests_per_unit must be at least 1".into()))?;
-            let spec = LimitSpec {
-                algorithm: self.algorithm,
-                rate,
-                burst: rpu,
-                nodelay: true,
-            };
-            let id = format!(
-                "envoy:{}/{path}/{}/{rate}/{rpu}",
-                self.domain,
-                self.algorithm.name()
-            );
-            let limit = Limit::plain(&id, labels.clone(), spec).map_err(|e| err(e.to_string()))?;
-            Some(Limited {
-                counter: self.store.counter(limit.counted.clone()),
-                limit,
-            })
-        };
-        Ok(Rule {
-            labels,
-            unit,
-            requests_per_unit: rl.requests_per_unit,
-            replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
-            shadow,
-            limited,
-        })
-    }
-}
-
-/// A limit name usable in header fields: letters, digits and `-_.:/`.
-fn sanitize(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.:/".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    if s.is_empty() { "limit".into() } else { s }
+    Some(Found {
+        rule: last?.rule.as_ref()?,
+        shared,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_core::AlgorithmKind;
     use sluice_store::{MemoryStore, MemoryStoreConfig};
 
     const YAML: &str = r#"
@@ -411,8 +327,8 @@ descriptors:
     }
 
     fn name(r: &Rules, entries: &[(&str, &str)]) -> Option<String> {
-        r.find(entries.iter().copied())
-            .map(|r| r.name().to_string())
+        r.find("edge", entries.iter().copied())
+            .map(|f| f.rule.name().to_string())
     }
 
     #[test]
@@ -447,11 +363,16 @@ descriptors:
     #[test]
     fn units_and_unlimited() {
         let r = rules();
-        let rule = r.find([("remote_address", "1.2.3.4")]).unwrap();
+        let rule = r
+            .find("edge", [("remote_address", "1.2.3.4")])
+            .unwrap()
+            .rule;
         assert_eq!(rule.unit, Unit::Second);
-        let spec = rule.limited.as_ref().unwrap().limit.spec;
+        let spec = rule.limited().unwrap().limit.spec;
         assert_eq!((spec.rate.amount(), spec.burst), (10, 10));
-        assert!(r.find([("internal", "x")]).unwrap().limited.is_none());
+        let unlimited = r.find("edge", [("internal", "x")]).unwrap().rule;
+        assert!(matches!(unlimited.kind, RuleKind::Unlimited));
+        assert!(r.find("other", [("internal", "x")]).is_none());
     }
 
     #[test]
@@ -475,7 +396,8 @@ descriptors:
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("descriptor `a`") && e.contains("fortnight"),
+            e.starts_with("bad.yaml:4:19: `descriptors[0].rate_limit.unit`: ")
+                && e.contains("fortnight"),
             "{e}"
         );
     }

@@ -32,8 +32,8 @@ pub struct YamlConfig {
 pub struct YamlDescriptor {
     /// The entry key to match.
     pub key: String,
-    /// The entry value to match: exact, or a prefix ending in `*`; any value
-    /// when absent.
+    /// The entry value to match: exact, or a [pattern](crate::pattern)
+    /// with `*` anywhere; any value when absent.
     pub value: Option<String>,
     /// The limit of a request descriptor that ends at this node.
     pub rate_limit: Option<YamlRateLimit>,
@@ -43,12 +43,27 @@ pub struct YamlDescriptor {
     /// Count, but never refuse.
     #[serde(default)]
     pub shadow_mode: bool,
-    /// Accepted and ignored (per-value metrics in the reference server).
+    /// An over-limit answer here refuses the request only when every
+    /// quota-mode descriptor of the request is over its limit.
+    #[serde(default)]
+    pub quota_mode: bool,
+    /// With a wildcard `value`: every value it matches counts on one
+    /// counter, instead of one counter per value.
+    #[serde(default)]
+    pub share_threshold: bool,
+    /// Per-value statistics (the reference server's stats keys): accepted,
+    /// without effect on decisions.
     #[serde(default)]
     pub detailed_metric: bool,
-    /// Accepted and ignored (metrics naming in the reference server).
+    /// The request's value in statistics keys: accepted, without effect on
+    /// decisions.
     #[serde(default)]
     pub value_to_metric: bool,
+    /// Arbitrary data returned in the response's `dynamic_metadata` for a
+    /// descriptor that passes, when `[envoy] response_dynamic_metadata` is
+    /// on.
+    #[serde(default)]
+    pub metadata: Option<serde_yaml_ng::Mapping>,
 }
 
 /// `rate_limit:`.

@@ -159,7 +159,7 @@ pub fn envoy_yaml(data: &[u8]) {
     let mut out = Vec::new();
     chains(&config.descriptors, &mut Vec::new(), &mut out);
     for chain in &out {
-        let _ = rules.find(chain.iter().copied());
+        let _ = rules.find(&config.domain, chain.iter().copied());
     }
 }
 
@@ -407,7 +407,8 @@ fn rls() -> &'static (EnvoyRls, tokio::runtime::Runtime) {
             panic!("examples/envoy.toml has no [envoy] table");
         };
         let engine = Arc::new(Engine::new(policy));
-        let rules = match Rules::load(&envoy.config, engine.store().as_ref(), envoy.algorithm) {
+        let rules = match Rules::load_all(&envoy.configs, engine.store().as_ref(), envoy.algorithm)
+        {
             Ok(r) => r,
             Err(e) => panic!("examples/envoy/ratelimit.yaml does not load: {e}"),
         };

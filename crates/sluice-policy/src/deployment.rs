@@ -42,8 +42,8 @@ pub struct Deployment {
 /// The `[envoy]` table, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvoySettings {
-    /// The envoyproxy/ratelimit YAML file.
-    pub config: std::path::PathBuf,
+    /// The envoyproxy/ratelimit YAML files and directories.
+    pub configs: Vec<std::path::PathBuf>,
     /// The gRPC address.
     pub grpc_listen: SocketAddr,
     /// The algorithm of every descriptor limit.
@@ -84,7 +84,13 @@ impl Deployment {
             store: StoreSettings::from_config(source, &config.store)?,
             server: ServerSettings::from_config(source, &config.server)?,
             envoy: config.envoy.as_ref().map(|e| EnvoySettings {
-                config: dir.join(e.config.get_ref()),
+                configs: e
+                    .config
+                    .get_ref()
+                    .all()
+                    .into_iter()
+                    .map(|p| dir.join(p))
+                    .collect(),
                 grpc_listen: e.grpc_listen,
                 algorithm: e.algorithm,
             }),

@@ -80,7 +80,8 @@ fn main() -> ExitCode {
             Ok((policy, deployment)) => {
                 if let Some(e) = &deployment.envoy {
                     let store = sluice_store::MemoryStore::new(Default::default());
-                    if let Err(err) = sluice_envoy::Rules::load(&e.config, &store, e.algorithm) {
+                    if let Err(err) = sluice_envoy::Rules::load_all(&e.configs, &store, e.algorithm)
+                    {
                         eprintln!("{err}");
                         return ExitCode::from(2);
                     }
@@ -234,7 +235,7 @@ async fn envoy_service(
     e: &sluice_policy::EnvoySettings,
     engine: &Arc<Engine>,
 ) -> anyhow::Result<(tokio::net::TcpListener, sluice_envoy::EnvoyRls)> {
-    let rules = sluice_envoy::Rules::load(&e.config, engine.store().as_ref(), e.algorithm)?;
+    let rules = sluice_envoy::Rules::load_all(&e.configs, engine.store().as_ref(), e.algorithm)?;
     let addr = e.grpc_listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await

@@ -11,8 +11,10 @@ use toml::Spanned;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvoyConfig {
-    /// The YAML file, relative to this config file.
-    pub config: Spanned<String>,
+    /// The YAML file, a directory of them (the reference server's
+    /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config`), or a list of files and
+    /// directories; relative to this config file.
+    pub config: Spanned<ConfigPaths>,
     /// The gRPC address.
     #[serde(default = "default_grpc_listen")]
     pub grpc_listen: SocketAddr,
@@ -20,6 +22,26 @@ pub struct EnvoyConfig {
     /// reference server's clock-aligned windows) by default.
     #[serde(default = "default_envoy_algorithm")]
     pub algorithm: AlgorithmKind,
+}
+
+/// One path, or several.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ConfigPaths {
+    /// `config = "ratelimit/config"`.
+    One(String),
+    /// `config = ["a.yaml", "b.yaml"]`.
+    Many(Vec<String>),
+}
+
+impl ConfigPaths {
+    /// Every path, in order.
+    pub fn all(&self) -> Vec<&str> {
+        match self {
+            Self::One(p) => vec![p.as_str()],
+            Self::Many(ps) => ps.iter().map(String::as_str).collect(),
+        }
+    }
 }
 
 fn default_grpc_listen() -> SocketAddr {

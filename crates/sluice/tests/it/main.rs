@@ -17,6 +17,7 @@ mod edge_paths;
 mod edge_proxy;
 mod edge_reload;
 mod edge_rls;
+mod envoy_reference;
 mod envoy_rls;
 mod envoy_rls_redis;
 mod faults_cluster;

@@ -1,0 +1,132 @@
+//! Where configs come from: one YAML file, several, or a directory of
+//! them in the reference server's runtime layout (`.../ratelimit/config/`),
+//! merged by domain. A domain defined by two files is an error, as in the
+//! reference server.
+//!
+//! A directory is read recursively, in name order, skipping entries whose
+//! name starts with `.` (editors' swap files, the temporary files of an
+//! atomic rename). Everything read is bounded: at most [`MAX_FILES`] files
+//! of at most [`MAX_FILE_BYTES`] each, [`MAX_DEPTH`] directories deep.
+
+use std::path::{Path, PathBuf};
+
+use sluice_core::AlgorithmKind;
+use sluice_store::seam::Store;
+
+use crate::compile::{RulesError, compile_into};
+use crate::rules::Rules;
+
+/// The most files one load reads.
+pub const MAX_FILES: usize = 1024;
+
+/// The largest config file read, in bytes.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// The deepest directory read below a configured one.
+pub const MAX_DEPTH: usize = 8;
+
+impl Rules {
+    /// Loads every config at `paths` (files, or directories of them),
+    /// creating each rule's limit in `store`.
+    pub fn load_all(
+        paths: &[PathBuf],
+        store: &dyn Store,
+        algorithm: AlgorithmKind,
+    ) -> Result<Self, RulesError> {
+        let mut files = Vec::new();
+        for path in paths {
+            collect(path, 0, &mut files)?;
+        }
+        let mut rules = Rules::default();
+        for file in &files {
+            let name = file.display().to_string();
+            let text = read(file, &name)?;
+            compile_into(&mut rules, &name, &text, store, algorithm)?;
+        }
+        Ok(rules)
+    }
+
+    /// Loads one file, or a directory of them.
+    pub fn load(
+        path: &Path,
+        store: &dyn Store,
+        algorithm: AlgorithmKind,
+    ) -> Result<Self, RulesError> {
+        Self::load_all(&[path.to_owned()], store, algorithm)
+    }
+
+    /// Compiles one file's YAML text; `file` names it in errors.
+    pub fn from_yaml(
+        file: &str,
+        text: &str,
+        store: &dyn Store,
+        algorithm: AlgorithmKind,
+    ) -> Result<Self, RulesError> {
+        let mut rules = Rules::default();
+        compile_into(&mut rules, file, text, store, algorithm)?;
+        Ok(rules)
+    }
+}
+
+/// The files at `path`, a file or a directory `depth` below a configured
+/// one, appended to `files` in name order.
+fn collect(path: &Path, depth: usize, files: &mut Vec<PathBuf>) -> Result<(), RulesError> {
+    let name = || path.display().to_string();
+    let meta = std::fs::metadata(path).map_err(|error| RulesError::Read {
+        file: name(),
+        error,
+    })?;
+    if !meta.is_dir() {
+        if files.len() >= MAX_FILES {
+            return Err(RulesError::TooLarge {
+                file: name(),
+                message: format!("more than {MAX_FILES} config files"),
+            });
+        }
+        files.push(path.to_owned());
+        return Ok(());
+    }
+    if depth > MAX_DEPTH {
+        return Err(RulesError::TooLarge {
+            file: name(),
+            message: format!("directories nested more than {MAX_DEPTH} deep"),
+        });
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|error| RulesError::Read {
+            file: name(),
+            error,
+        })?
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    for entry in entries {
+        collect(&entry, depth + 1, files)?;
+    }
+    Ok(())
+}
+
+/// A config file's text, refusing one too large to be a config.
+fn read(file: &Path, name: &str) -> Result<String, RulesError> {
+    use std::io::Read;
+    let f = std::fs::File::open(file).map_err(|error| RulesError::Read {
+        file: name.to_owned(),
+        error,
+    })?;
+    let mut text = String::new();
+    f.take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|error| RulesError::Read {
+            file: name.to_owned(),
+            error,
+        })?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(RulesError::TooLarge {
+            file: name.to_owned(),
+            message: format!("larger than {MAX_FILE_BYTES} bytes"),
+        });
+    }
+    Ok(text)
+}
