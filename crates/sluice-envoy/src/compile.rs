@@ -64,9 +64,10 @@ pub enum RulesError {
         /// What is wrong.
         message: String,
     },
-    /// A directory holds more than can be loaded.
+    /// The files as a whole cannot be loaded: too many, too large, or
+    /// still changing.
     #[error("{file}: {message}")]
-    TooLarge {
+    Files {
         /// The file or directory.
         file: String,
         /// What is too large.

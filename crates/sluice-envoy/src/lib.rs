@@ -18,6 +18,7 @@ pub mod answer;
 pub mod compile;
 pub mod load;
 pub mod pattern;
+pub mod reload;
 pub mod request;
 pub mod rules;
 pub mod service;
@@ -25,6 +26,8 @@ pub mod yaml_config;
 pub mod yaml_locate;
 
 pub use answer::EnvoyRls;
+pub use load::Texts;
+pub use reload::RulesReloader;
 pub use request::{InvalidRequest, validate};
 pub use rules::{Rules, RulesError};
 pub use service::serve;

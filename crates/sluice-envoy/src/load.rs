@@ -25,6 +25,28 @@ pub const MAX_FILE_BYTES: u64 = 4 << 20;
 /// The deepest directory read below a configured one.
 pub const MAX_DEPTH: usize = 8;
 
+/// The text of every config file of a load, in load order, each with its
+/// name: what a reload compares with the last load, and compiles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Texts(pub Vec<(String, String)>);
+
+impl Texts {
+    /// Reads every config at `paths` (files, or directories of them).
+    pub fn read(paths: &[PathBuf]) -> Result<Self, RulesError> {
+        let mut files = Vec::new();
+        for path in paths {
+            collect(path, 0, &mut files)?;
+        }
+        let mut texts = Vec::with_capacity(files.len());
+        for file in &files {
+            let name = file.display().to_string();
+            let text = read(file, &name)?;
+            texts.push((name, text));
+        }
+        Ok(Self(texts))
+    }
+}
+
 impl Rules {
     /// Loads every config at `paths` (files, or directories of them),
     /// creating each rule's limit in `store`.
@@ -33,15 +55,18 @@ impl Rules {
         store: &dyn Store,
         algorithm: AlgorithmKind,
     ) -> Result<Self, RulesError> {
-        let mut files = Vec::new();
-        for path in paths {
-            collect(path, 0, &mut files)?;
-        }
+        Self::compile_all(&Texts::read(paths)?, store, algorithm)
+    }
+
+    /// Compiles texts read with [`Texts::read`].
+    pub fn compile_all(
+        texts: &Texts,
+        store: &dyn Store,
+        algorithm: AlgorithmKind,
+    ) -> Result<Self, RulesError> {
         let mut rules = Rules::default();
-        for file in &files {
-            let name = file.display().to_string();
-            let text = read(file, &name)?;
-            compile_into(&mut rules, &name, &text, store, algorithm)?;
+        for (name, text) in &texts.0 {
+            compile_into(&mut rules, name, text, store, algorithm)?;
         }
         Ok(rules)
     }
@@ -78,7 +103,7 @@ fn collect(path: &Path, depth: usize, files: &mut Vec<PathBuf>) -> Result<(), Ru
     })?;
     if !meta.is_dir() {
         if files.len() >= MAX_FILES {
-            return Err(RulesError::TooLarge {
+            return Err(RulesError::Files {
                 file: name(),
                 message: format!("more than {MAX_FILES} config files"),
             });
@@ -87,7 +112,7 @@ fn collect(path: &Path, depth: usize, files: &mut Vec<PathBuf>) -> Result<(), Ru
         return Ok(());
     }
     if depth > MAX_DEPTH {
-        return Err(RulesError::TooLarge {
+        return Err(RulesError::Files {
             file: name(),
             message: format!("directories nested more than {MAX_DEPTH} deep"),
         });
@@ -123,7 +148,7 @@ fn read(file: &Path, name: &str) -> Result<String, RulesError> {
             error,
         })?;
     if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(RulesError::TooLarge {
+        return Err(RulesError::Files {
             file: name.to_owned(),
             message: format!("larger than {MAX_FILE_BYTES} bytes"),
         });

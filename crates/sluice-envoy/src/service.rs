@@ -54,7 +54,7 @@ impl RateLimitService for EnvoyRls {
 /// after [`TCP_KEEPALIVE`] idle on every accepted connection.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    service: EnvoyRls,
+    service: std::sync::Arc<EnvoyRls>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -71,7 +71,7 @@ pub async fn serve(
         .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
         .add_service(health.max_decoding_message_size(MAX_MESSAGE_BYTES))
         .add_service(
-            RateLimitServiceServer::new(service).max_decoding_message_size(MAX_MESSAGE_BYTES),
+            RateLimitServiceServer::from_arc(service).max_decoding_message_size(MAX_MESSAGE_BYTES),
         )
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

@@ -186,7 +186,7 @@ async fn serve(
     };
     let reloader = Arc::new(Reloader::new(engine.clone(), config, started));
     let servers = http_servers(&engine, &deployment, &reloader).await?;
-    spawn_reload_triggers(reloader);
+    spawn_reload_triggers(reloader, rls.as_ref().map(|(_, _, r)| r.clone()));
     let (data, control) = (servers.data_addr()?, servers.control_addr()?);
     match &deployment.upstream {
         Some(u) => tracing::info!(%data, %control, upstream = %u, "sluice proxying"),
@@ -199,7 +199,7 @@ async fn serve(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let grpc = match rls {
         None => None,
-        Some((listener, service)) => {
+        Some((listener, service, _)) => {
             let addr = listener.local_addr()?;
             let mut rx = stop_rx.clone();
             let stopped = async move {
@@ -234,15 +234,29 @@ async fn serve(
 async fn envoy_service(
     e: &sluice_policy::EnvoySettings,
     engine: &Arc<Engine>,
-) -> anyhow::Result<(tokio::net::TcpListener, sluice_envoy::EnvoyRls)> {
+) -> anyhow::Result<EnvoyService> {
     let rules = sluice_envoy::Rules::load_all(&e.configs, engine.store().as_ref(), e.algorithm)?;
     let addr = e.grpc_listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot bind {addr}"))?;
-    let service = sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.clone());
-    Ok((listener, service))
+    let service = Arc::new(sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.clone()));
+    let reloader = Arc::new(sluice_envoy::RulesReloader::new(
+        service.clone(),
+        e.configs.clone(),
+        engine.store().clone(),
+        e.algorithm,
+    ));
+    Ok((listener, service, reloader))
 }
+
+/// The Envoy Rate Limit Service's listener, the service, and the reloader
+/// of its YAML configs.
+type EnvoyService = (
+    tokio::net::TcpListener,
+    Arc<sluice_envoy::EnvoyRls>,
+    Arc<sluice_envoy::RulesReloader>,
+);
 
 /// The data plane and the control API, bound, with metrics, the status
 /// page's config version, connection caps that fit in the open files the
@@ -325,20 +339,28 @@ const RUNTIME_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 /// Instances must agree on it; it is public, so set your own.
 const DEFAULT_KEY_SECRET: &[u8] = b"sluice-default-key-secret; set SLUICE_KEY_SECRET";
 
-/// Reloads the config on SIGHUP and when the file changes (polled every
-/// second). Failures are logged by the reloader; the running config stays.
-fn spawn_reload_triggers(reloader: Arc<Reloader>) {
+/// Reloads the config, and the Envoy YAML configs, on SIGHUP and when a
+/// file changes (polled every second). Failures are logged by the
+/// reloaders; the running config stays.
+fn spawn_reload_triggers(reloader: Arc<Reloader>, rules: Option<Arc<sluice_envoy::RulesReloader>>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
         let on_hup = reloader.clone();
+        let hup_rules = rules.clone();
         match signal(SignalKind::hangup()) {
             Ok(mut hup) => {
                 tokio::spawn(async move {
                     while hup.recv().await.is_some() {
                         tracing::info!("SIGHUP: reloading the config");
-                        let r = on_hup.clone();
-                        let _ = tokio::task::spawn_blocking(move || r.reload(true)).await;
+                        let (r, y) = (on_hup.clone(), hup_rules.clone());
+                        let _ = tokio::task::spawn_blocking(move || {
+                            let _ = r.reload(true);
+                            if let Some(y) = y {
+                                let _ = y.reload(true);
+                            }
+                        })
+                        .await;
                     }
                 });
             }
@@ -349,8 +371,14 @@ fn spawn_reload_triggers(reloader: Arc<Reloader>) {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         loop {
             tick.tick().await;
-            let r = reloader.clone();
-            let _ = tokio::task::spawn_blocking(move || r.reload(false)).await;
+            let (r, y) = (reloader.clone(), rules.clone());
+            let _ = tokio::task::spawn_blocking(move || {
+                let _ = r.reload(false);
+                if let Some(y) = y {
+                    let _ = y.reload(false);
+                }
+            })
+            .await;
         }
     });
 }

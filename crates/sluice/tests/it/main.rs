@@ -18,6 +18,7 @@ mod edge_proxy;
 mod edge_reload;
 mod edge_rls;
 mod envoy_reference;
+mod envoy_reload;
 mod envoy_rls;
 mod envoy_rls_redis;
 mod faults_cluster;

@@ -1,0 +1,164 @@
+//! The Envoy YAML configs reload as the TOML config does: a directory of
+//! files in the reference server's layout, changed by atomic renames, with
+//! counters kept for unchanged rules and a bad file leaving the running
+//! rules in force.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::common::Sluice;
+use crate::envoy_rls::descriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tonic::transport::Channel;
+
+type Client = RateLimitServiceClient<Channel>;
+
+/// A fresh directory under the temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("sluice-it-{}-{nanos}-{label}", std::process::id()));
+        std::fs::create_dir_all(dir.join("config")).unwrap();
+        Self(dir)
+    }
+
+    /// Writes `text` to `config/<name>` by renaming a finished file over it.
+    fn put(&self, name: &str, text: &str) {
+        let tmp = self.0.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.0.join("config").join(name)).unwrap();
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const A: &str =
+    "domain: a\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n";
+const B: &str =
+    "domain: b\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 7}\n";
+
+async fn start(dir: &TempDir) -> (Sluice, Client) {
+    let toml = format!(
+        "[envoy]\nconfig = \"{}\"\ngrpc_listen = \"127.0.0.1:0\"\n",
+        dir.path().join("config").display()
+    );
+    let sluice = Sluice::start_with("envoy-reload", &toml);
+    let grpc = sluice.grpc.expect("a grpc address");
+    let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    (sluice, client)
+}
+
+async fn ask(c: &mut Client, domain: &str, user: &str) -> RateLimitResponse {
+    let req = RateLimitRequest {
+        domain: domain.into(),
+        descriptors: vec![descriptor(&[("user", user)])],
+        hits_addend: 0,
+    };
+    c.should_rate_limit(req).await.unwrap().into_inner()
+}
+
+/// What a descriptor of `domain` shows: its limit and what remains.
+async fn shown(c: &mut Client, domain: &str, user: &str) -> Option<(u32, u32)> {
+    let r = ask(c, domain, user).await;
+    let s = &r.statuses[0];
+    s.current_limit
+        .as_ref()
+        .map(|l| (l.requests_per_unit, s.limit_remaining))
+}
+
+/// Waits until `domain` has a limit (the reload took effect).
+async fn until_limited(s: &Sluice, c: &mut Client, domain: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while shown(c, domain, "probe").await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the reload never took effect; log:\n{}",
+            s.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_new_file_is_loaded_and_unchanged_rules_keep_their_counters() {
+    let dir = TempDir::new("add");
+    dir.put("a.yaml", A);
+    let (s, mut c) = start(&dir).await;
+    assert_eq!(shown(&mut c, "a", "alice").await, Some((5, 4)));
+    assert_eq!(shown(&mut c, "b", "alice").await, None, "no domain b yet");
+    dir.put("b.yaml", B);
+    until_limited(&s, &mut c, "b").await;
+    // Domain a's rule did not change: alice's count goes on.
+    assert_eq!(shown(&mut c, "a", "alice").await, Some((5, 3)));
+    assert_eq!(shown(&mut c, "b", "alice").await, Some((7, 6)));
+    // A changed rate is a new counter.
+    dir.put("a.yaml", &A.replace("5}", "9}"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = shown(&mut c, "a", "bob").await;
+        if now.is_some_and(|(rpu, _)| rpu == 9) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "log:\n{}", s.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(shown(&mut c, "a", "alice").await, Some((9, 8)));
+}
+
+#[tokio::test]
+async fn a_bad_file_keeps_the_running_rules_and_names_its_place() {
+    let dir = TempDir::new("bad");
+    dir.put("a.yaml", A);
+    let (s, mut c) = start(&dir).await;
+    assert_eq!(shown(&mut c, "a", "alice").await, Some((5, 4)));
+    // Refused as the reference server refuses it: a unit beside unlimited.
+    dir.put(
+        "b.yaml",
+        "domain: b\ndescriptors:\n  - key: user\n    rate_limit: {unlimited: true, unit: hour}\n",
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !s.log().contains("envoy config reload failed") {
+        assert!(Instant::now() < deadline, "log:\n{}", s.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = s.log();
+    assert!(
+        log.contains("b.yaml:4:35: `descriptors[0].rate_limit.unit`: should not specify rate limit unit when unlimited"),
+        "{log}"
+    );
+    assert_eq!(
+        shown(&mut c, "a", "alice").await,
+        Some((5, 3)),
+        "still serving, counters kept"
+    );
+    assert_eq!(shown(&mut c, "b", "alice").await, None);
+    // Two files defining one domain are refused too.
+    dir.put("b.yaml", A);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !s.log().contains("duplicate domain `a`") {
+        assert!(Instant::now() < deadline, "log:\n{}", s.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(shown(&mut c, "a", "alice").await, Some((5, 2)));
+    // Fixed, it loads.
+    dir.put("b.yaml", B);
+    until_limited(&s, &mut c, "b").await;
+    assert_eq!(shown(&mut c, "a", "alice").await, Some((5, 1)));
+}
