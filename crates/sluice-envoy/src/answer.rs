@@ -38,19 +38,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit as CurrentLimit,
-};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use sluice_core::{AlgorithmKind, Decision, LimitSpec, Nanos, Rate};
-use sluice_policy::{Charge, Engine, LimitResult, Verdict};
+use sluice_core::{AlgorithmKind, Decision, LimitSpec, Rate};
+use sluice_policy::{Charge, Engine, Verdict};
 use sluice_store::DirectLimiter;
 
+use crate::overrides::Overrides;
 use crate::request::{InvalidRequest, validate};
 use crate::rules::{Found, Rule, RuleKind, Rules};
+use crate::statuses::{headers, statuses};
 
 /// The Rate Limit Service: the rules over an engine.
 #[derive(Debug)]
@@ -62,11 +59,41 @@ pub struct EnvoyRls {
     /// one a second, in bursts of five; the rest are counted.
     unknown_domain_lines: Option<DirectLimiter>,
     unknown_domain_left_out: AtomicU64,
+    options: Options,
+    overrides: Overrides,
+}
+
+/// How the service answers (the `[envoy]` table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Answer exactly as envoyproxy/ratelimit does: names as the files
+    /// give them, windows' ends as reset times, the reference server's
+    /// headers (when `response_headers`), and every descriptor counted on
+    /// its own, whatever the others' answers.
+    pub compat: bool,
+    /// Add headers to the answer (Sluice's, or in `compat` mode the
+    /// reference server's).
+    pub response_headers: bool,
+    /// Fill the answer's `dynamic_metadata`.
+    pub dynamic_metadata: bool,
+    /// The algorithm of per-request limits.
+    pub algorithm: AlgorithmKind,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            compat: false,
+            response_headers: true,
+            dynamic_metadata: false,
+            algorithm: AlgorithmKind::FixedWindow,
+        }
+    }
 }
 
 /// Where a descriptor's decision is in the engine's verdict.
 #[derive(Debug, Clone, Copy)]
-enum Place {
+pub(crate) enum Place {
     /// No limit: unmatched or `unlimited`.
     None,
     /// The n-th enforced charge.
@@ -92,7 +119,15 @@ impl EnvoyRls {
             engine,
             unknown_domain_lines: DirectLimiter::new(&lines).ok(),
             unknown_domain_left_out: AtomicU64::new(0),
+            options: Options::default(),
+            overrides: Overrides::default(),
         }
+    }
+
+    /// The same service, answering as `options` say.
+    pub fn with_options(mut self, options: Options) -> Self {
+        self.options = options;
+        self
     }
 
     /// The rules in force.
@@ -130,34 +165,84 @@ impl EnvoyRls {
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, InvalidRequest> {
         validate(req)?;
+        let rules_now = self.rules.load();
+        let known = rules_now.has_domain(&req.domain);
+        if !known {
+            self.unknown_domain(&req.domain);
+        }
+        // A per-request limit beats the config's, in a configured domain.
+        let store = self.engine.store().as_ref();
+        let overridden: Vec<Option<Arc<Rule>>> = req
+            .descriptors
+            .iter()
+            .map(|d| {
+                let o = d.limit.as_ref().filter(|_| known)?;
+                self.overrides.rule(o, store, self.options.algorithm)
+            })
+            .collect();
+        let mut found = rules_now.resolve(&req.domain, &req.descriptors);
+        for (f, o) in found.iter_mut().zip(&overridden) {
+            if let Some(rule) = o {
+                *f = Some(Found {
+                    rule,
+                    shared: Default::default(),
+                });
+            }
+        }
+        let (places, verdict) = self.counted(req, &found, &overridden).await;
+        let rules: Vec<Option<&Rule>> = found
+            .iter()
+            .map(|f| f.as_ref().map(|f| &**f.rule))
+            .collect();
+        let (code, statuses) = statuses(&rules, &places, verdict.as_ref(), &self.options);
+        let mut response = RateLimitResponse {
+            overall_code: code as i32,
+            statuses,
+            ..Default::default()
+        };
+        response.response_headers_to_add = headers(verdict.as_ref(), &response, &self.options);
+        if self.options.dynamic_metadata {
+            response.dynamic_metadata =
+                Some(crate::dynamic_metadata::of(req, &rules, &response.statuses));
+        }
+        Ok(response)
+    }
+
+    /// Counts the descriptors that meet a limit, on the engine: where each
+    /// one's decision is in the verdict, and the verdict.
+    ///
+    /// By default the enforced ones are all or nothing, and shadow-mode and
+    /// quota-mode ones are decided after them, each on its own, for a
+    /// request they admit; a descriptor on a limit of 0 refuses the
+    /// request, and nothing is charged. In `compat` mode every descriptor
+    /// is decided on its own, as the reference server counts them.
+    async fn counted(
+        &self,
+        req: &RateLimitRequest,
+        found: &[Option<Found<'_>>],
+        overridden: &[Option<Arc<Rule>>],
+    ) -> (Vec<Place>, Option<Verdict>) {
+        let compat = self.options.compat;
         let request_hits = if req.hits_addend == 0 {
             1
         } else {
             u64::from(req.hits_addend)
         };
-        let rules_now = self.rules.load();
-        if !rules_now.has_domain(&req.domain) {
-            self.unknown_domain(&req.domain);
-        }
-        let found = rules_now.resolve(&req.domain, &req.descriptors);
         let hasher = self.engine.hasher();
-        // A descriptor on a limit of 0 refuses the request: nothing else
-        // is charged (the others are only read).
-        let zero = found
-            .iter()
-            .flatten()
-            .any(|f| matches!(f.rule.kind, RuleKind::Zero) && !f.rule.shadow && !f.rule.quota);
+        let zero = !compat
+            && found
+                .iter()
+                .flatten()
+                .any(|f| matches!(f.rule.kind, RuleKind::Zero) && !f.rule.shadow && !f.rule.quota);
         let mut places = Vec::with_capacity(found.len());
         let mut charges: Vec<Charge<'_>> = Vec::with_capacity(found.len());
         let (mut enforced, mut later) = (0, 0);
-        for (d, f) in req.descriptors.iter().zip(&found) {
+        for ((d, f), o) in req.descriptors.iter().zip(found).zip(overridden) {
             let Some((f, limited)) = f.as_ref().and_then(|f| Some((f, f.rule.limited()?))) else {
                 places.push(Place::None);
                 continue;
             };
-            // Shadow-mode and quota-mode descriptors are decided after the
-            // others, each on its own, only for a request they admit.
-            let after = f.rule.shadow || f.rule.quota;
+            let after = !compat && (f.rule.shadow || f.rule.quota);
             if after && zero {
                 places.push(Place::None);
                 continue;
@@ -169,20 +254,49 @@ impl EnvoyRls {
                 enforced += 1;
                 Place::Enforced(enforced - 1)
             });
+            // A per-request limit is shared by every domain: its key names
+            // the domain.
+            let domain = if o.is_some() { req.domain.as_str() } else { "" };
             charges.push(Charge {
                 limit: &limited.limit,
                 counter: &limited.counter,
-                key: hasher.key_id(&descriptor_key(d, &f.shared)),
+                key: hasher.key_id(&descriptor_key(domain, d, &f.shared)),
                 cost: if zero { 0 } else { cost_of(d, request_hits) },
                 shadow: after,
             });
         }
-        let verdict = if charges.is_empty() {
-            None
-        } else {
-            Some(self.decided(&charges).await)
+        let verdict = match (charges.is_empty(), compat) {
+            (true, _) => None,
+            (false, false) => Some(self.decided(&charges).await),
+            (false, true) => Some(self.each_decided(&charges).await),
         };
-        Ok(response(&found, &places, verdict.as_ref(), zero))
+        (places, verdict)
+    }
+
+    /// Each charge decided on its own, as one verdict: one result per
+    /// charge, in order.
+    async fn each_decided(&self, charges: &[Charge<'_>]) -> Verdict {
+        let mut all = empty_refusal();
+        all.allowed = true;
+        for c in charges {
+            let one = self.decided(std::slice::from_ref(c)).await;
+            all.allowed &= one.allowed;
+            all.fallback = all.fallback.or(one.fallback);
+            match one.results.into_iter().next() {
+                Some(r) => all.results.push(r),
+                None => {
+                    let mut refused = Decision::full(c.limit.spec.burst);
+                    refused.allowed = false;
+                    all.results.push(sluice_policy::LimitResult {
+                        spec: c.limit.spec,
+                        decision: refused,
+                        labels: c.limit.labels.clone(),
+                        key: c.key,
+                    });
+                }
+            }
+        }
+        all
     }
 
     /// The engine's verdict on the charges. A verdict it cannot give (a
@@ -193,15 +307,20 @@ impl EnvoyRls {
             Ok(v) => v,
             Err(e) => {
                 tracing::error!(error = %e, "ShouldRateLimit: cannot decide");
-                Verdict {
-                    allowed: false,
-                    results: Default::default(),
-                    shadow: Vec::new(),
-                    style: Default::default(),
-                    fallback: None,
-                }
+                empty_refusal()
             }
         }
+    }
+}
+
+/// A refusal with no result.
+fn empty_refusal() -> Verdict {
+    Verdict {
+        allowed: false,
+        results: Default::default(),
+        shadow: Vec::new(),
+        style: Default::default(),
+        fallback: None,
     }
 }
 
@@ -216,12 +335,16 @@ fn cost_of(d: &RateLimitDescriptor, request_hits: u64) -> u64 {
     }
 }
 
-/// What a descriptor's counter is named by (before the keyed hash): its
-/// entries, keys and values, with separators no entry can forge. An entry
+/// What a descriptor's counter is named by (before the keyed hash): the
+/// domain for a per-request limit, and its entries, keys and values, with separators no entry can forge. An entry
 /// matched by a `share_threshold` wildcard counts as the pattern (marked,
 /// so that no value can be mistaken for it).
-fn descriptor_key(d: &RateLimitDescriptor, shared: &[(usize, &str)]) -> String {
+fn descriptor_key(domain: &str, d: &RateLimitDescriptor, shared: &[(usize, &str)]) -> String {
     let mut key = String::new();
+    if !domain.is_empty() {
+        key.push_str(domain);
+        key.push('\u{1c}');
+    }
     for (i, e) in d.entries.iter().enumerate() {
         key.push_str(&e.key);
         key.push('\u{1f}');
@@ -235,163 +358,4 @@ fn descriptor_key(d: &RateLimitDescriptor, shared: &[(usize, &str)]) -> String {
         key.push('\u{1e}');
     }
     key
-}
-
-/// The response to a request: one status per descriptor, in order, and
-/// the headers. The request is over the limit when the engine refused it,
-/// when a descriptor meets a limit of 0, or when every quota-mode
-/// descriptor is over its limit.
-fn response(
-    found: &[Option<Found<'_>>],
-    places: &[Place],
-    verdict: Option<&Verdict>,
-    zero: bool,
-) -> RateLimitResponse {
-    let (mut quotas, mut quotas_over) = (0, 0);
-    let statuses = found
-        .iter()
-        .zip(places)
-        .map(|(f, place)| {
-            let Some(rule) = f.as_ref().map(|f| &**f.rule) else {
-                return ok_unmatched();
-            };
-            let st = match (&rule.kind, place, verdict) {
-                (RuleKind::Unlimited, ..) => return ok_unlimited(),
-                (RuleKind::Zero, ..) => zero_status(rule),
-                (RuleKind::Counted(limited), Place::Enforced(i), Some(v)) => {
-                    // An enforced descriptor the verdict does not show (it
-                    // could not be given) is refused with the request.
-                    let d = v.results.get(*i).map_or(
-                        Decision {
-                            allowed: v.allowed,
-                            ..Decision::full(limited.limit.spec.burst)
-                        },
-                        |r| r.decision,
-                    );
-                    status(rule, Some(d))
-                }
-                (RuleKind::Counted(_), Place::Shadow(i), Some(v)) => {
-                    status(rule, v.shadow.get(*i).map(|r| r.decision))
-                }
-                (RuleKind::Counted(_), ..) => status(rule, None),
-            };
-            if rule.quota {
-                quotas += 1;
-                quotas_over += usize::from(st.code == Code::OverLimit as i32);
-            }
-            st
-        })
-        .collect();
-    let over = verdict.is_some_and(|v| !v.allowed) || zero || (quotas > 0 && quotas == quotas_over);
-    RateLimitResponse {
-        overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
-        statuses,
-        response_headers_to_add: verdict.map(headers).unwrap_or_default(),
-        ..Default::default()
-    }
-}
-
-/// One descriptor's status. A shadow-mode descriptor always answers `OK`;
-/// one not counted (in shadow, on a refused request) shows its limit full.
-fn status(rule: &Rule, decision: Option<Decision>) -> DescriptorStatus {
-    let full = rule.limited().map_or(0, |l| l.limit.spec.burst);
-    let decision = decision.unwrap_or(Decision::full(full));
-    let refused = !decision.allowed && !rule.shadow;
-    let until = if refused {
-        decision.retry_after.unwrap_or(decision.reset_after)
-    } else {
-        decision.reset_after
-    };
-    DescriptorStatus {
-        code: if refused { Code::OverLimit } else { Code::Ok } as i32,
-        current_limit: Some(current_limit(rule)),
-        limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
-        duration_until_reset: Some(duration(until)),
-        ..Default::default()
-    }
-}
-
-/// The status of a descriptor on a limit of 0: over it (`OK` in shadow
-/// mode), until the unit's clock-aligned window ends.
-fn zero_status(rule: &Rule) -> DescriptorStatus {
-    let unit = rule.unit.seconds();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    DescriptorStatus {
-        code: if rule.shadow {
-            Code::Ok
-        } else {
-            Code::OverLimit
-        } as i32,
-        current_limit: Some(current_limit(rule)),
-        limit_remaining: 0,
-        duration_until_reset: Some(duration((unit - now % unit) * 1_000_000_000)),
-        ..Default::default()
-    }
-}
-
-fn current_limit(rule: &Rule) -> CurrentLimit {
-    CurrentLimit {
-        name: rule.name().to_string(),
-        requests_per_unit: rule.requests_per_unit,
-        unit: rule.unit as i32,
-    }
-}
-
-/// The headers of an answer: who decided when a fallback did, the
-/// enforced limits' `RateLimit-Policy` and `RateLimit` fields, and
-/// `Retry-After` when over the limit.
-fn headers(v: &Verdict) -> Vec<HeaderValue> {
-    let mut out = Vec::new();
-    let mut add = |key: &str, value: String| {
-        out.push(HeaderValue {
-            key: key.to_owned(),
-            value,
-            ..Default::default()
-        });
-    };
-    if let Some(f) = v.fallback {
-        add("Sluice-Fallback", f.name().to_owned());
-    }
-    let results: &[LimitResult] = &v.results;
-    if let Some(value) = sluice_headers::policy_field(results) {
-        add("RateLimit-Policy", value);
-    }
-    if let Some(value) = sluice_headers::ratelimit_field(results) {
-        add("RateLimit", value);
-    }
-    // A request that can never pass has no retry time.
-    if let Some(retry) = v.retry_after().filter(|_| !v.allowed) {
-        add(
-            "Retry-After",
-            sluice_headers::retry_after_secs(retry).to_string(),
-        );
-    }
-    out
-}
-
-/// A descriptor that meets no rule: `OK`, with no limit.
-fn ok_unmatched() -> DescriptorStatus {
-    DescriptorStatus {
-        code: Code::Ok as i32,
-        ..Default::default()
-    }
-}
-
-/// An `unlimited` descriptor: `OK`, with the most a status can say
-/// remaining (4294967295, as the reference server answers).
-fn ok_unlimited() -> DescriptorStatus {
-    DescriptorStatus {
-        code: Code::Ok as i32,
-        limit_remaining: u32::MAX,
-        ..Default::default()
-    }
-}
-
-fn duration(ns: Nanos) -> PbDuration {
-    PbDuration {
-        seconds: i64::try_from(ns / 1_000_000_000).unwrap_or(i64::MAX),
-        nanos: i32::try_from(ns % 1_000_000_000).unwrap_or(0),
-    }
 }

@@ -75,15 +75,44 @@ pub enum RulesError {
     },
 }
 
+/// How configs are compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loading {
+    /// The algorithm of every limit (`fixed_window`, the reference
+    /// server's clock-aligned windows, by default).
+    pub algorithm: AlgorithmKind,
+    /// A file may add to a domain another file defines (the reference
+    /// server's `MERGE_DOMAIN_CONFIG`); otherwise that is an error.
+    pub merge_domains: bool,
+}
+
+impl Default for Loading {
+    fn default() -> Self {
+        Self {
+            algorithm: AlgorithmKind::FixedWindow,
+            merge_domains: false,
+        }
+    }
+}
+
+impl From<AlgorithmKind> for Loading {
+    fn from(algorithm: AlgorithmKind) -> Self {
+        Self {
+            algorithm,
+            ..Self::default()
+        }
+    }
+}
+
 /// Compiles one file's text into `rules`, creating each limit's counter in
 /// `store`; `file` names it in errors. A domain already in `rules` is an
-/// error, as in the reference server: merge a domain's files by hand.
+/// error, as in the reference server, unless `loading` merges domains.
 pub fn compile_into(
     rules: &mut Rules,
     file: &str,
     text: &str,
     store: &dyn Store,
-    algorithm: AlgorithmKind,
+    loading: &Loading,
 ) -> Result<(), RulesError> {
     let config: YamlConfig = serde_yaml_ng::from_str(text).map_err(|e| {
         let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
@@ -99,7 +128,7 @@ pub fn compile_into(
         text,
         domain: &config.domain,
         store,
-        algorithm,
+        algorithm: loading.algorithm,
     };
     if config.domain.is_empty() {
         return Err(ctx.invalid(
@@ -108,20 +137,20 @@ pub fn compile_into(
         ));
     }
     let mut at = vec![Step::Field("descriptors")];
-    let tree = ctx.level(&config.descriptors, "", &mut at)?;
-    match rules.domains.entry(config.domain.clone()) {
-        Entry::Occupied(_) => Err(ctx.invalid(
-            &[Step::Field("domain")],
-            &format!(
-                "duplicate domain `{}`: another file defines it",
-                config.domain
-            ),
-        )),
-        Entry::Vacant(slot) => {
-            slot.insert(tree);
-            Ok(())
+    let tree = match rules.domains.entry(config.domain.clone()) {
+        Entry::Occupied(_) if !loading.merge_domains => {
+            return Err(ctx.invalid(
+                &[Step::Field("domain")],
+                &format!(
+                    "duplicate domain `{}`: another file defines it",
+                    config.domain
+                ),
+            ));
         }
-    }
+        Entry::Occupied(slot) => slot.into_mut(),
+        Entry::Vacant(slot) => slot.insert(Level::default()),
+    };
+    ctx.level_into(tree, &config.descriptors, "", &mut at)
 }
 
 struct Compile<'a> {
@@ -146,20 +175,21 @@ impl Compile<'_> {
     }
 
     /// One level of the tree: `descriptors` at `at`, under the node at
-    /// `parent` (its path in the tree, for names and counter ids).
-    fn level<'y>(
+    /// `parent` (its path in the tree, for names and counter ids), added
+    /// to `level`.
+    fn level_into<'y>(
         &self,
+        level: &mut Level,
         descriptors: &'y [YamlDescriptor],
         parent: &str,
         at: &mut Vec<Step<'y>>,
-    ) -> Result<Level, RulesError> {
-        let mut level = Level::default();
+    ) -> Result<(), RulesError> {
         for (i, d) in descriptors.iter().enumerate() {
             at.push(Step::Index(i));
-            self.descriptor(&mut level, d, parent, at)?;
+            self.descriptor(level, d, parent, at)?;
             at.pop();
         }
-        Ok(level)
+        Ok(())
     }
 
     fn descriptor<'y>(
@@ -201,7 +231,8 @@ impl Compile<'_> {
             }
         };
         at.push(Step::Field("descriptors"));
-        let children = self.level(&d.descriptors, &path, at)?;
+        let mut children = Level::default();
+        self.level_into(&mut children, &d.descriptors, &path, at)?;
         at.pop();
         let node = Node {
             rule,
@@ -420,15 +451,9 @@ mod tests {
     fn compile(text: &str) -> Result<Rules, String> {
         let store = MemoryStore::new(MemoryStoreConfig::default());
         let mut rules = Rules::default();
-        compile_into(
-            &mut rules,
-            "t.yaml",
-            text,
-            &store,
-            AlgorithmKind::FixedWindow,
-        )
-        .map(|()| rules)
-        .map_err(|e| e.to_string())
+        compile_into(&mut rules, "t.yaml", text, &store, &Loading::default())
+            .map(|()| rules)
+            .map_err(|e| e.to_string())
     }
 
     fn refused(text: &str, starts: &str, says: &str) {
@@ -548,16 +573,16 @@ mod tests {
         let store = MemoryStore::new(MemoryStoreConfig::default());
         let mut rules = Rules::default();
         let a = "domain: d\ndescriptors:\n  - key: a\n";
-        compile_into(&mut rules, "a.yaml", a, &store, AlgorithmKind::FixedWindow).unwrap();
+        compile_into(&mut rules, "a.yaml", a, &store, &Loading::default()).unwrap();
         compile_into(
             &mut rules,
             "c.yaml",
             "domain: other\n",
             &store,
-            AlgorithmKind::FixedWindow,
+            &Loading::default(),
         )
         .unwrap();
-        let e = compile_into(&mut rules, "b.yaml", a, &store, AlgorithmKind::FixedWindow)
+        let e = compile_into(&mut rules, "b.yaml", a, &store, &Loading::default())
             .unwrap_err()
             .to_string();
         assert!(
@@ -565,6 +590,30 @@ mod tests {
             "{e}"
         );
         assert_eq!(rules.domains(), ["d", "other"]);
+    }
+
+    #[test]
+    fn merged_domains_take_every_file_s_rules_but_no_duplicate() {
+        // The reference server's MERGE_DOMAIN_CONFIG patches a domain's
+        // descriptors with each file's (loadConfig).
+        let store = MemoryStore::new(MemoryStoreConfig::default());
+        let merge = Loading {
+            merge_domains: true,
+            ..Loading::default()
+        };
+        let mut rules = Rules::default();
+        let a = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+        let b = "domain: d\ndescriptors:\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 2}\n";
+        compile_into(&mut rules, "a.yaml", a, &store, &merge).unwrap();
+        compile_into(&mut rules, "b.yaml", b, &store, &merge).unwrap();
+        assert!(rules.find("d", [("a", "x")]).is_some() && rules.find("d", [("b", "x")]).is_some());
+        let e = compile_into(&mut rules, "c.yaml", a, &store, &merge)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("c.yaml:3:5: `descriptors[0]`: duplicate"),
+            "{e}"
+        );
     }
 
     #[test]

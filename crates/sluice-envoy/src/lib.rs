@@ -16,16 +16,20 @@
 
 pub mod answer;
 pub mod compile;
+mod dynamic_metadata;
 pub mod load;
+pub mod overrides;
 pub mod pattern;
 pub mod reload;
 pub mod request;
 pub mod rules;
 pub mod service;
+mod statuses;
 pub mod yaml_config;
 pub mod yaml_locate;
 
-pub use answer::EnvoyRls;
+pub use answer::{EnvoyRls, Options};
+pub use compile::Loading;
 pub use load::Texts;
 pub use reload::RulesReloader;
 pub use request::{InvalidRequest, validate};

@@ -10,10 +10,9 @@
 
 use std::path::{Path, PathBuf};
 
-use sluice_core::AlgorithmKind;
 use sluice_store::seam::Store;
 
-use crate::compile::{RulesError, compile_into};
+use crate::compile::{Loading, RulesError, compile_into};
 use crate::rules::Rules;
 
 /// The most files one load reads.
@@ -53,31 +52,27 @@ impl Rules {
     pub fn load_all(
         paths: &[PathBuf],
         store: &dyn Store,
-        algorithm: AlgorithmKind,
+        loading: &Loading,
     ) -> Result<Self, RulesError> {
-        Self::compile_all(&Texts::read(paths)?, store, algorithm)
+        Self::compile_all(&Texts::read(paths)?, store, loading)
     }
 
     /// Compiles texts read with [`Texts::read`].
     pub fn compile_all(
         texts: &Texts,
         store: &dyn Store,
-        algorithm: AlgorithmKind,
+        loading: &Loading,
     ) -> Result<Self, RulesError> {
         let mut rules = Rules::default();
         for (name, text) in &texts.0 {
-            compile_into(&mut rules, name, text, store, algorithm)?;
+            compile_into(&mut rules, name, text, store, loading)?;
         }
         Ok(rules)
     }
 
     /// Loads one file, or a directory of them.
-    pub fn load(
-        path: &Path,
-        store: &dyn Store,
-        algorithm: AlgorithmKind,
-    ) -> Result<Self, RulesError> {
-        Self::load_all(&[path.to_owned()], store, algorithm)
+    pub fn load(path: &Path, store: &dyn Store, loading: &Loading) -> Result<Self, RulesError> {
+        Self::load_all(&[path.to_owned()], store, loading)
     }
 
     /// Compiles one file's YAML text; `file` names it in errors.
@@ -85,10 +80,10 @@ impl Rules {
         file: &str,
         text: &str,
         store: &dyn Store,
-        algorithm: AlgorithmKind,
+        loading: &Loading,
     ) -> Result<Self, RulesError> {
         let mut rules = Rules::default();
-        compile_into(&mut rules, file, text, store, algorithm)?;
+        compile_into(&mut rules, file, text, store, loading)?;
         Ok(rules)
     }
 }

@@ -15,11 +15,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use sluice_core::AlgorithmKind;
 use sluice_store::seam::Store;
 
 use crate::answer::EnvoyRls;
-use crate::compile::RulesError;
+use crate::compile::{Loading, RulesError};
 use crate::load::Texts;
 use crate::rules::Rules;
 
@@ -40,7 +39,7 @@ pub struct RulesReloader {
     service: Arc<EnvoyRls>,
     paths: Vec<PathBuf>,
     store: Arc<dyn Store>,
-    algorithm: AlgorithmKind,
+    loading: Loading,
     last: Mutex<Option<Read>>,
     /// Held for a whole reload: SIGHUP and the poll never apply one change
     /// twice.
@@ -51,19 +50,19 @@ pub struct RulesReloader {
 
 impl RulesReloader {
     /// A reloader of `paths` into `service`, whose rules were loaded from
-    /// them (on `store`, with `algorithm`) just before.
+    /// them (on `store`, as `loading` says) just before.
     pub fn new(
         service: Arc<EnvoyRls>,
         paths: Vec<PathBuf>,
         store: Arc<dyn Store>,
-        algorithm: AlgorithmKind,
+        loading: Loading,
     ) -> Self {
         let last = Some(Texts::read(&paths).map_err(|e| e.to_string()));
         Self {
             service,
             paths,
             store,
-            algorithm,
+            loading,
             last: Mutex::new(last),
             reloading: Mutex::new(()),
             succeeded: AtomicU64::new(0),
@@ -119,7 +118,7 @@ impl RulesReloader {
                 message,
             })
         })?;
-        let rules = Rules::compile_all(&texts, self.store.as_ref(), self.algorithm)
+        let rules = Rules::compile_all(&texts, self.store.as_ref(), &self.loading)
             .map_err(|e| self.failure(e))?;
         let domains = rules.domains().len();
         self.service.replace_rules(Arc::new(rules));

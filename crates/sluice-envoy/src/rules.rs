@@ -33,7 +33,7 @@ use crate::pattern::Pattern;
 pub use crate::compile::RulesError;
 
 /// The reference server's time units (`Unit` in the RLS protos).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
     /// 1 s.
     Second = 1,
@@ -323,7 +323,7 @@ descriptors:
 
     fn rules() -> Rules {
         let store = MemoryStore::new(MemoryStoreConfig::default());
-        Rules::from_yaml("t.yaml", YAML, &store, AlgorithmKind::FixedWindow).unwrap()
+        Rules::from_yaml("t.yaml", YAML, &store, &AlgorithmKind::FixedWindow.into()).unwrap()
     }
 
     fn name(r: &Rules, entries: &[(&str, &str)]) -> Option<String> {
@@ -382,7 +382,7 @@ descriptors:
             "bad.yaml",
             "domain: d\ndescriptors:\n  - key: a\n    rate_limt: {}\n",
             &store,
-            AlgorithmKind::FixedWindow,
+            &AlgorithmKind::FixedWindow.into(),
         )
         .unwrap_err()
         .to_string();
@@ -391,7 +391,7 @@ descriptors:
             "bad.yaml",
             "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n",
             &store,
-            AlgorithmKind::FixedWindow,
+            &AlgorithmKind::FixedWindow.into(),
         )
         .unwrap_err()
         .to_string();

@@ -149,7 +149,7 @@ pub fn envoy_yaml(data: &[u8]) {
         max_keys: 64,
         shards: 1,
     });
-    let Ok(rules) = Rules::from_yaml("fuzz.yaml", text, &store, algorithm_for(data)) else {
+    let Ok(rules) = Rules::from_yaml("fuzz.yaml", text, &store, &algorithm_for(data).into()) else {
         return;
     };
     // The text compiled, so it reads again as the loader's YAML types.
@@ -407,8 +407,11 @@ fn rls() -> &'static (EnvoyRls, tokio::runtime::Runtime) {
             panic!("examples/envoy.toml has no [envoy] table");
         };
         let engine = Arc::new(Engine::new(policy));
-        let rules = match Rules::load_all(&envoy.configs, engine.store().as_ref(), envoy.algorithm)
-        {
+        let rules = match Rules::load_all(
+            &envoy.configs,
+            engine.store().as_ref(),
+            &envoy.algorithm.into(),
+        ) {
             Ok(r) => r,
             Err(e) => panic!("examples/envoy/ratelimit.yaml does not load: {e}"),
         };

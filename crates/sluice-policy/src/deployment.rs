@@ -48,6 +48,15 @@ pub struct EnvoySettings {
     pub grpc_listen: SocketAddr,
     /// The algorithm of every descriptor limit.
     pub algorithm: sluice_core::AlgorithmKind,
+    /// Answer exactly as envoyproxy/ratelimit does.
+    pub compat: bool,
+    /// Headers in the answer (resolved: on unless `compat`).
+    pub response_headers: bool,
+    /// The request and the passing descriptors' `metadata` in
+    /// `dynamic_metadata`.
+    pub response_dynamic_metadata: bool,
+    /// Files defining one domain are merged.
+    pub merge_domains: bool,
 }
 
 impl Deployment {
@@ -93,6 +102,10 @@ impl Deployment {
                     .collect(),
                 grpc_listen: e.grpc_listen,
                 algorithm: e.algorithm,
+                compat: e.compat,
+                response_headers: e.response_headers.unwrap_or(!e.compat),
+                response_dynamic_metadata: e.response_dynamic_metadata,
+                merge_domains: e.merge_domains,
             }),
         })
     }

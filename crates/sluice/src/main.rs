@@ -80,8 +80,14 @@ fn main() -> ExitCode {
             Ok((policy, deployment)) => {
                 if let Some(e) = &deployment.envoy {
                     let store = sluice_store::MemoryStore::new(Default::default());
-                    if let Err(err) = sluice_envoy::Rules::load_all(&e.configs, &store, e.algorithm)
-                    {
+                    if let Err(err) = sluice_envoy::Rules::load_all(
+                        &e.configs,
+                        &store,
+                        &sluice_envoy::Loading {
+                            algorithm: e.algorithm,
+                            merge_domains: e.merge_domains,
+                        },
+                    ) {
                         eprintln!("{err}");
                         return ExitCode::from(2);
                     }
@@ -235,17 +241,29 @@ async fn envoy_service(
     e: &sluice_policy::EnvoySettings,
     engine: &Arc<Engine>,
 ) -> anyhow::Result<EnvoyService> {
-    let rules = sluice_envoy::Rules::load_all(&e.configs, engine.store().as_ref(), e.algorithm)?;
+    let loading = sluice_envoy::Loading {
+        algorithm: e.algorithm,
+        merge_domains: e.merge_domains,
+    };
+    let rules = sluice_envoy::Rules::load_all(&e.configs, engine.store().as_ref(), &loading)?;
     let addr = e.grpc_listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot bind {addr}"))?;
-    let service = Arc::new(sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.clone()));
+    let options = sluice_envoy::Options {
+        compat: e.compat,
+        response_headers: e.response_headers,
+        dynamic_metadata: e.response_dynamic_metadata,
+        algorithm: e.algorithm,
+    };
+    let service = Arc::new(
+        sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.clone()).with_options(options),
+    );
     let reloader = Arc::new(sluice_envoy::RulesReloader::new(
         service.clone(),
         e.configs.clone(),
         engine.store().clone(),
-        e.algorithm,
+        loading,
     ));
     Ok((listener, service, reloader))
 }

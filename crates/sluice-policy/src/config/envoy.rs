@@ -22,6 +22,29 @@ pub struct EnvoyConfig {
     /// reference server's clock-aligned windows) by default.
     #[serde(default = "default_envoy_algorithm")]
     pub algorithm: AlgorithmKind,
+    /// Answer exactly as envoyproxy/ratelimit does (see docs/envoy.md):
+    /// limit names as the files give them, its headers only when
+    /// `response_headers` asks, and each descriptor counted on its own when
+    /// another is over its limit. Off by default.
+    #[serde(default)]
+    pub compat: bool,
+    /// Headers in the answer: the IETF `RateLimit-Policy`/`RateLimit`
+    /// fields and `Retry-After` (Sluice's default), or with `compat` the
+    /// reference server's `RateLimit-Limit`/`-Remaining`/`-Reset` of the
+    /// descriptor nearest its limit (its `LIMIT_RESPONSE_HEADERS_ENABLED`).
+    /// On by default, off with `compat`.
+    #[serde(default)]
+    pub response_headers: Option<bool>,
+    /// The request, and the `metadata` of the descriptors that passed, in
+    /// the answer's `dynamic_metadata` (the reference server's
+    /// `RESPONSE_DYNAMIC_METADATA`). Off by default.
+    #[serde(default)]
+    pub response_dynamic_metadata: bool,
+    /// Files that define one domain are merged into it, instead of being
+    /// refused (the reference server's `MERGE_DOMAIN_CONFIG`); a key and
+    /// value defined twice at one level is still an error. Off by default.
+    #[serde(default)]
+    pub merge_domains: bool,
 }
 
 /// One path, or several.

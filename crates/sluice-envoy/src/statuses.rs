@@ -1,0 +1,232 @@
+//! The answer's statuses, overall code and headers, from the rules each
+//! descriptor met and the engine's verdict.
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as CurrentLimit,
+};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use sluice_core::{Decision, Nanos};
+use sluice_policy::{LimitResult, Verdict};
+
+use crate::answer::{Options, Place};
+use crate::rules::{Rule, RuleKind};
+
+/// The statuses and the overall code: one status per descriptor, in order
+/// (`rules`: the rule each met). The request is over the limit when an
+/// enforced descriptor is (the engine refused it), when a descriptor meets
+/// a limit of 0, or when every quota-mode descriptor is over its limit.
+pub(crate) fn statuses(
+    rules: &[Option<&Rule>],
+    places: &[Place],
+    verdict: Option<&Verdict>,
+    options: &Options,
+) -> (Code, Vec<DescriptorStatus>) {
+    let (mut quotas, mut quotas_over, mut over) = (0, 0, false);
+    let statuses = rules
+        .iter()
+        .zip(places)
+        .map(|(rule, place)| {
+            let Some(rule) = rule else {
+                return ok_unmatched();
+            };
+            let st = match (&rule.kind, place, verdict) {
+                (RuleKind::Unlimited, ..) => return ok_unlimited(),
+                (RuleKind::Zero, ..) => zero_status(rule, options),
+                (RuleKind::Counted(limited), Place::Enforced(i), Some(v)) => {
+                    // An enforced descriptor the verdict does not show (it
+                    // could not be given) is refused with the request.
+                    let d = v.results.get(*i).map_or(
+                        Decision {
+                            allowed: v.allowed,
+                            ..Decision::full(limited.limit.spec.burst)
+                        },
+                        |r| r.decision,
+                    );
+                    status(rule, Some(d), options)
+                }
+                (RuleKind::Counted(_), Place::Shadow(i), Some(v)) => {
+                    status(rule, v.shadow.get(*i).map(|r| r.decision), options)
+                }
+                (RuleKind::Counted(_), ..) => status(rule, None, options),
+            };
+            let refused = st.code == Code::OverLimit as i32;
+            if rule.quota {
+                quotas += 1;
+                quotas_over += usize::from(refused);
+            } else {
+                over |= refused;
+            }
+            st
+        })
+        .collect();
+    let over = over || (quotas > 0 && quotas == quotas_over);
+    (if over { Code::OverLimit } else { Code::Ok }, statuses)
+}
+
+/// One descriptor's status. A shadow-mode descriptor always answers `OK`;
+/// one not counted (in shadow, on a refused request) shows its limit full.
+fn status(rule: &Rule, decision: Option<Decision>, options: &Options) -> DescriptorStatus {
+    let full = rule.limited().map_or(0, |l| l.limit.spec.burst);
+    let decision = decision.unwrap_or(Decision::full(full));
+    let refused = !decision.allowed && !rule.shadow;
+    let until = if options.compat {
+        // The reference server: the end of the unit's clock-aligned window.
+        window_end(rule)
+    } else if refused {
+        decision.retry_after.unwrap_or(decision.reset_after)
+    } else {
+        decision.reset_after
+    };
+    DescriptorStatus {
+        code: if refused { Code::OverLimit } else { Code::Ok } as i32,
+        current_limit: Some(current_limit(rule, options)),
+        limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(duration(until)),
+        ..Default::default()
+    }
+}
+
+/// The status of a descriptor on a limit of 0: over it (`OK` in shadow
+/// mode), until the unit's clock-aligned window ends.
+fn zero_status(rule: &Rule, options: &Options) -> DescriptorStatus {
+    DescriptorStatus {
+        code: if rule.shadow {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        } as i32,
+        current_limit: Some(current_limit(rule, options)),
+        limit_remaining: 0,
+        duration_until_reset: Some(duration(window_end(rule))),
+        ..Default::default()
+    }
+}
+
+/// The time until the rule's unit, aligned on the Unix clock, ends.
+fn window_end(rule: &Rule) -> Nanos {
+    let unit = rule.unit.seconds();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    (unit - now % unit) * 1_000_000_000
+}
+
+/// A status's `current_limit`: named as the file names it in `compat`
+/// mode (empty without a `name`), else by its Sluice name.
+fn current_limit(rule: &Rule, options: &Options) -> CurrentLimit {
+    CurrentLimit {
+        name: if options.compat {
+            rule.given_name.clone()
+        } else {
+            rule.name().to_string()
+        },
+        requests_per_unit: rule.requests_per_unit,
+        unit: rule.unit as i32,
+    }
+}
+
+/// The headers of an answer: who decided when a fallback did, then (with
+/// `response_headers`) Sluice's fields or, in `compat` mode, the reference
+/// server's.
+pub(crate) fn headers(
+    verdict: Option<&Verdict>,
+    response: &RateLimitResponse,
+    options: &Options,
+) -> Vec<HeaderValue> {
+    let mut out = Vec::new();
+    if let Some(f) = verdict.and_then(|v| v.fallback) {
+        out.push(header("Sluice-Fallback", f.name().to_owned()));
+    }
+    if options.response_headers {
+        if options.compat {
+            reference_headers(response, &mut out);
+        } else if let Some(v) = verdict {
+            sluice_headers(v, &mut out);
+        }
+    }
+    out
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value,
+        ..Default::default()
+    }
+}
+
+/// The enforced limits' `RateLimit-Policy` and `RateLimit` fields, and
+/// `Retry-After` when over the limit.
+fn sluice_headers(v: &Verdict, out: &mut Vec<HeaderValue>) {
+    let results: &[LimitResult] = &v.results;
+    if let Some(value) = sluice_headers::policy_field(results) {
+        out.push(header("RateLimit-Policy", value));
+    }
+    if let Some(value) = sluice_headers::ratelimit_field(results) {
+        out.push(header("RateLimit", value));
+    }
+    // A request that can never pass has no retry time.
+    if let Some(retry) = v.retry_after().filter(|_| !v.allowed) {
+        out.push(header(
+            "Retry-After",
+            sluice_headers::retry_after_secs(retry).to_string(),
+        ));
+    }
+}
+
+/// The reference server's headers (`LIMIT_RESPONSE_HEADERS_ENABLED`):
+/// `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` of the
+/// descriptor nearest its limit: the last one over it, else the one with
+/// the least remaining.
+fn reference_headers(response: &RateLimitResponse, out: &mut Vec<HeaderValue>) {
+    let mut nearest: Option<&DescriptorStatus> = None;
+    for s in &response.statuses {
+        let Some(_) = &s.current_limit else { continue };
+        let over = s.code == Code::OverLimit as i32;
+        if over || nearest.is_none_or(|n| s.limit_remaining < n.limit_remaining) {
+            nearest = Some(s);
+        }
+    }
+    let Some((s, limit)) = nearest.and_then(|s| Some((s, s.current_limit.as_ref()?))) else {
+        return;
+    };
+    let remaining = if s.code == Code::OverLimit as i32 {
+        0
+    } else {
+        s.limit_remaining
+    };
+    let reset = s.duration_until_reset.map_or(0, |d| d.seconds);
+    out.push(header(
+        "RateLimit-Limit",
+        limit.requests_per_unit.to_string(),
+    ));
+    out.push(header("RateLimit-Remaining", remaining.to_string()));
+    out.push(header("RateLimit-Reset", reset.to_string()));
+}
+
+/// A descriptor that meets no rule: `OK`, with no limit.
+fn ok_unmatched() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        ..Default::default()
+    }
+}
+
+/// An `unlimited` descriptor: `OK`, with the most a status can say
+/// remaining (4294967295, as the reference server answers).
+fn ok_unlimited() -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        limit_remaining: u32::MAX,
+        ..Default::default()
+    }
+}
+
+fn duration(ns: Nanos) -> PbDuration {
+    PbDuration {
+        seconds: i64::try_from(ns / 1_000_000_000).unwrap_or(i64::MAX),
+        nanos: i32::try_from(ns % 1_000_000_000).unwrap_or(0),
+    }
+}

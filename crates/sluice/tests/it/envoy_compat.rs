@@ -1,0 +1,277 @@
+//! `[envoy]` switches, over the real gRPC API: `compat` (answer as
+//! envoyproxy/ratelimit does), `response_headers`,
+//! `response_dynamic_metadata`, `merge_domains`, and the reference server's
+//! per-request limits and `quota_mode`, on both answering modes.
+
+use std::path::PathBuf;
+
+use crate::common::{Sluice, TempConfig};
+use crate::envoy_rls::descriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::value::Kind;
+use tonic::transport::Channel;
+
+const OK: i32 = Code::Ok as i32;
+const OVER: i32 = Code::OverLimit as i32;
+
+type Client = RateLimitServiceClient<Channel>;
+
+const YAML: &str = r#"
+domain: compat
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: named
+    rate_limit: {unit: hour, requests_per_unit: 3, name: my_limit}
+  - key: quota_a
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: quota_b
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: meta
+    metadata: {team: payments, tier: {level: 2}}
+    rate_limit: {unit: hour, requests_per_unit: 5}
+"#;
+
+/// Sluice on [`YAML`] with these extra `[envoy]` lines; the YAML file is
+/// kept as long as the process.
+async fn start(label: &str, extra: &str) -> (Sluice, Client, TempConfig) {
+    let yaml = TempConfig::new(&format!("{label}-yaml"), YAML);
+    let toml = format!(
+        "[envoy]\nconfig = \"{}\"\ngrpc_listen = \"127.0.0.1:0\"\n{extra}\n",
+        yaml.path().display()
+    );
+    let sluice = Sluice::start_with(label, &toml);
+    let grpc = sluice.grpc.expect("a grpc address");
+    let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    (sluice, client, yaml)
+}
+
+async fn ask(
+    c: &mut Client,
+    domain: &str,
+    descriptors: Vec<RateLimitDescriptor>,
+) -> RateLimitResponse {
+    let req = RateLimitRequest {
+        domain: domain.into(),
+        descriptors,
+        hits_addend: 0,
+    };
+    c.should_rate_limit(req).await.unwrap().into_inner()
+}
+
+fn d(key: &str, value: &str) -> RateLimitDescriptor {
+    descriptor(&[(key, value)])
+}
+
+fn name(r: &RateLimitResponse, i: usize) -> &str {
+    &r.statuses[i].current_limit.as_ref().expect("a limit").name
+}
+
+fn header<'a>(r: &'a RateLimitResponse, key: &str) -> Option<&'a str> {
+    r.response_headers_to_add
+        .iter()
+        .find(|h| h.key == key)
+        .map(|h| h.value.as_str())
+}
+
+#[tokio::test]
+async fn compat_names_limits_as_the_files_do_and_adds_no_headers() {
+    let (_s, mut sluice, _y) = start("own", "").await;
+    let (_c, mut compat, _y2) = start("compat", "compat = true").await;
+    // Sluice names an unnamed limit by its place; the reference server
+    // leaves `name` empty (config_impl.go: `Name: descriptorConfig.RateLimit.Name`).
+    let r = ask(
+        &mut sluice,
+        "compat",
+        vec![d("user", "u1"), d("named", "u1")],
+    )
+    .await;
+    assert_eq!((name(&r, 0), name(&r, 1)), ("user", "my_limit"));
+    assert!(header(&r, "RateLimit-Policy").is_some());
+    let r = ask(
+        &mut compat,
+        "compat",
+        vec![d("user", "u1"), d("named", "u1")],
+    )
+    .await;
+    assert_eq!((name(&r, 0), name(&r, 1)), ("", "my_limit"));
+    // LIMIT_RESPONSE_HEADERS_ENABLED is false by default (settings.go).
+    assert!(r.response_headers_to_add.is_empty(), "{r:?}");
+    // The reset is the end of the unit's clock-aligned window
+    // (utils.CalculateReset).
+    let reset = r.statuses[0].duration_until_reset.unwrap();
+    assert!(
+        reset.seconds > 0 && reset.seconds <= 3600 && reset.nanos == 0,
+        "{reset:?}"
+    );
+}
+
+#[tokio::test]
+async fn compat_response_headers_are_the_reference_server_s() {
+    let (_c, mut c, _y) = start("compat-headers", "compat = true\nresponse_headers = true").await;
+    let r = ask(&mut c, "compat", vec![d("named", "h1"), d("user", "h1")]).await;
+    // The descriptor nearest its limit: user (2 per hour, 1 left).
+    assert_eq!(header(&r, "RateLimit-Limit"), Some("2"));
+    assert_eq!(header(&r, "RateLimit-Remaining"), Some("1"));
+    let reset: u64 = header(&r, "RateLimit-Reset").unwrap().parse().unwrap();
+    assert!((1..=3600).contains(&reset));
+    assert!(header(&r, "RateLimit-Policy").is_none());
+}
+
+#[tokio::test]
+async fn compat_keeps_counting_the_others_when_one_is_over() {
+    let (_s, mut own, _y) = start("own-count", "").await;
+    let (_c, mut compat, _y2) = start("compat-count", "compat = true").await;
+    for c in [&mut own, &mut compat] {
+        for _ in 0..2 {
+            ask(c, "compat", vec![d("user", "k")]).await;
+        }
+    }
+    // user=k is over; named=k comes with it three times.
+    for _ in 0..3 {
+        let r = ask(&mut own, "compat", vec![d("user", "k"), d("named", "k")]).await;
+        assert_eq!((r.overall_code, r.statuses[1].code), (OVER, OK));
+        let r = ask(&mut compat, "compat", vec![d("user", "k"), d("named", "k")]).await;
+        assert_eq!((r.overall_code, r.statuses[1].code), (OVER, OK));
+    }
+    // Sluice's all-or-nothing charged named=k nothing; the reference
+    // server's default (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT false)
+    // counted it every time.
+    let r = ask(&mut own, "compat", vec![d("named", "k")]).await;
+    assert_eq!(r.statuses[0].limit_remaining, 2);
+    let r = ask(&mut compat, "compat", vec![d("named", "k")]).await;
+    assert_eq!((r.overall_code, r.statuses[0].code), (OVER, OVER));
+}
+
+#[tokio::test]
+async fn a_per_request_limit_beats_the_config_s() {
+    for extra in ["", "compat = true"] {
+        let (_s, mut c, _y) = start("override", extra).await;
+        let with_limit = || {
+            let mut x = d("user", "o1");
+            x.limit = Some(RateLimitOverride {
+                requests_per_unit: 1,
+                unit: 3,
+            });
+            x
+        };
+        // config_impl.go GetLimit: `descriptor.GetLimit() != nil` makes a
+        // new limit of the request's numbers.
+        let r = ask(&mut c, "compat", vec![with_limit()]).await;
+        let limit = r.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!(
+            (r.overall_code, limit.requests_per_unit, limit.unit),
+            (OK, 1, 3)
+        );
+        let r = ask(&mut c, "compat", vec![with_limit()]).await;
+        assert_eq!(r.overall_code, OVER, "{extra}");
+        // The config's own limit is another counter.
+        let r = ask(&mut c, "compat", vec![d("user", "o1")]).await;
+        assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 1));
+        // An unknown domain has no limit, even with an override.
+        let r = ask(&mut c, "nowhere", vec![with_limit()]).await;
+        assert!(r.statuses[0].current_limit.is_none());
+    }
+}
+
+#[tokio::test]
+async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over() {
+    for extra in ["", "compat = true"] {
+        let (_s, mut c, _y) = start("quota", extra).await;
+        // service/ratelimit.go: OVER_LIMIT "iff at least one rate limit
+        // descriptor is over the limit or all quota descriptors are over".
+        let r = ask(&mut c, "compat", vec![d("quota_a", "q")]).await;
+        assert_eq!(r.overall_code, OK, "{extra}");
+        let r = ask(&mut c, "compat", vec![d("quota_a", "q"), d("quota_b", "q")]).await;
+        assert_eq!(
+            (r.overall_code, r.statuses[0].code, r.statuses[1].code),
+            (OK, OVER, OK),
+            "{extra}"
+        );
+        let r = ask(&mut c, "compat", vec![d("quota_a", "q"), d("quota_b", "q")]).await;
+        assert_eq!(
+            (r.overall_code, r.statuses[0].code, r.statuses[1].code),
+            (OVER, OVER, OVER),
+            "{extra}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn dynamic_metadata_carries_the_request_and_the_passing_rules_metadata() {
+    let (_s, mut c, _y) = start("metadata", "response_dynamic_metadata = true").await;
+    let r = ask(&mut c, "compat", vec![d("meta", "m"), d("user", "m")]).await;
+    let m = r.dynamic_metadata.expect("dynamic metadata");
+    let field = |name: &str| m.fields.get(name).and_then(|v| v.kind.clone());
+    assert_eq!(field("domain"), Some(Kind::StringValue("compat".into())));
+    let Some(Kind::ListValue(list)) = field("descriptors") else {
+        panic!("{m:?}")
+    };
+    assert_eq!(list.values.len(), 2);
+    let Some(Kind::StructValue(meta)) = field("metadata") else {
+        panic!("{m:?}")
+    };
+    assert_eq!(
+        meta.fields.get("team").and_then(|v| v.kind.clone()),
+        Some(Kind::StringValue("payments".into()))
+    );
+    // Off by default.
+    let (_s2, mut plain, _y2) = start("no-metadata", "").await;
+    let r = ask(&mut plain, "compat", vec![d("meta", "m")]).await;
+    assert!(r.dynamic_metadata.is_none());
+}
+
+#[tokio::test]
+async fn merge_domains_joins_files_of_one_domain() {
+    let dir = std::env::temp_dir().join(format!("sluice-it-{}-merge", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let one =
+        "domain: m\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 4}\n";
+    let two =
+        "domain: m\ndescriptors:\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 6}\n";
+    std::fs::write(dir.join("one.yaml"), one).unwrap();
+    std::fs::write(dir.join("two.yaml"), two).unwrap();
+    let toml = |extra: &str| {
+        format!(
+            "[envoy]\nconfig = \"{}\"\ngrpc_listen = \"127.0.0.1:0\"\n{extra}\n",
+            dir.display()
+        )
+    };
+    // Refused without it, at the second file's `domain`.
+    let bad = TempConfig::new("merge-off", &toml(""));
+    let out = std::process::Command::new(crate::common::sluice_binary())
+        .args(["validate", "--config"])
+        .arg(bad.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let two_path: PathBuf = dir.join("two.yaml");
+    assert!(
+        err.contains(&format!(
+            "{}:1:1: `domain`: duplicate domain `m`",
+            two_path.display()
+        )),
+        "{err}"
+    );
+    let s = Sluice::start_with("merge-on", &toml("merge_domains = true"));
+    let mut c = RateLimitServiceClient::connect(format!("http://{}", s.grpc.unwrap()))
+        .await
+        .unwrap();
+    let r = ask(&mut c, "m", vec![d("a", "x"), d("b", "x")]).await;
+    let limits: Vec<u32> = r
+        .statuses
+        .iter()
+        .map(|s| s.current_limit.as_ref().map_or(0, |l| l.requests_per_unit))
+        .collect();
+    assert_eq!(limits, [4, 6]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
