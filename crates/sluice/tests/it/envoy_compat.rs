@@ -1,7 +1,8 @@
 //! `[envoy]` switches, over the real gRPC API: `compat` (answer as
 //! envoyproxy/ratelimit does), `response_headers`,
 //! `response_dynamic_metadata`, `merge_domains`, and the reference server's
-//! per-request limits and `quota_mode`, on both answering modes.
+//! per-request limits and `quota_mode`, on both answering modes, on the
+//! memory store and on Redis.
 
 use std::path::PathBuf;
 
@@ -13,6 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::value::Kind;
+use sluice_testkit::RedisServer;
 use tonic::transport::Channel;
 
 const OK: i32 = Code::Ok as i32;
@@ -38,12 +40,20 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 5}
 "#;
 
-/// Sluice on [`YAML`] with these extra `[envoy]` lines; the YAML file is
-/// kept as long as the process.
-async fn start(label: &str, extra: &str) -> (Sluice, Client, TempConfig) {
+/// What a started Sluice needs kept: itself, its YAML file, and its Redis.
+type Kept = (Sluice, TempConfig, Option<RedisServer>);
+
+/// Sluice on [`YAML`] with these extra `[envoy]` lines, on a Redis of its
+/// own with `redis`.
+async fn start(label: &str, extra: &str, redis: bool) -> (Kept, Client) {
     let yaml = TempConfig::new(&format!("{label}-yaml"), YAML);
+    let server = redis.then(RedisServer::start);
+    let store = server
+        .as_ref()
+        .map(|r| format!("[store]\nurl = \"{}\"\n", r.url()))
+        .unwrap_or_default();
     let toml = format!(
-        "[envoy]\nconfig = \"{}\"\ngrpc_listen = \"127.0.0.1:0\"\n{extra}\n",
+        "{store}[envoy]\nconfig = \"{}\"\ngrpc_listen = \"127.0.0.1:0\"\n{extra}\n",
         yaml.path().display()
     );
     let sluice = Sluice::start_with(label, &toml);
@@ -51,8 +61,41 @@ async fn start(label: &str, extra: &str) -> (Sluice, Client, TempConfig) {
     let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
         .await
         .unwrap();
-    (sluice, client, yaml)
+    ((sluice, yaml, server), client)
 }
+
+/// Each test, on the memory store and on Redis (when installed).
+macro_rules! on_every_store {
+    ($($test:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test(false).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    if sluice_testkit::require_redis() {
+                        super::$test(true).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_every_store!(
+    compat_names_limits_as_the_files_do_and_adds_no_headers,
+    compat_response_headers_are_the_reference_server_s,
+    compat_keeps_counting_the_others_when_one_is_over,
+    a_per_request_limit_beats_the_config_s,
+    quota_mode_refuses_only_when_every_quota_descriptor_is_over,
+    dynamic_metadata_carries_the_request_and_the_passing_rules_metadata,
+);
 
 async fn ask(
     c: &mut Client,
@@ -82,10 +125,9 @@ fn header<'a>(r: &'a RateLimitResponse, key: &str) -> Option<&'a str> {
         .map(|h| h.value.as_str())
 }
 
-#[tokio::test]
-async fn compat_names_limits_as_the_files_do_and_adds_no_headers() {
-    let (_s, mut sluice, _y) = start("own", "").await;
-    let (_c, mut compat, _y2) = start("compat", "compat = true").await;
+async fn compat_names_limits_as_the_files_do_and_adds_no_headers(redis: bool) {
+    let (_s, mut sluice) = start("own", "", redis).await;
+    let (_c, mut compat) = start("compat", "compat = true", redis).await;
     // Sluice names an unnamed limit by its place; the reference server
     // leaves `name` empty (config_impl.go: `Name: descriptorConfig.RateLimit.Name`).
     let r = ask(
@@ -114,9 +156,13 @@ async fn compat_names_limits_as_the_files_do_and_adds_no_headers() {
     );
 }
 
-#[tokio::test]
-async fn compat_response_headers_are_the_reference_server_s() {
-    let (_c, mut c, _y) = start("compat-headers", "compat = true\nresponse_headers = true").await;
+async fn compat_response_headers_are_the_reference_server_s(redis: bool) {
+    let (_c, mut c) = start(
+        "compat-headers",
+        "compat = true\nresponse_headers = true",
+        redis,
+    )
+    .await;
     let r = ask(&mut c, "compat", vec![d("named", "h1"), d("user", "h1")]).await;
     // The descriptor nearest its limit: user (2 per hour, 1 left).
     assert_eq!(header(&r, "RateLimit-Limit"), Some("2"));
@@ -126,10 +172,9 @@ async fn compat_response_headers_are_the_reference_server_s() {
     assert!(header(&r, "RateLimit-Policy").is_none());
 }
 
-#[tokio::test]
-async fn compat_keeps_counting_the_others_when_one_is_over() {
-    let (_s, mut own, _y) = start("own-count", "").await;
-    let (_c, mut compat, _y2) = start("compat-count", "compat = true").await;
+async fn compat_keeps_counting_the_others_when_one_is_over(redis: bool) {
+    let (_s, mut own) = start("own-count", "", redis).await;
+    let (_c, mut compat) = start("compat-count", "compat = true", redis).await;
     for c in [&mut own, &mut compat] {
         for _ in 0..2 {
             ask(c, "compat", vec![d("user", "k")]).await;
@@ -151,10 +196,9 @@ async fn compat_keeps_counting_the_others_when_one_is_over() {
     assert_eq!((r.overall_code, r.statuses[0].code), (OVER, OVER));
 }
 
-#[tokio::test]
-async fn a_per_request_limit_beats_the_config_s() {
+async fn a_per_request_limit_beats_the_config_s(redis: bool) {
     for extra in ["", "compat = true"] {
-        let (_s, mut c, _y) = start("override", extra).await;
+        let (_s, mut c) = start("override", extra, redis).await;
         let with_limit = || {
             let mut x = d("user", "o1");
             x.limit = Some(RateLimitOverride {
@@ -182,10 +226,9 @@ async fn a_per_request_limit_beats_the_config_s() {
     }
 }
 
-#[tokio::test]
-async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over() {
+async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over(redis: bool) {
     for extra in ["", "compat = true"] {
-        let (_s, mut c, _y) = start("quota", extra).await;
+        let (_s, mut c) = start("quota", extra, redis).await;
         // service/ratelimit.go: OVER_LIMIT "iff at least one rate limit
         // descriptor is over the limit or all quota descriptors are over".
         let r = ask(&mut c, "compat", vec![d("quota_a", "q")]).await;
@@ -205,9 +248,8 @@ async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over() {
     }
 }
 
-#[tokio::test]
-async fn dynamic_metadata_carries_the_request_and_the_passing_rules_metadata() {
-    let (_s, mut c, _y) = start("metadata", "response_dynamic_metadata = true").await;
+async fn dynamic_metadata_carries_the_request_and_the_passing_rules_metadata(redis: bool) {
+    let (_s, mut c) = start("metadata", "response_dynamic_metadata = true", redis).await;
     let r = ask(&mut c, "compat", vec![d("meta", "m"), d("user", "m")]).await;
     let m = r.dynamic_metadata.expect("dynamic metadata");
     let field = |name: &str| m.fields.get(name).and_then(|v| v.kind.clone());
@@ -224,7 +266,7 @@ async fn dynamic_metadata_carries_the_request_and_the_passing_rules_metadata() {
         Some(Kind::StringValue("payments".into()))
     );
     // Off by default.
-    let (_s2, mut plain, _y2) = start("no-metadata", "").await;
+    let (_s2, mut plain) = start("no-metadata", "", redis).await;
     let r = ask(&mut plain, "compat", vec![d("meta", "m")]).await;
     assert!(r.dynamic_metadata.is_none());
 }
