@@ -47,6 +47,7 @@ use sluice_store::DirectLimiter;
 use crate::overrides::Overrides;
 use crate::request::{InvalidRequest, validate};
 use crate::rules::{Found, Rule, RuleKind, Rules};
+use crate::stats::{Hit, RuleStats};
 use crate::statuses::{headers, statuses};
 
 /// The Rate Limit Service: the rules over an engine.
@@ -61,6 +62,7 @@ pub struct EnvoyRls {
     unknown_domain_left_out: AtomicU64,
     options: Options,
     overrides: Overrides,
+    stats: Arc<RuleStats>,
 }
 
 /// How the service answers (the `[envoy]` table).
@@ -121,6 +123,7 @@ impl EnvoyRls {
             unknown_domain_left_out: AtomicU64::new(0),
             options: Options::default(),
             overrides: Overrides::default(),
+            stats: Arc::default(),
         }
     }
 
@@ -186,6 +189,7 @@ impl EnvoyRls {
                 *f = Some(Found {
                     rule,
                     shared: Default::default(),
+                    metric_key: None,
                 });
             }
         }
@@ -194,7 +198,15 @@ impl EnvoyRls {
             .iter()
             .map(|f| f.as_ref().map(|f| &**f.rule))
             .collect();
-        let (code, statuses) = statuses(&rules, &places, verdict.as_ref(), &self.options);
+        let mut decisions = Vec::with_capacity(rules.len());
+        let (code, statuses) = statuses(
+            &rules,
+            &places,
+            verdict.as_ref(),
+            &self.options,
+            &mut decisions,
+        );
+        self.record_stats(req, &found, &decisions, verdict.as_ref());
         let mut response = RateLimitResponse {
             overall_code: code as i32,
             statuses,
@@ -297,6 +309,62 @@ impl EnvoyRls {
             }
         }
         all
+    }
+
+    /// Counts each descriptor that met a limit in its rule's statistics.
+    fn record_stats(
+        &self,
+        req: &RateLimitRequest,
+        found: &[Option<Found<'_>>],
+        decisions: &[Option<Decision>],
+        verdict: Option<&Verdict>,
+    ) {
+        let request_hits = u64::from(req.hits_addend).max(1);
+        for ((d, f), decided) in req.descriptors.iter().zip(found).zip(decisions) {
+            let Some(f) = f else { continue };
+            let rule = &f.rule;
+            let hits = cost_of(d, request_hits);
+            let limit = u64::from(rule.requests_per_unit);
+            let (before, over) = match (&rule.kind, decided) {
+                (RuleKind::Unlimited, _) => continue,
+                (RuleKind::Zero, _) => (0, true),
+                (RuleKind::Counted(_), None) => (0, false),
+                (RuleKind::Counted(_), Some(d)) => {
+                    let used = d.limit.saturating_sub(d.remaining);
+                    // An admitted descriptor shows its state after the
+                    // charge; one not charged (refused, or on a refused
+                    // request) shows it before.
+                    let charged = d.allowed
+                        && (self.options.compat
+                            || verdict.is_some_and(|v| v.allowed)
+                            || rule.shadow
+                            || rule.quota);
+                    let before = if charged {
+                        used.saturating_sub(hits)
+                    } else {
+                        used
+                    };
+                    (before, !d.allowed)
+                }
+            };
+            let key = f.metric_key.as_deref().unwrap_or(&rule.path);
+            self.stats.record(
+                &req.domain,
+                key,
+                Hit {
+                    hits,
+                    limit,
+                    before,
+                    over,
+                    shadow: rule.shadow,
+                },
+            );
+        }
+    }
+
+    /// The per-rule statistics.
+    pub fn stats(&self) -> &Arc<RuleStats> {
+        &self.stats
     }
 
     /// The engine's verdict on the charges. A verdict it cannot give (a

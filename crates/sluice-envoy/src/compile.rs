@@ -238,6 +238,8 @@ impl Compile<'_> {
             rule,
             children,
             shared: d.share_threshold.then(|| d.value.clone()).flatten(),
+            value: d.value.clone(),
+            value_to_metric: d.value_to_metric,
         };
         let keyed: &mut Keyed = level.by_key.entry(d.key.clone()).or_default();
         let duplicate = match pattern {
@@ -334,6 +336,8 @@ impl Compile<'_> {
         };
         Ok(Rule {
             labels,
+            path: path.into(),
+            detailed: d.detailed_metric,
             given_name,
             unit,
             requests_per_unit: rl.requests_per_unit,

@@ -24,6 +24,7 @@ pub mod reload;
 pub mod request;
 pub mod rules;
 pub mod service;
+pub mod stats;
 mod statuses;
 pub mod yaml_config;
 pub mod yaml_locate;

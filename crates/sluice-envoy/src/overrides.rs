@@ -81,6 +81,8 @@ fn new_rule(rpu: u32, unit: Unit, store: &dyn Store, algorithm: AlgorithmKind) -
         ))
     };
     Some(Rule {
+        path: labels.limit.clone(),
+        detailed: false,
         labels,
         given_name: String::new(),
         unit,

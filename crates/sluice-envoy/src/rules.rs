@@ -100,6 +100,11 @@ pub struct Rule {
     /// How metrics and logs name it (built once, shared by every decision);
     /// its name is [`name`](Self::name).
     pub labels: Arc<LimitLabels>,
+    /// Its place in the tree (`message_type_marketing.to_number`): the key
+    /// of its statistics, as the reference server names them.
+    pub path: Arc<str>,
+    /// `detailed_metric`: statistics per request value.
+    pub detailed: bool,
     /// `rate_limit.name` as the file gives it (empty when absent).
     pub given_name: String,
     /// The unit, for statuses.
@@ -161,6 +166,18 @@ pub(crate) struct Node {
     pub(crate) children: Level,
     /// For a wildcard node with `share_threshold`: its pattern's text.
     pub(crate) shared: Option<String>,
+    /// The configured `value`, if any.
+    pub(crate) value: Option<String>,
+    /// `value_to_metric`: the request's value in statistics keys.
+    pub(crate) value_to_metric: bool,
+}
+
+/// How an entry met its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Matched {
+    Exact,
+    Wildcard,
+    Any,
 }
 
 /// The nodes of one level, by entry key.
@@ -179,20 +196,16 @@ pub(crate) struct Keyed {
 }
 
 impl Level {
-    /// The node an entry lands on.
-    fn find(&self, key: &str, value: &str) -> Option<&Node> {
+    /// The node an entry lands on, and how.
+    fn find(&self, key: &str, value: &str) -> Option<(&Node, Matched)> {
         let keyed = self.by_key.get(key)?;
-        keyed
-            .exact
-            .get(value)
-            .or_else(|| {
-                keyed
-                    .wildcards
-                    .iter()
-                    .find(|(p, _)| p.matches(value))
-                    .map(|(_, n)| n)
-            })
-            .or(keyed.any.as_deref())
+        if let Some(n) = keyed.exact.get(value) {
+            return Some((n, Matched::Exact));
+        }
+        if let Some((_, n)) = keyed.wildcards.iter().find(|(p, _)| p.matches(value)) {
+            return Some((n, Matched::Wildcard));
+        }
+        keyed.any.as_deref().map(|n| (n, Matched::Any))
     }
 }
 
@@ -204,6 +217,10 @@ pub struct Found<'r> {
     /// The entries matched by a `share_threshold` wildcard, with its
     /// pattern: they count as the pattern, not as their value.
     pub shared: SmallVec<[(usize, &'r str); 2]>,
+    /// The key of its statistics when request values are part of it
+    /// (`detailed_metric`, `value_to_metric`); else the rule's
+    /// [`path`](Rule::path).
+    pub metric_key: Option<String>,
 }
 
 /// Compiled configs: each domain's descriptor tree.
@@ -278,20 +295,64 @@ fn find_in<'r, 'a>(
     entries: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Option<Found<'r>> {
     let mut level = tree;
-    let mut last = None;
     let mut shared = SmallVec::new();
+    let mut steps: SmallVec<[Step<'r, 'a>; 4]> = SmallVec::new();
     for (i, (key, value)) in entries.into_iter().enumerate() {
-        let node = level.find(key, value)?;
+        let (node, how) = level.find(key, value)?;
         if let Some(pattern) = &node.shared {
             shared.push((i, pattern.as_str()));
         }
-        last = Some(node);
+        steps.push(Step {
+            key,
+            value,
+            node,
+            how,
+        });
         level = &node.children;
     }
+    let rule = steps.last()?.node.rule.as_ref()?;
     Some(Found {
-        rule: last?.rule.as_ref()?,
+        rule,
         shared,
+        metric_key: metric_key(rule, &steps),
     })
+}
+
+/// One entry of a request descriptor, matched.
+struct Step<'r, 'a> {
+    key: &'a str,
+    value: &'a str,
+    node: &'r Node,
+    how: Matched,
+}
+
+/// The statistics key of a match that names request values, as the
+/// reference server builds it: with `detailed_metric`, every entry's
+/// `key_value`; with `value_to_metric` on a node met by a wildcard or by
+/// key alone, that entry's `key_value`; a `share_threshold` wildcard's
+/// entry as `key_pattern`. `None` when it is the rule's path.
+fn metric_key(rule: &Rule, steps: &[Step<'_, '_>]) -> Option<String> {
+    let by_value = |s: &Step<'_, '_>| s.node.value_to_metric && s.how != Matched::Exact;
+    if !rule.detailed && !steps.iter().any(by_value) {
+        return None;
+    }
+    let mut out = String::new();
+    for s in steps {
+        if !out.is_empty() {
+            out.push('.');
+        }
+        let shown = match (&s.node.shared, s.how) {
+            (Some(pattern), Matched::Wildcard) => Some(pattern.as_str()),
+            _ if rule.detailed || by_value(s) || s.how == Matched::Exact => Some(s.value),
+            _ => s.node.value.as_deref(),
+        };
+        out.push_str(s.key);
+        if let Some(v) = shown.filter(|v| !v.is_empty()) {
+            out.push('_');
+            out.push_str(v);
+        }
+    }
+    Some(out)
 }
 
 #[cfg(test)]

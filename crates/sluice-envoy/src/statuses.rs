@@ -17,17 +17,27 @@ use crate::rules::{Rule, RuleKind};
 /// (`rules`: the rule each met). The request is over the limit when an
 /// enforced descriptor is (the engine refused it), when a descriptor meets
 /// a limit of 0, or when every quota-mode descriptor is over its limit.
+///
+/// `decisions` gets each counted descriptor's decision (`None` for the
+/// others), for the statistics.
 pub(crate) fn statuses(
     rules: &[Option<&Rule>],
     places: &[Place],
     verdict: Option<&Verdict>,
     options: &Options,
+    decisions: &mut Vec<Option<Decision>>,
 ) -> (Code, Vec<DescriptorStatus>) {
     let (mut quotas, mut quotas_over, mut over) = (0, 0, false);
     let statuses = rules
         .iter()
         .zip(places)
         .map(|(rule, place)| {
+            let decided = match (place, verdict) {
+                (Place::Enforced(i), Some(v)) => v.results.get(*i).map(|r| r.decision),
+                (Place::Shadow(i), Some(v)) => v.shadow.get(*i).map(|r| r.decision),
+                _ => None,
+            };
+            decisions.push(decided);
             let Some(rule) = rule else {
                 return ok_unmatched();
             };

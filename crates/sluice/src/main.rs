@@ -191,7 +191,8 @@ async fn serve(
         Some(e) => Some(envoy_service(e, &engine).await?),
     };
     let reloader = Arc::new(Reloader::new(engine.clone(), config, started));
-    let servers = http_servers(&engine, &deployment, &reloader).await?;
+    let rule_stats = rls.as_ref().map(|(_, service, _)| service.stats().clone());
+    let servers = http_servers(&engine, &deployment, &reloader, rule_stats).await?;
     spawn_reload_triggers(reloader, rls.as_ref().map(|(_, _, r)| r.clone()));
     let (data, control) = (servers.data_addr()?, servers.control_addr()?);
     match &deployment.upstream {
@@ -284,8 +285,13 @@ async fn http_servers(
     engine: &Arc<Engine>,
     deployment: &Deployment,
     reloader: &Arc<Reloader>,
+    rule_stats: Option<Arc<sluice_envoy::stats::RuleStats>>,
 ) -> anyhow::Result<sluice_http::Servers> {
-    let metrics = Arc::new(Metrics::new(engine, Some(reloader.clone())));
+    let mut metrics = Metrics::new(engine, Some(reloader.clone()));
+    if let Some(stats) = rule_stats {
+        metrics = metrics.with_collector(sluice_envoy::stats::StatsCollector(stats));
+    }
+    let metrics = Arc::new(metrics);
     let (listen, control_listen) = (deployment.listen, deployment.control_listen);
     let mut servers = sluice_http::serve(engine.clone(), deployment)
         .await

@@ -26,8 +26,12 @@
 //! | `sluice_top_limited_key_requests` | `rank`, `key` | the most-limited keys (keyed hash prefixes), at most 10 series |
 //! | `sluice_account_events_total` | `result` | account-manager events: `emitted`, `delivered`, `failed`, `dropped` |
 //!
+//! With the Envoy service, its per-rule statistics are served beside these
+//! ([`Metrics::with_collector`]; see `sluice_envoy::stats`).
+//!
 //! Every label value comes from the config or a fixed set: no label grows
-//! with traffic. Keys appear only as keyed-hash prefixes in the bounded
+//! with traffic (but the Envoy service's `detailed_metric` series, which are
+//! capped). Keys appear only as keyed-hash prefixes in the bounded
 //! top-K.
 //!
 //! The metrics kept in the registry are registered by `families`, and
@@ -48,6 +52,7 @@ pub use labels::{LimitOutcome, RequestOutcome};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::collector::Collector;
 use prometheus_client::registry::Registry;
 use sluice_policy::Engine;
 
@@ -98,6 +103,13 @@ impl Metrics {
             events,
             listeners,
         }
+    }
+
+    /// Serves another component's metrics, read at scrape time, beside
+    /// these (the Envoy service's per-rule statistics).
+    pub fn with_collector(mut self, collector: impl Collector + 'static) -> Self {
+        self.registry.register_collector(Box::new(collector));
+        self
     }
 
     /// Reports a listener's open, refused and closed connections, as

@@ -80,12 +80,34 @@ async fn the_dashboard_uses_only_exported_metrics() {
         send(client.get(sluice.url("/")).header("X-Api-Key", "k")).await;
     }
     let r = send(client.get(sluice.control_url("/metrics"))).await;
-    let text = String::from_utf8(r.body).unwrap();
+    let mut text = String::from_utf8(r.body).unwrap();
     let Some(samples) = parse(&text) else { return };
-    let exported: BTreeSet<String> = samples
+    let mut exported: BTreeSet<String> = samples
         .iter()
         .map(|s| s["name"].as_str().unwrap().to_owned())
         .collect();
+    // The Envoy service's per-rule statistics, after one call.
+    let rls = Sluice::start_env(
+        &example_path("envoy-reference.toml"),
+        &["--store-url", &redis.url(), "--grpc-listen", "127.0.0.1:0"],
+        &[("SLUICE_KEY_SECRET", "dashboard-test")],
+    );
+    let mut grpc = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(
+        format!("http://{}", rls.grpc.expect("grpc")),
+    )
+    .await
+    .unwrap();
+    let mut call = crate::envoy_rls::request(
+        vec![crate::envoy_rls::descriptor(&[("database", "users")])],
+        1,
+    );
+    call.domain = "mongo_cps".into();
+    grpc.should_rate_limit(call).await.unwrap();
+    let r = send(client.get(rls.control_url("/metrics"))).await;
+    let envoy_text = String::from_utf8(r.body).unwrap();
+    let envoy = parse(&envoy_text).expect("parsed before");
+    exported.extend(envoy.iter().map(|s| s["name"].as_str().unwrap().to_owned()));
+    text.push_str(&envoy_text);
     let missing: Vec<_> = used_metrics(&dashboard())
         .into_iter()
         .filter(|m| !exported.contains(m))

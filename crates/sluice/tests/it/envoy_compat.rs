@@ -38,6 +38,14 @@ descriptors:
   - key: meta
     metadata: {team: payments, tier: {level: 2}}
     rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: stats
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: detailed
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
 "#;
 
 /// What a started Sluice needs kept: itself, its YAML file, and its Redis.
@@ -95,6 +103,7 @@ on_every_store!(
     a_per_request_limit_beats_the_config_s,
     quota_mode_refuses_only_when_every_quota_descriptor_is_over,
     dynamic_metadata_carries_the_request_and_the_passing_rules_metadata,
+    per_rule_statistics_count_as_the_reference_server_s,
 );
 
 async fn ask(
@@ -316,4 +325,48 @@ async fn merge_domains_joins_files_of_one_domain() {
         .collect();
     assert_eq!(limits, [4, 6]);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn per_rule_statistics_count_as_the_reference_server_s(redis: bool) {
+    let ((s, _y, _r), mut c) = start("stats", "", redis).await;
+    // base_limiter.go, limit 10, near at 8: 7 hits within, then 2 (one near),
+    // then 3 (two over, one near).
+    let with_hits = |key: &str, value: &str, hits: u64| {
+        let mut x = d(key, value);
+        x.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
+        x
+    };
+    for hits in [7, 2, 3] {
+        ask(&mut c, "compat", vec![with_hits("stats", "s1", hits)]).await;
+    }
+    // With detailed_metric, each value is a series of its own.
+    ask(&mut c, "compat", vec![d("detailed", "v1")]).await;
+    ask(&mut c, "compat", vec![d("detailed", "v2")]).await;
+    for _ in 0..3 {
+        ask(&mut c, "compat", vec![d("shadowed", "x")]).await;
+    }
+    let reply =
+        crate::common::send(crate::common::client().get(format!("http://{}/metrics", s.control)))
+            .await;
+    let text = String::from_utf8_lossy(&reply.body).into_owned();
+    let Some(samples) = crate::common::prom::parse(&text) else {
+        return;
+    };
+    let v = |name: &str, rule: &str| {
+        crate::common::prom::value(&samples, name, &[("domain", "compat"), ("rule", rule)])
+    };
+    assert_eq!(
+        v("sluice_envoy_total_hits_total", "stats"),
+        Some(12.0),
+        "{text}"
+    );
+    assert_eq!(v("sluice_envoy_within_limit_total", "stats"), Some(9.0));
+    assert_eq!(v("sluice_envoy_near_limit_total", "stats"), Some(2.0));
+    assert_eq!(v("sluice_envoy_over_limit_total", "stats"), Some(2.0));
+    assert_eq!(v("sluice_envoy_total_hits_total", "detailed_v1"), Some(1.0));
+    assert_eq!(v("sluice_envoy_total_hits_total", "detailed_v2"), Some(1.0));
+    assert_eq!(v("sluice_envoy_total_hits_total", "detailed"), None);
+    // Shadow mode: 2 of 3 over the limit of 1, let through.
+    assert_eq!(v("sluice_envoy_shadow_mode_total", "shadowed"), Some(2.0));
+    assert_eq!(v("sluice_envoy_over_limit_total", "shadowed"), Some(2.0));
 }
