@@ -26,6 +26,7 @@ pub mod rules;
 pub mod service;
 pub mod stats;
 mod statuses;
+pub mod tls;
 pub mod yaml_config;
 pub mod yaml_locate;
 

@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 
 use crate::answer::EnvoyRls;
 use crate::request::MAX_MESSAGE_BYTES;
+use crate::tls::ServerTls;
 
 /// How often the server pings an HTTP/2 connection, to find dead peers.
 pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -47,32 +48,45 @@ impl RateLimitService for EnvoyRls {
 }
 
 /// Serves the Rate Limit Service and `grpc.health.v1` on `listener` until
-/// `shutdown` completes: messages of at most [`MAX_MESSAGE_BYTES`], at most
-/// [`MAX_CONCURRENT_STREAMS`] calls in flight per connection, HTTP/2
-/// pings every [`HTTP2_KEEPALIVE_INTERVAL`] (a connection that does not
-/// answer within [`HTTP2_KEEPALIVE_TIMEOUT`] is closed) and TCP keepalive
-/// after [`TCP_KEEPALIVE`] idle on every accepted connection.
+/// `shutdown` completes, over TLS with `tls`: messages of at most
+/// [`MAX_MESSAGE_BYTES`], at most [`MAX_CONCURRENT_STREAMS`] calls in
+/// flight per connection, HTTP/2 pings every [`HTTP2_KEEPALIVE_INTERVAL`]
+/// (a connection that does not answer within [`HTTP2_KEEPALIVE_TIMEOUT`] is
+/// closed) and, without TLS, TCP keepalive after [`TCP_KEEPALIVE`] idle on
+/// every accepted connection.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     service: std::sync::Arc<EnvoyRls>,
+    tls: Option<std::sync::Arc<ServerTls>>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_serving::<RateLimitServiceServer<EnvoyRls>>()
         .await;
-    // The builder's own `tcp_keepalive` applies only to listeners it binds
-    // itself: the accepted connections get it from the incoming stream.
-    let incoming =
-        tonic::transport::server::TcpIncoming::from(listener).with_keepalive(Some(TCP_KEEPALIVE));
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
         .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
         .add_service(health.max_decoding_message_size(MAX_MESSAGE_BYTES))
         .add_service(
             RateLimitServiceServer::from_arc(service).max_decoding_message_size(MAX_MESSAGE_BYTES),
-        )
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+        );
+    match tls {
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(crate::tls::incoming(listener, tls), shutdown)
+                .await
+        }
+        None => {
+            // The builder's own `tcp_keepalive` applies only to listeners it
+            // binds itself: the accepted connections get it from the
+            // incoming stream.
+            let incoming = tonic::transport::server::TcpIncoming::from(listener)
+                .with_keepalive(Some(TCP_KEEPALIVE));
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+    }
 }

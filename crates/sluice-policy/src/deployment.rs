@@ -57,6 +57,19 @@ pub struct EnvoySettings {
     pub response_dynamic_metadata: bool,
     /// Files defining one domain are merged.
     pub merge_domains: bool,
+    /// TLS on the gRPC listener.
+    pub tls: Option<EnvoyTls>,
+}
+
+/// `[envoy.tls]`, resolved: the PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvoyTls {
+    /// The certificate chain.
+    pub cert: std::path::PathBuf,
+    /// Its private key.
+    pub key: std::path::PathBuf,
+    /// With mTLS, the CA of client certificates.
+    pub client_ca: Option<std::path::PathBuf>,
 }
 
 impl Deployment {
@@ -106,6 +119,11 @@ impl Deployment {
                 response_headers: e.response_headers.unwrap_or(!e.compat),
                 response_dynamic_metadata: e.response_dynamic_metadata,
                 merge_domains: e.merge_domains,
+                tls: e.tls.as_ref().map(|t| EnvoyTls {
+                    cert: dir.join(&t.cert),
+                    key: dir.join(&t.key),
+                    client_ca: t.client_ca.as_ref().map(|c| dir.join(c)),
+                }),
             }),
         })
     }

@@ -24,7 +24,7 @@ pub mod server_settings;
 pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
-pub use deployment::{Deployment, EnvoySettings};
+pub use deployment::{Deployment, EnvoySettings, EnvoyTls};
 pub use engine::{
     Charge, DecideError, Engine, LimitResult, Outcome, PlanSource, Results, RuntimeError,
     SaveError, UnknownPlan, Verdict,

@@ -191,9 +191,13 @@ async fn serve(
         Some(e) => Some(envoy_service(e, &engine).await?),
     };
     let reloader = Arc::new(Reloader::new(engine.clone(), config, started));
-    let rule_stats = rls.as_ref().map(|(_, service, _)| service.stats().clone());
+    let rule_stats = rls.as_ref().map(|r| r.service.stats().clone());
     let servers = http_servers(&engine, &deployment, &reloader, rule_stats).await?;
-    spawn_reload_triggers(reloader, rls.as_ref().map(|(_, _, r)| r.clone()));
+    spawn_reload_triggers(
+        reloader,
+        rls.as_ref().map(|r| r.rules.clone()),
+        rls.as_ref().and_then(|r| r.tls.clone()),
+    );
     let (data, control) = (servers.data_addr()?, servers.control_addr()?);
     match &deployment.upstream {
         Some(u) => tracing::info!(%data, %control, upstream = %u, "sluice proxying"),
@@ -206,13 +210,18 @@ async fn serve(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let grpc = match rls {
         None => None,
-        Some((listener, service, _)) => {
+        Some(EnvoyService {
+            listener,
+            service,
+            tls,
+            ..
+        }) => {
             let addr = listener.local_addr()?;
             let mut rx = stop_rx.clone();
             let stopped = async move {
                 let _ = rx.wait_for(|s| *s).await;
             };
-            let task = tokio::spawn(sluice_envoy::serve(listener, service, stopped));
+            let task = tokio::spawn(sluice_envoy::serve(listener, service, tls, stopped));
             Some((addr, task))
         }
     };
@@ -260,22 +269,38 @@ async fn envoy_service(
     let service = Arc::new(
         sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.clone()).with_options(options),
     );
-    let reloader = Arc::new(sluice_envoy::RulesReloader::new(
+    let rules = Arc::new(sluice_envoy::RulesReloader::new(
         service.clone(),
         e.configs.clone(),
         engine.store().clone(),
         loading,
     ));
-    Ok((listener, service, reloader))
+    let tls = match &e.tls {
+        None => None,
+        Some(t) => Some(Arc::new(sluice_envoy::tls::ServerTls::load(
+            sluice_envoy::tls::TlsFiles {
+                cert: t.cert.clone(),
+                key: t.key.clone(),
+                client_ca: t.client_ca.clone(),
+            },
+        )?)),
+    };
+    Ok(EnvoyService {
+        listener,
+        service,
+        rules,
+        tls,
+    })
 }
 
-/// The Envoy Rate Limit Service's listener, the service, and the reloader
-/// of its YAML configs.
-type EnvoyService = (
-    tokio::net::TcpListener,
-    Arc<sluice_envoy::EnvoyRls>,
-    Arc<sluice_envoy::RulesReloader>,
-);
+/// The Envoy Rate Limit Service, bound: its listener, the service, the
+/// reloader of its YAML configs, and its TLS settings.
+struct EnvoyService {
+    listener: tokio::net::TcpListener,
+    service: Arc<sluice_envoy::EnvoyRls>,
+    rules: Arc<sluice_envoy::RulesReloader>,
+    tls: Option<Arc<sluice_envoy::tls::ServerTls>>,
+}
 
 /// The data plane and the control API, bound, with metrics, the status
 /// page's config version, connection caps that fit in the open files the
@@ -366,7 +391,11 @@ const DEFAULT_KEY_SECRET: &[u8] = b"sluice-default-key-secret; set SLUICE_KEY_SE
 /// Reloads the config, and the Envoy YAML configs, on SIGHUP and when a
 /// file changes (polled every second). Failures are logged by the
 /// reloaders; the running config stays.
-fn spawn_reload_triggers(reloader: Arc<Reloader>, rules: Option<Arc<sluice_envoy::RulesReloader>>) {
+fn spawn_reload_triggers(
+    reloader: Arc<Reloader>,
+    rules: Option<Arc<sluice_envoy::RulesReloader>>,
+    tls: Option<Arc<sluice_envoy::tls::ServerTls>>,
+) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -395,11 +424,16 @@ fn spawn_reload_triggers(reloader: Arc<Reloader>, rules: Option<Arc<sluice_envoy
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         loop {
             tick.tick().await;
-            let (r, y) = (reloader.clone(), rules.clone());
+            let (r, y, t) = (reloader.clone(), rules.clone(), tls.clone());
             let _ = tokio::task::spawn_blocking(move || {
                 let _ = r.reload(false);
                 if let Some(y) = y {
                     let _ = y.reload(false);
+                }
+                if let Some(t) = t
+                    && let Err(e) = t.reload()
+                {
+                    tracing::error!(error = %e, "gRPC TLS files do not load; the running certificate stays");
                 }
             })
             .await;

@@ -45,6 +45,24 @@ pub struct EnvoyConfig {
     /// value defined twice at one level is still an error. Off by default.
     #[serde(default)]
     pub merge_domains: bool,
+    /// TLS on `grpc_listen`, and mTLS with `client_ca`.
+    #[serde(default)]
+    pub tls: Option<EnvoyTlsConfig>,
+}
+
+/// `[envoy.tls]`: PEM files, relative to this config file, read again
+/// when they change.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvoyTlsConfig {
+    /// The certificate chain.
+    pub cert: String,
+    /// Its private key.
+    pub key: String,
+    /// The CA that signs client certificates: every client must present one
+    /// (mTLS).
+    #[serde(default)]
+    pub client_ca: Option<String>,
 }
 
 /// One path, or several.

@@ -22,6 +22,7 @@ mod envoy_reference;
 mod envoy_reload;
 mod envoy_rls;
 mod envoy_rls_redis;
+mod envoy_tls;
 mod faults_cluster;
 mod faults_network;
 mod graceful_shutdown;

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub mod certs;
 pub mod nginx;
 pub mod prom;
 
