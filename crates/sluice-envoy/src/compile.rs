@@ -123,6 +123,20 @@ pub fn compile_into(
             message: e.to_string(),
         }
     })?;
+    compile_config(rules, file, text, &config, store, loading)
+}
+
+/// Compiles a config read from `text` (for the places of errors; empty
+/// for a config that came as a message, whose errors name no line) into
+/// `rules`, as [`compile_into`] does.
+pub fn compile_config(
+    rules: &mut Rules,
+    file: &str,
+    text: &str,
+    config: &YamlConfig,
+    store: &dyn Store,
+    loading: &Loading,
+) -> Result<(), RulesError> {
     let ctx = Compile {
         file,
         text,

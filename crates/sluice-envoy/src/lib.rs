@@ -17,6 +17,7 @@
 pub mod answer;
 pub mod compile;
 mod dynamic_metadata;
+pub mod from_proto;
 pub mod load;
 pub mod overrides;
 pub mod pattern;
@@ -27,6 +28,7 @@ pub mod service;
 pub mod stats;
 mod statuses;
 pub mod tls;
+pub mod xds;
 pub mod yaml_config;
 pub mod yaml_locate;
 

@@ -103,10 +103,17 @@ impl RuleStats {
         let near = (limit as f64 * NEAR_LIMIT_RATIO).floor() as u64;
         add(&c.total_hits, hits);
         if over {
-            let past = if before >= limit { hits } else { after - limit };
+            // A refused descriptor's `before` may read below `limit - hits`
+            // (a fallback's share, costs summed over repeated descriptors):
+            // it is over by at least nothing.
+            let past = if before >= limit {
+                hits
+            } else {
+                after.saturating_sub(limit)
+            };
             add(&c.over_limit, past);
             if before < limit {
-                add(&c.near_limit, limit - near.max(before));
+                add(&c.near_limit, limit.saturating_sub(near.max(before)));
             }
             if shadow {
                 add(&c.shadow_mode, past);
@@ -268,6 +275,17 @@ mod tests {
             },
         );
         assert_eq!(s.get("d", "r"), Some([15, 5, 2, 9, 1]));
+        // Refused below the limit (three descriptors of 3 on a limit of 5,
+        // say): no underflow.
+        s.record(
+            "d",
+            "q",
+            Hit {
+                limit: 5,
+                ..hit(3, 0, true)
+            },
+        );
+        assert_eq!(s.get("d", "q"), Some([3, 0, 1, 0, 0]));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use crate::config::{Config, ConfigError, Source};
+use crate::envoy_settings::EnvoySettings;
 use crate::server_settings::ServerSettings;
 use crate::store_settings::StoreSettings;
 
@@ -37,39 +38,6 @@ pub struct Deployment {
     pub server: ServerSettings,
     /// The Envoy Rate Limit Service, if configured.
     pub envoy: Option<EnvoySettings>,
-}
-
-/// The `[envoy]` table, resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvoySettings {
-    /// The envoyproxy/ratelimit YAML files and directories.
-    pub configs: Vec<std::path::PathBuf>,
-    /// The gRPC address.
-    pub grpc_listen: SocketAddr,
-    /// The algorithm of every descriptor limit.
-    pub algorithm: sluice_core::AlgorithmKind,
-    /// Answer exactly as envoyproxy/ratelimit does.
-    pub compat: bool,
-    /// Headers in the answer (resolved: on unless `compat`).
-    pub response_headers: bool,
-    /// The request and the passing descriptors' `metadata` in
-    /// `dynamic_metadata`.
-    pub response_dynamic_metadata: bool,
-    /// Files defining one domain are merged.
-    pub merge_domains: bool,
-    /// TLS on the gRPC listener.
-    pub tls: Option<EnvoyTls>,
-}
-
-/// `[envoy.tls]`, resolved: the PEM files.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvoyTls {
-    /// The certificate chain.
-    pub cert: std::path::PathBuf,
-    /// Its private key.
-    pub key: std::path::PathBuf,
-    /// With mTLS, the CA of client certificates.
-    pub client_ca: Option<std::path::PathBuf>,
 }
 
 impl Deployment {
@@ -105,26 +73,11 @@ impl Deployment {
             upstream,
             store: StoreSettings::from_config(source, &config.store)?,
             server: ServerSettings::from_config(source, &config.server)?,
-            envoy: config.envoy.as_ref().map(|e| EnvoySettings {
-                configs: e
-                    .config
-                    .get_ref()
-                    .all()
-                    .into_iter()
-                    .map(|p| dir.join(p))
-                    .collect(),
-                grpc_listen: e.grpc_listen,
-                algorithm: e.algorithm,
-                compat: e.compat,
-                response_headers: e.response_headers.unwrap_or(!e.compat),
-                response_dynamic_metadata: e.response_dynamic_metadata,
-                merge_domains: e.merge_domains,
-                tls: e.tls.as_ref().map(|t| EnvoyTls {
-                    cert: dir.join(&t.cert),
-                    key: dir.join(&t.key),
-                    client_ca: t.client_ca.as_ref().map(|c| dir.join(c)),
-                }),
-            }),
+            envoy: config
+                .envoy
+                .as_ref()
+                .map(|e| EnvoySettings::resolve(source, dir, e))
+                .transpose()?,
         })
     }
 }

@@ -11,6 +11,7 @@ pub mod config;
 mod delay_queue;
 pub mod deployment;
 pub mod engine;
+pub mod envoy_settings;
 pub mod events;
 pub mod key_source;
 pub mod key_text;
@@ -24,11 +25,12 @@ pub mod server_settings;
 pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
-pub use deployment::{Deployment, EnvoySettings, EnvoyTls};
+pub use deployment::Deployment;
 pub use engine::{
     Charge, DecideError, Engine, LimitResult, Outcome, PlanSource, Results, RuntimeError,
     SaveError, UnknownPlan, Verdict,
 };
+pub use envoy_settings::{EnvoySettings, EnvoyTls, EnvoyXds};
 pub use key_source::KeySource;
 pub use key_text::KeyText;
 pub use limit::{DelayDef, Limit, LimitLabels};

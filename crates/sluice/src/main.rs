@@ -4,6 +4,7 @@
 //! - `sluice validate --config FILE`
 //! - `sluice simulate --config FILE --log ACCESS_LOG [--format nginx|jsonl] [--out report.html] [--json]`
 
+mod envoy;
 mod simulate;
 
 use std::net::SocketAddr;
@@ -188,14 +189,14 @@ async fn serve(
     engine.watch_runtime_state(RUNTIME_POLL);
     let rls = match &deployment.envoy {
         None => None,
-        Some(e) => Some(envoy_service(e, &engine).await?),
+        Some(e) => Some(envoy::service(e, &engine).await?),
     };
     let reloader = Arc::new(Reloader::new(engine.clone(), config, started));
     let rule_stats = rls.as_ref().map(|r| r.service.stats().clone());
     let servers = http_servers(&engine, &deployment, &reloader, rule_stats).await?;
     spawn_reload_triggers(
         reloader,
-        rls.as_ref().map(|r| r.rules.clone()),
+        rls.as_ref().and_then(|r| r.rules.clone()),
         rls.as_ref().and_then(|r| r.tls.clone()),
     );
     let (data, control) = (servers.data_addr()?, servers.control_addr()?);
@@ -210,7 +211,7 @@ async fn serve(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let grpc = match rls {
         None => None,
-        Some(EnvoyService {
+        Some(envoy::EnvoyService {
             listener,
             service,
             tls,
@@ -243,63 +244,6 @@ async fn serve(
     }
     tracing::info!("sluice stopped");
     Ok(())
-}
-
-/// The Envoy Rate Limit Service, bound: it shares the engine's store
-/// (memory, or Redis with its fallback, named by the same keyed hashes).
-async fn envoy_service(
-    e: &sluice_policy::EnvoySettings,
-    engine: &Arc<Engine>,
-) -> anyhow::Result<EnvoyService> {
-    let loading = sluice_envoy::Loading {
-        algorithm: e.algorithm,
-        merge_domains: e.merge_domains,
-    };
-    let rules = sluice_envoy::Rules::load_all(&e.configs, engine.store().as_ref(), &loading)?;
-    let addr = e.grpc_listen;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot bind {addr}"))?;
-    let options = sluice_envoy::Options {
-        compat: e.compat,
-        response_headers: e.response_headers,
-        dynamic_metadata: e.response_dynamic_metadata,
-        algorithm: e.algorithm,
-    };
-    let service = Arc::new(
-        sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.clone()).with_options(options),
-    );
-    let rules = Arc::new(sluice_envoy::RulesReloader::new(
-        service.clone(),
-        e.configs.clone(),
-        engine.store().clone(),
-        loading,
-    ));
-    let tls = match &e.tls {
-        None => None,
-        Some(t) => Some(Arc::new(sluice_envoy::tls::ServerTls::load(
-            sluice_envoy::tls::TlsFiles {
-                cert: t.cert.clone(),
-                key: t.key.clone(),
-                client_ca: t.client_ca.clone(),
-            },
-        )?)),
-    };
-    Ok(EnvoyService {
-        listener,
-        service,
-        rules,
-        tls,
-    })
-}
-
-/// The Envoy Rate Limit Service, bound: its listener, the service, the
-/// reloader of its YAML configs, and its TLS settings.
-struct EnvoyService {
-    listener: tokio::net::TcpListener,
-    service: Arc<sluice_envoy::EnvoyRls>,
-    rules: Arc<sluice_envoy::RulesReloader>,
-    tls: Option<Arc<sluice_envoy::tls::ServerTls>>,
 }
 
 /// The data plane and the control API, bound, with metrics, the status

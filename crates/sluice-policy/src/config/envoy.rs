@@ -14,7 +14,11 @@ pub struct EnvoyConfig {
     /// The YAML file, a directory of them (the reference server's
     /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config`), or a list of files and
     /// directories; relative to this config file.
-    pub config: Spanned<ConfigPaths>,
+    #[serde(default)]
+    pub config: Option<Spanned<ConfigPaths>>,
+    /// The rules from an xDS management server instead of files.
+    #[serde(default)]
+    pub xds: Option<EnvoyXdsConfig>,
     /// The gRPC address.
     #[serde(default = "default_grpc_listen")]
     pub grpc_listen: SocketAddr,
@@ -48,6 +52,34 @@ pub struct EnvoyConfig {
     /// TLS on `grpc_listen`, and mTLS with `client_ca`.
     #[serde(default)]
     pub tls: Option<EnvoyTlsConfig>,
+}
+
+/// `[envoy.xds]`: an xDS management server (ADS, state of the world) that
+/// sends the rules as `RateLimitConfig` resources.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvoyXdsConfig {
+    /// Its URL: `http://host:port`, or `https://` with `ca`.
+    pub server: Spanned<String>,
+    /// This node's id, as the server knows it.
+    #[serde(default = "default_node_id")]
+    pub node_id: String,
+    /// This node's cluster.
+    #[serde(default)]
+    pub node_cluster: String,
+    /// The CA of the server's certificate, PEM, relative to this file.
+    #[serde(default)]
+    pub ca: Option<String>,
+    /// A client certificate, PEM, for mTLS (with `key`).
+    #[serde(default)]
+    pub cert: Option<String>,
+    /// Its private key, PEM.
+    #[serde(default)]
+    pub key: Option<String>,
+}
+
+fn default_node_id() -> String {
+    "sluice".to_owned()
 }
 
 /// `[envoy.tls]`: PEM files, relative to this config file, read again

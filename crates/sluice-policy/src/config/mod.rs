@@ -29,7 +29,7 @@ mod store;
 
 pub use access::AccessConfig;
 pub use client::{CarryOver, ClientConfig};
-pub use envoy::EnvoyConfig;
+pub use envoy::{ConfigPaths, EnvoyConfig, EnvoyTlsConfig, EnvoyXdsConfig};
 pub use events::EventsConfig;
 pub use file::Config;
 pub use headers::HeadersConfig;

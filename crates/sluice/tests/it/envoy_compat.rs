@@ -58,7 +58,8 @@ async fn start(label: &str, extra: &str, redis: bool) -> (Kept, Client) {
     let server = redis.then(RedisServer::start);
     let store = server
         .as_ref()
-        .map(|r| format!("[store]\nurl = \"{}\"\n", r.url()))
+        // A generous timeout: on a busy machine no call may fall back.
+        .map(|r| format!("[store]\nurl = \"{}\"\ntimeout = \"2s\"\n", r.url()))
         .unwrap_or_default();
     let toml = format!(
         "{store}[envoy]\nconfig = \"{}\"\ngrpc_listen = \"127.0.0.1:0\"\n{extra}\n",

@@ -36,12 +36,20 @@ async fn start(on_redis: bool) -> Option<(Running, Client)> {
     } else {
         None
     };
-    let mut args = vec!["--grpc-listen".to_owned(), "127.0.0.1:0".to_owned()];
-    if let Some(r) = &redis {
-        args.extend(["--store-url".to_owned(), r.url()]);
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let sluice = Sluice::start_args(&example_path("envoy-reference.toml"), &args);
+    let args = ["--grpc-listen", "127.0.0.1:0"];
+    let sluice = match &redis {
+        None => Sluice::start_args(&example_path("envoy-reference.toml"), &args),
+        // The example on Redis, with a generous timeout: on a busy machine
+        // no call may fall back.
+        Some(r) => {
+            let toml = format!(
+                "[store]\nurl = \"{}\"\ntimeout = \"2s\"\n\n[envoy]\nconfig = \"{}\"\n",
+                r.url(),
+                example_path("envoy/reference").display()
+            );
+            Sluice::start_with_args("envoy-reference-redis", &toml, &args)
+        }
+    };
     let grpc = sluice.grpc.expect("a grpc address");
     let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
         .await

@@ -23,6 +23,7 @@ mod envoy_reload;
 mod envoy_rls;
 mod envoy_rls_redis;
 mod envoy_tls;
+mod envoy_xds;
 mod faults_cluster;
 mod faults_network;
 mod graceful_shutdown;
