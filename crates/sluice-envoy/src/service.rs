@@ -52,8 +52,8 @@ impl RateLimitService for EnvoyRls {
 /// [`MAX_MESSAGE_BYTES`], at most [`MAX_CONCURRENT_STREAMS`] calls in
 /// flight per connection, HTTP/2 pings every [`HTTP2_KEEPALIVE_INTERVAL`]
 /// (a connection that does not answer within [`HTTP2_KEEPALIVE_TIMEOUT`] is
-/// closed) and, without TLS, TCP keepalive after [`TCP_KEEPALIVE`] idle on
-/// every accepted connection.
+/// closed), `TCP_NODELAY` on every accepted connection, and without TLS,
+/// TCP keepalive after [`TCP_KEEPALIVE`] idle.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     service: std::sync::Arc<EnvoyRls>,
@@ -79,10 +79,14 @@ pub async fn serve(
                 .await
         }
         None => {
-            // The builder's own `tcp_keepalive` applies only to listeners it
-            // binds itself: the accepted connections get it from the
-            // incoming stream.
+            // The builder's own `tcp_nodelay` and `tcp_keepalive` apply only
+            // to listeners it binds itself: the accepted connections get
+            // them from the incoming stream. Without `TCP_NODELAY`, a
+            // response written in two parts waits for the client's delayed
+            // ACK (40 ms on Linux) whenever calls overlap on a connection:
+            // that was the p99.9 of the RLS benchmark.
             let incoming = tonic::transport::server::TcpIncoming::from(listener)
+                .with_nodelay(Some(true))
                 .with_keepalive(Some(TCP_KEEPALIVE));
             router
                 .serve_with_incoming_shutdown(incoming, shutdown)

@@ -1,6 +1,9 @@
 //! A load generator for an Envoy Rate Limit Service: `CONCURRENCY` gRPC calls
 //! in flight on one HTTP/2 connection each, for `SECONDS`, over `KEYS`
-//! distinct `remote_address` descriptors. Prints throughput and latency.
+//! distinct `remote_address` descriptors. Prints throughput and latency
+//! (p50, p99, p99.9 and the slowest call), and with `RLS_LOAD_SLOW_MS=N`
+//! when each call slower than N ms started (ms from the start), to see
+//! whether slow calls come together.
 //!
 //! `rls_load ADDR [SECONDS] [CONCURRENCY] [KEYS]`
 
@@ -18,11 +21,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let secs: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
     let concurrency: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(64);
     let keys: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let begin = Instant::now();
+    let deadline = begin + Duration::from_secs(secs);
     let mut tasks = Vec::new();
     for t in 0..concurrency {
         let client = RateLimitServiceClient::connect(format!("http://{addr}")).await?;
         tasks.push(tokio::spawn(async move {
+            let begin = begin;
             let mut client = client;
             let mut latencies = Vec::new();
             let mut over = 0u64;
@@ -42,6 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     hits_addend: 1,
                 };
                 let start = Instant::now();
+                let since = start.duration_since(begin);
                 match client.should_rate_limit(request).await {
                     Ok(r) if r.get_ref().overall_code == 2 => over += 1,
                     Ok(_) => {}
@@ -51,7 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         break;
                     }
                 }
-                latencies.push(start.elapsed());
+                latencies.push((start.elapsed(), since));
             }
             (latencies, over, error)
         }));
@@ -70,14 +76,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             errors += 1;
         }
     }
+    if let Some(ms) = std::env::var("RLS_LOAD_SLOW_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let mut slow: Vec<(Duration, Duration)> = all
+            .iter()
+            .filter(|(l, _)| *l >= Duration::from_millis(ms))
+            .map(|(l, at)| (*at, *l))
+            .collect();
+        slow.sort();
+        for (at, l) in slow {
+            eprintln!(
+                "slow call at {} ms: {:.1} ms",
+                at.as_millis(),
+                l.as_secs_f64() * 1e3
+            );
+        }
+    }
+    let mut all: Vec<Duration> = all.into_iter().map(|(l, _)| l).collect();
     all.sort();
     let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)));
     println!(
-        "calls: {}  over_limit: {over}  failed_callers: {errors}  throughput: {:.0}/s  p50: {:?}  p99: {:?}",
+        "calls: {}  over_limit: {over}  failed_callers: {errors}  throughput: {:.0}/s  p50: {:?}  p99: {:?}  p99.9: {:?}  max: {:?}",
         all.len(),
         all.len() as f64 / secs as f64,
         pct(0.50).copied().unwrap_or_default(),
         pct(0.99).copied().unwrap_or_default(),
+        pct(0.999).copied().unwrap_or_default(),
+        all.last().copied().unwrap_or_default(),
     );
     Ok(())
 }
