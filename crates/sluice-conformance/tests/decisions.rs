@@ -125,6 +125,38 @@ max_share = { free = 80 }
     });
 }
 
+fn a_class_refusal_shows_every_limit_that_refuses(d: &Deployments) {
+    // The class's share of `class-backend` (2 of 10; its own name: a Redis
+    // deployment keeps `global` counters across scenarios) and the key's
+    // own limit (2) run out together: the third request is refused by both, and both say
+    // so (the memory store once showed the key's limit as admitting).
+    let toml = r#"
+[client]
+key = "header:X-Api-Key"
+default_plan = "free"
+
+[plans.free]
+limits = [{ rate = "2/h", burst = 2 }]
+
+[[limits]]
+name = "class-backend"
+key = "global"
+rate = "10/h"
+burst = 10
+max_share = { free = 20 }
+"#;
+    same_everywhere(d, "class refusal", |kind| {
+        let seen = run(d, kind, toml, &[("k", "/"), ("k", "/"), ("k", "/")]);
+        let last = &seen[2];
+        assert!(!last.0, "{kind:?}: refused");
+        assert!(
+            last.1.iter().all(|(_, _, _, allowed)| !allowed),
+            "{kind:?}: every limit refuses: {seen:?}"
+        );
+        seen
+    });
+}
+
 fn delay_holds_what_fits_and_refuses_the_rest(d: &Deployments) {
     let toml = r#"
 [client]
@@ -258,6 +290,7 @@ fn every_store_decides_alike() {
     every_algorithm_admits_its_burst_and_refuses_the_rest(&d);
     a_request_over_any_limit_charges_none(&d);
     classes_keep_their_share(&d);
+    a_class_refusal_shows_every_limit_that_refuses(&d);
     delay_holds_what_fits_and_refuses_the_rest(&d);
     credits_pay_for_what_the_plan_refuses(&d);
     a_plan_change_carries_the_used_share_over(&d);

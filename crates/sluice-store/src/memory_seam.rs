@@ -147,10 +147,20 @@ impl<'a> Locked<'a> {
             if probe.decision.allowed {
                 continue;
             }
+            // Every check says whether it would have admitted its own cost
+            // (with its reserve), from its state unchanged.
             let mut decisions: Decisions = SmallVec::with_capacity(checks.len());
             for (j, other) in checks.iter().enumerate() {
-                let stands = self.guards[self.of(other)].peek(other.key, self.now, 0)?;
-                decisions.push(above(stands.decision, asked(checks, reserves, j).1));
+                let guard = &self.guards[self.of(other)];
+                let (cost, reserve) = asked(checks, reserves, j);
+                let stands = guard.peek(other.key, self.now, 0)?;
+                let fits = guard.peek(other.key, self.now, cost.saturating_add(reserve))?;
+                let mut d = above(stands.decision, reserve);
+                if !fits.decision.allowed {
+                    d.allowed = false;
+                    d.retry_after = Some(fits.decision.retry_after.unwrap_or(1).max(1));
+                }
+                decisions.push(d);
             }
             decisions[i].allowed = false;
             decisions[i].retry_after = Some(probe.decision.retry_after.unwrap_or(1).max(1));
