@@ -193,10 +193,10 @@ impl<R: Remote> Protected<R> {
                 done: &self.probe_done,
             });
             let result = self.settle_then_call(&remote, deadline).await;
-            let decided = self.on_result(checks, &parts, result);
+            let decided = self.on_result(&parts, result);
             drop(probe);
             if let Some(decided) = decided {
-                return Ok(decided);
+                return decided;
             }
         }
         self.counts
@@ -227,14 +227,14 @@ impl<R: Remote> Protected<R> {
         }
     }
 
-    /// What the store's answer means for the request: its decision, or
-    /// `None` for the fallback (the store failed).
+    /// What the store's answer means for the request: its decision (or
+    /// its refusal of a cost that can never pass), or `None` for the
+    /// fallback (the store failed).
     fn on_result(
         &self,
-        checks: &[Check<'_>],
         parts: &[Part],
         result: Result<Checked, RemoteError>,
-    ) -> Option<Checked> {
+    ) -> Option<Result<Checked, StoreError>> {
         match result {
             Ok(checked) => {
                 if self.breaker.success() == Some(Transition::Closed) && self.flaps.closed() {
@@ -246,29 +246,13 @@ impl<R: Remote> Protected<R> {
                 {
                     cache.remember(parts, &checked.decisions);
                 }
-                Some(checked)
+                Some(Ok(checked))
             }
-            Err(RemoteError::Refused(_)) => {
+            Err(RemoteError::Refused(e)) => {
                 // The store answered: the cost can never pass. Not a store
-                // failure; a refusal that no wait can lift.
+                // failure; the same error the memory store gives.
                 self.breaker.success();
-                Some(Checked::by_store(
-                    false,
-                    checks
-                        .iter()
-                        .map(|c| {
-                            let burst = c.counter.def().spec().burst;
-                            Decision {
-                                allowed: c.cost <= burst,
-                                limit: burst,
-                                remaining: 0,
-                                reset_after: 0,
-                                retry_after: (c.cost > burst).then_some(u64::MAX),
-                                delay: 0,
-                            }
-                        })
-                        .collect(),
-                ))
+                Some(Err(e))
             }
             Err(e) => {
                 let counter = match e {

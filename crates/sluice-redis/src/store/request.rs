@@ -87,11 +87,17 @@ pub(super) fn params_of(c: &RedisCheck<'_>) -> Result<LimitParams, RedisStoreErr
         })
 }
 
-/// A cost the limit can never admit is an error, before anything is sent.
+/// A cost the limit can never admit (with the check's reserve kept back)
+/// is an error, before anything is sent, as in the memory store.
 pub(super) fn check_cost(cost: u64, params: &LimitParams) -> Result<(), RedisStoreError> {
     let capacity = params.burst();
-    if cost > capacity {
-        return Err(CheckError::CostExceedsCapacity { cost, capacity }.into());
+    let asked = cost.saturating_add(params.reserve());
+    if asked > capacity {
+        return Err(CheckError::CostExceedsCapacity {
+            cost: asked,
+            capacity,
+        }
+        .into());
     }
     Ok(())
 }

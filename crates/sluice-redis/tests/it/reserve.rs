@@ -268,3 +268,55 @@ fn the_local_fallback_keeps_the_reserve_of_its_share() {
         }
     });
 }
+
+/// A cost that, with its reserve, can never fit is the error the memory
+/// store gives (`StoreError::Impossible`), not a refusal with a retry time
+/// of u64::MAX nanoseconds (which a server would have shown as a
+/// Retry-After of centuries); nothing is charged, and the store is not
+/// counted as failing.
+#[test]
+fn a_cost_that_can_never_fit_is_the_memory_store_s_error() {
+    use sluice_store::seam::StoreError;
+    use sluice_store::{MemoryStore, MemoryStoreConfig};
+    let Some(env) = env() else { return };
+    let url: StoreUrl = env.server.url().parse().unwrap();
+    env.rt.block_on(async {
+        let shared = sluice_redis::shared(
+            url,
+            true,
+            ProtectOptions {
+                timeout: Duration::from_secs(2),
+                ..ProtectOptions::default()
+            },
+        );
+        shared.connect(Duration::from_secs(10)).await.unwrap();
+        let memory = MemoryStore::new(MemoryStoreConfig::default());
+        let id = fresh_id("never-fits");
+        let def = CounterDef::new(&id, spec(4)).unwrap();
+        let (on_redis, in_memory) = (shared.counter(def.clone()), memory.counter(def));
+        // 5 of a burst of 4: a cost of 5, or of 3 with 2 kept back.
+        for (cost, reserve) in [(5, 0), (3, 2)] {
+            let never = |c| Check {
+                reserve,
+                cost,
+                ..shared_check(c, 0)
+            };
+            let redis_says = shared.check(&[never(&on_redis)]).await;
+            let memory_says = Store::check(&memory, &[never(&in_memory)]).await;
+            assert_eq!(
+                memory_says,
+                Err(StoreError::Impossible {
+                    cost: 5,
+                    capacity: 4
+                })
+            );
+            assert_eq!(redis_says, memory_says, "cost {cost}, reserve {reserve}");
+        }
+        let d = shared.check(&[shared_check(&on_redis, 0)]).await.unwrap();
+        assert_eq!(
+            (d.by, d.decisions[0].remaining),
+            (DecidedBy::Store, 3),
+            "nothing was charged"
+        );
+    });
+}
