@@ -128,7 +128,8 @@ pub fn refusal_response(verdict: &Verdict) -> Response {
 
 /// The problem for a request that could not be decided: 401 for a missing
 /// key, 403 for a denied client, 400 for a cost no limit could ever admit
-/// or a path with no canonical form.
+/// or a path with no canonical form, 500 (details only in the log) for
+/// Sluice's own fault.
 pub fn decide_error(e: &DecideError) -> Problem {
     match e {
         DecideError::MissingKey(m) => Problem::new(
@@ -142,6 +143,13 @@ pub fn decide_error(e: &DecideError) -> Problem {
             format!("This request's path is refused: {p}."),
         ),
         DecideError::Denied => Problem::new(StatusCode::FORBIDDEN, "This client is denied access."),
+        DecideError::Internal(why) => {
+            tracing::error!(error = %why, "a request could not be decided");
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "This request could not be decided; the server logged why.",
+            )
+        }
     }
 }
 

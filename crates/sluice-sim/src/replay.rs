@@ -289,13 +289,11 @@ impl Simulator {
             cost: entry.cost,
         };
         // The memory store answers at once; an engine over any other store
-        // is a bug of the caller, reported as impossible.
+        // is a bug of the caller.
         let decided = self.engine.decide_now(&req).unwrap_or_else(|| {
-            Err(DecideError::Impossible {
-                limit: "the simulator needs a store in this process".into(),
-                cost: 0,
-                capacity: 0,
-            })
+            Err(DecideError::Internal(
+                "the simulator needs a store in this process".into(),
+            ))
         });
         let status = Status::of(&decided);
         let client = client_of(self.client_key.as_ref(), &self.policy, &req);

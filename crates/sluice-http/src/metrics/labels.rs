@@ -23,6 +23,8 @@ pub enum RequestOutcome {
     invalid,
     /// Refused by the `deny` fallback while Redis was down (503).
     store_unavailable,
+    /// Not decided, by Sluice's own fault (500).
+    internal,
 }
 
 impl From<Outcome> for RequestOutcome {
@@ -34,6 +36,7 @@ impl From<Outcome> for RequestOutcome {
             Outcome::MissingKey => Self::missing_key,
             Outcome::Denied => Self::denied,
             Outcome::Invalid => Self::invalid,
+            Outcome::Internal => Self::internal,
         }
     }
 }

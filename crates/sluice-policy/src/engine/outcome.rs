@@ -30,6 +30,8 @@ pub enum Outcome {
     /// A bad request: it costs more than a limit can ever admit, its path
     /// has no canonical form, or its key is ambiguous.
     Invalid,
+    /// Sluice's own fault ([`DecideError::Internal`]).
+    Internal,
 }
 
 impl Outcome {
@@ -62,6 +64,7 @@ impl Outcome {
             DecideError::Impossible { .. }
             | DecideError::Path(_)
             | DecideError::AmbiguousKey(_) => Self::Invalid,
+            DecideError::Internal(_) => Self::Internal,
         }
     }
 
@@ -74,11 +77,30 @@ impl Outcome {
             Self::MissingKey => 401,
             Self::Denied => 403,
             Self::Invalid => 400,
+            Self::Internal => 500,
         }
     }
 
     /// Whether the request was admitted.
     pub fn admitted(self) -> bool {
         matches!(self, Self::Allowed | Self::Delayed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_counter_of_another_store_is_an_internal_error_not_an_impossible_cost() {
+        // It was reported as a cost of 0 that could never pass: a 400 that
+        // blamed the client for Sluice's own fault.
+        let e = DecideError::from(sluice_store::seam::StoreError::ForeignCounter("api".into()));
+        assert!(
+            matches!(&e, DecideError::Internal(m) if m.contains("`api`")),
+            "{e}"
+        );
+        let outcome = Outcome::of(&Err(e));
+        assert_eq!((outcome, outcome.http_status()), (Outcome::Internal, 500));
     }
 }

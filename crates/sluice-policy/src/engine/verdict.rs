@@ -141,6 +141,11 @@ pub enum DecideError {
     /// The path has no canonical form (see [`path`](crate::path)).
     #[error(transparent)]
     Path(#[from] crate::path::PathError),
+    /// Sluice cannot decide because of its own fault, not the request's: a
+    /// limit's counter registered with another store, or a caller that
+    /// needs an answer at once from a store that cannot give one.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// The request costs more than a limit can ever admit.
     #[error(
         "limit `{limit}`: cost {cost} exceeds its capacity of {capacity}; this request can never pass"
@@ -163,11 +168,9 @@ impl From<sluice_store::seam::StoreError> for DecideError {
                 cost,
                 capacity,
             },
-            sluice_store::seam::StoreError::ForeignCounter(limit) => Self::Impossible {
-                limit,
-                cost: 0,
-                capacity: 0,
-            },
+            sluice_store::seam::StoreError::ForeignCounter(limit) => {
+                Self::Internal(format!("limit `{limit}` was registered with another store"))
+            }
         }
     }
 }

@@ -33,7 +33,7 @@ impl Counts {
             Status::Limited | Status::StoreUnavailable => self.limited += 1,
             Status::MissingKey => self.missing_key += 1,
             Status::Denied => self.denied += 1,
-            Status::Invalid => self.impossible += 1,
+            Status::Invalid | Status::Internal => self.impossible += 1,
         }
     }
 }
