@@ -3,7 +3,7 @@
 //!
 //! | metric | labels | what |
 //! |---|---|---|
-//! | `sluice_requests_total` | `outcome` | requests by outcome: `allowed`, `limited`, `denied`, `missing_key`, `invalid`, `store_unavailable` |
+//! | `sluice_requests_total` | `outcome` | requests by outcome: `allowed`, `limited`, `denied`, `missing_key`, `invalid`, `store_unavailable`, `internal` |
 //! | `sluice_decisions_total` | `limit`, `plan`, `endpoint`, `outcome` | each limit's decisions: `allowed`, `limited`, `delayed`, `shadow_allowed`, `shadow_limited` |
 //! | `sluice_limited_within_plan_total` | — | refusals of clients their plan limits admitted (refused by another limit) |
 //! | `sluice_limited_retry_after_seconds` | `limit` | histogram of the time until a refused request could pass |
