@@ -63,6 +63,9 @@ pub struct EnvoyRls {
     options: Options,
     overrides: Overrides,
     stats: Arc<RuleStats>,
+    /// Whether some rules are in force (the health service answers
+    /// `SERVING` only then).
+    ready: tokio::sync::watch::Sender<bool>,
 }
 
 /// How the service answers (the `[envoy]` table).
@@ -116,7 +119,9 @@ impl EnvoyRls {
             burst: 5,
             nodelay: true,
         };
+        let ready = tokio::sync::watch::Sender::new(!rules.domains().is_empty());
         Self {
+            ready,
             rules: ArcSwap::new(rules),
             engine,
             unknown_domain_lines: DirectLimiter::new(&lines).ok(),
@@ -142,7 +147,14 @@ impl EnvoyRls {
     /// ones. A rule whose counter id is unchanged keeps its counts, since
     /// counters live in the engine's store.
     pub fn replace_rules(&self, rules: Arc<Rules>) {
+        let any = !rules.domains().is_empty();
         self.rules.store(rules);
+        self.ready.send_replace(any);
+    }
+
+    /// Whether some rules are in force, as it changes.
+    pub fn ready(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.ready.subscribe()
     }
 
     /// Logs a request for a domain the rules do not have, unless too many
@@ -183,16 +195,7 @@ impl EnvoyRls {
                 self.overrides.rule(o, store, self.options.algorithm)
             })
             .collect();
-        let mut found = rules_now.resolve(&req.domain, &req.descriptors);
-        for (f, o) in found.iter_mut().zip(&overridden) {
-            if let Some(rule) = o {
-                *f = Some(Found {
-                    rule,
-                    shared: Default::default(),
-                    metric_key: None,
-                });
-            }
-        }
+        let found = rules_now.resolve_with(&req.domain, &req.descriptors, &overridden);
         let (places, verdict) = self.counted(req, &found, &overridden).await;
         let rules: Vec<Option<&Rule>> = found
             .iter()
@@ -404,26 +407,83 @@ fn cost_of(d: &RateLimitDescriptor, request_hits: u64) -> u64 {
 }
 
 /// What a descriptor's counter is named by (before the keyed hash): the
-/// domain for a per-request limit, and its entries, keys and values, with separators no entry can forge. An entry
-/// matched by a `share_threshold` wildcard counts as the pattern (marked,
-/// so that no value can be mistaken for it).
+/// domain for a per-request limit, and its entries, keys and values, each
+/// ended by a separator (U+001C to U+001F) that no entry can forge: those
+/// characters, and the escape U+001B, are escaped where an entry holds
+/// them (so the usual entries, which hold none, are named as before). An
+/// entry matched by a `share_threshold` wildcard counts as the pattern
+/// (marked, so that no value can be mistaken for it).
 fn descriptor_key(domain: &str, d: &RateLimitDescriptor, shared: &[(usize, &str)]) -> String {
     let mut key = String::new();
     if !domain.is_empty() {
-        key.push_str(domain);
+        push_escaped(&mut key, domain);
         key.push('\u{1c}');
     }
     for (i, e) in d.entries.iter().enumerate() {
-        key.push_str(&e.key);
+        push_escaped(&mut key, &e.key);
         key.push('\u{1f}');
         match shared.iter().find(|(at, _)| *at == i) {
             Some((_, pattern)) => {
                 key.push('\u{1d}');
-                key.push_str(pattern);
+                push_escaped(&mut key, pattern);
             }
-            None => key.push_str(&e.value),
+            None => push_escaped(&mut key, &e.value),
         }
         key.push('\u{1e}');
     }
     key
+}
+
+/// Appends `text`, with U+001B to U+001F written as U+001B and a printable
+/// character: one text is never another's, nor holds a separator.
+fn push_escaped(key: &mut String, text: &str) {
+    if !text.contains(|c: char| ('\u{1b}'..='\u{1f}').contains(&c)) {
+        key.push_str(text);
+        return;
+    }
+    for c in text.chars() {
+        if ('\u{1b}'..='\u{1f}').contains(&c) {
+            key.push('\u{1b}');
+            key.push(char::from(c as u8 + 0x40));
+        } else {
+            key.push(c);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+
+    fn d(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+        RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn entries_holding_separators_cannot_name_another_descriptor_s_counter() {
+        // Both once gave `a\x1fX\x1eb\x1fY\x1eb\x1fZ\x1e`: one client could
+        // spend another's counter.
+        let one = d(&[("a", "X\u{1e}b\u{1f}Y"), ("b", "Z")]);
+        let two = d(&[("a", "X"), ("b", "Y\u{1e}b\u{1f}Z")]);
+        assert_ne!(descriptor_key("", &one, &[]), descriptor_key("", &two, &[]));
+        let esc = d(&[("a", "\u{1b}^")]);
+        let sep = d(&[("a", "\u{1e}")]);
+        assert_ne!(descriptor_key("", &esc, &[]), descriptor_key("", &sep, &[]));
+        // The usual entries are named as they were.
+        let plain = d(&[("remote_address", "10.0.0.1")]);
+        assert_eq!(
+            descriptor_key("", &plain, &[]),
+            "remote_address\u{1f}10.0.0.1\u{1e}"
+        );
+    }
 }

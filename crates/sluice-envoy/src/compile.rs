@@ -221,7 +221,10 @@ impl Compile<'_> {
         if d.key.is_empty() {
             return Err(self.invalid(&here("key"), "descriptor has empty key"));
         }
-        let step = match &d.value {
+        // An empty value is no value, as in the reference server (and as a
+        // message from xDS has it): the node matches any value.
+        let value = d.value.as_deref().filter(|v| !v.is_empty());
+        let step = match value {
             Some(v) => format!("{}_{v}", d.key),
             None => d.key.clone(),
         };
@@ -230,7 +233,7 @@ impl Compile<'_> {
         } else {
             format!("{parent}.{step}")
         };
-        let pattern = d.value.as_deref().map(Pattern::new);
+        let pattern = value.map(Pattern::new);
         if d.share_threshold && !pattern.as_ref().is_some_and(Pattern::is_wildcard) {
             return Err(self.invalid(
                 &here("share_threshold"),
@@ -251,8 +254,8 @@ impl Compile<'_> {
         let node = Node {
             rule,
             children,
-            shared: d.share_threshold.then(|| d.value.clone()).flatten(),
-            value: d.value.clone(),
+            shared: value.filter(|_| d.share_threshold).map(str::to_owned),
+            value: value.map(str::to_owned),
             value_to_metric: d.value_to_metric,
         };
         let keyed: &mut Keyed = level.by_key.entry(d.key.clone()).or_default();
@@ -483,6 +486,18 @@ mod tests {
     fn a_domain_is_required() {
         refused("domain: \"\"\n", "t.yaml:1:1: `domain`: ", "empty domain");
         refused("descriptors: []\n", "t.yaml:", "domain");
+    }
+
+    #[test]
+    fn an_empty_value_is_no_value() {
+        // config_impl.go: `if descriptorConfig.Value != ""`.
+        let rules = compile("domain: d\ndescriptors:\n  - key: a\n    value: \"\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n").unwrap();
+        assert!(rules.find("d", [("a", "anything")]).is_some());
+        refused(
+            "domain: d\ndescriptors:\n  - key: a\n  - key: a\n    value: \"\"\n",
+            "t.yaml:4:5: ",
+            "duplicate",
+        );
     }
 
     #[test]

@@ -67,6 +67,19 @@ impl Rules {
         for (name, text) in &texts.0 {
             compile_into(&mut rules, name, text, store, loading)?;
         }
+        // Files that define nothing are a mistake or a set caught half
+        // written: they must not switch every limit off.
+        if rules.domains.is_empty() {
+            let files: Vec<&str> = texts.0.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(RulesError::Files {
+                file: if files.is_empty() {
+                    "(no file)".to_owned()
+                } else {
+                    files.join(", ")
+                },
+                message: "the configs define no domain; every request would pass unlimited".into(),
+            });
+        }
         Ok(rules)
     }
 

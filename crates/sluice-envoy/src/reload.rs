@@ -49,15 +49,17 @@ pub struct RulesReloader {
 }
 
 impl RulesReloader {
-    /// A reloader of `paths` into `service`, whose rules were loaded from
-    /// them (on `store`, as `loading` says) just before.
+    /// A reloader of `paths` into `service`, whose rules were compiled from
+    /// `loaded` (read from them, on `store`, as `loading` says): a change
+    /// made since that read is loaded at the first poll.
     pub fn new(
         service: Arc<EnvoyRls>,
         paths: Vec<PathBuf>,
         store: Arc<dyn Store>,
         loading: Loading,
+        loaded: Texts,
     ) -> Self {
-        let last = Some(Texts::read(&paths).map_err(|e| e.to_string()));
+        let last = Some(Ok(loaded));
         Self {
             service,
             paths,

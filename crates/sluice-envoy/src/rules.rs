@@ -249,16 +249,35 @@ impl Rules {
         domain: &str,
         descriptors: &[RateLimitDescriptor],
     ) -> Vec<Option<Found<'r>>> {
+        self.resolve_with(domain, descriptors, &[])
+    }
+
+    /// [`resolve`](Self::resolve), with the per-request limits of some
+    /// descriptors (`overrides[i]`) in place of their config rules: such a
+    /// descriptor neither replaces nor is replaced, as in the reference
+    /// server (whose overrides have no name and no `replaces`).
+    pub fn resolve_with<'r>(
+        &'r self,
+        domain: &str,
+        descriptors: &[RateLimitDescriptor],
+        overrides: &'r [Option<Arc<Rule>>],
+    ) -> Vec<Option<Found<'r>>> {
         let Some(tree) = self.domains.get(domain) else {
             return vec![None; descriptors.len()];
         };
         let mut found: Vec<Option<Found<'r>>> = descriptors
             .iter()
-            .map(|d| {
-                find_in(
+            .enumerate()
+            .map(|(i, d)| match overrides.get(i).and_then(Option::as_ref) {
+                Some(rule) => Some(Found {
+                    rule,
+                    shared: SmallVec::new(),
+                    metric_key: None,
+                }),
+                None => find_in(
                     tree,
                     d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
-                )
+                ),
             })
             .collect();
         let replaced: Vec<&str> = found
@@ -268,9 +287,12 @@ impl Rules {
             .collect();
         if !replaced.is_empty() {
             for f in &mut found {
-                // As in the reference server: only a named rule is replaced.
+                // As in the reference server: only a named rule is replaced,
+                // and never an unlimited one (it is set aside first).
                 if f.as_ref().is_some_and(|f| {
-                    !f.rule.given_name.is_empty() && replaced.contains(&f.rule.given_name.as_str())
+                    !f.rule.given_name.is_empty()
+                        && !matches!(f.rule.kind, RuleKind::Unlimited)
+                        && replaced.contains(&f.rule.given_name.as_str())
                 }) {
                     *f = None;
                 }
@@ -419,6 +441,26 @@ descriptors:
         assert_eq!(name(&r, &[("api_key", "k"), ("path", "/other")]), None);
         assert_eq!(name(&r, &[("nope", "x")]), None);
         assert_eq!(name(&r, &[]), None);
+    }
+
+    #[test]
+    fn an_unlimited_rule_is_never_replaced() {
+        // service/ratelimit.go sets unlimited limits aside before it drops
+        // the replaced ones.
+        use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+        let yaml = "domain: r\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, name: free}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: free}]}\n";
+        let store = MemoryStore::new(MemoryStoreConfig::default());
+        let r =
+            Rules::from_yaml("r.yaml", yaml, &store, &AlgorithmKind::FixedWindow.into()).unwrap();
+        let d = |k: &str| RateLimitDescriptor {
+            entries: vec![Entry {
+                key: k.into(),
+                value: "x".into(),
+            }],
+            ..Default::default()
+        };
+        let found = r.resolve("r", &[d("a"), d("b")]);
+        assert!(found.iter().all(Option::is_some), "{found:?}");
     }
 
     #[test]

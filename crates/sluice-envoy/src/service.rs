@@ -61,9 +61,27 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
-    reporter
-        .set_serving::<RateLimitServiceServer<EnvoyRls>>()
-        .await;
+    // `SERVING` once rules are in force (with a management server, after
+    // its first set), as the reference server's
+    // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: Envoy's health checks keep
+    // away from an instance that would admit everything.
+    let mut ready = service.ready();
+    tokio::spawn(async move {
+        loop {
+            if *ready.borrow_and_update() {
+                reporter
+                    .set_serving::<RateLimitServiceServer<EnvoyRls>>()
+                    .await;
+            } else {
+                reporter
+                    .set_not_serving::<RateLimitServiceServer<EnvoyRls>>()
+                    .await;
+            }
+            if ready.changed().await.is_err() {
+                return;
+            }
+        }
+    });
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
         .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))

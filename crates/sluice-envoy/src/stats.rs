@@ -14,8 +14,10 @@
 //! `rule` is the rule's place in the tree (`message_type_marketing.to_number`),
 //! or with `detailed_metric` or `value_to_metric` the request's values as
 //! the reference server puts them in its keys. Those grow with traffic, so
-//! at most [`MAX_SERIES`] series are kept; the hits of any further one are
-//! counted in `sluice_envoy_stats_series_dropped_total`.
+//! at most [`MAX_SERIES`] series are kept, each `rule` at most
+//! [`MAX_RULE_BYTES`] long (a longer one is cut, and ends with a hash of
+//! the whole); the hits of any further series are counted in
+//! `sluice_envoy_stats_series_dropped_total`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +32,9 @@ use prometheus_client::metrics::gauge::ConstGauge;
 
 /// The most (domain, rule) series kept.
 pub const MAX_SERIES: usize = 10_000;
+
+/// The longest `rule` label kept: request values may be long.
+pub const MAX_RULE_BYTES: usize = 256;
 
 /// The reference server's default `NEAR_LIMIT_RATIO`.
 pub const NEAR_LIMIT_RATIO: f64 = 0.8;
@@ -130,8 +135,22 @@ impl RuleStats {
     }
 
     fn counters(&self, domain: &str, rule: &str) -> Option<Arc<Counters>> {
-        if let Some(c) = self.series.read().get(domain, rule) {
-            return Some(c.clone());
+        let cut;
+        let rule = if rule.len() > MAX_RULE_BYTES {
+            cut = shortened(rule);
+            cut.as_str()
+        } else {
+            rule
+        };
+        {
+            let all = self.series.read();
+            if let Some(c) = all.get(domain, rule) {
+                return Some(c.clone());
+            }
+            // Full: no write lock, which every other call would wait on.
+            if all.len >= MAX_SERIES {
+                return None;
+            }
         }
         let mut all = self.series.write();
         if let Some(c) = all.get(domain, rule) {
@@ -161,6 +180,20 @@ impl RuleStats {
             c.shadow_mode.load(Ordering::Relaxed),
         ])
     }
+}
+
+/// A `rule` label past [`MAX_RULE_BYTES`]: its start, and a hash of the
+/// whole, so that two long values stay apart.
+fn shortened(rule: &str) -> String {
+    let mut end = MAX_RULE_BYTES - 20;
+    while !rule.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}~{:016x}",
+        &rule[..end],
+        sluice_store::fnv1a(rule.as_bytes())
+    )
 }
 
 /// Serves [`RuleStats`] on a Prometheus registry.
@@ -286,6 +319,22 @@ mod tests {
             },
         );
         assert_eq!(s.get("d", "q"), Some([3, 0, 1, 0, 0]));
+    }
+
+    #[test]
+    fn long_rule_labels_are_cut_and_stay_apart() {
+        let s = RuleStats::default();
+        let (a, b) = ("v".repeat(70_000), format!("{}w", "v".repeat(70_000)));
+        s.record("d", &a, hit(1, 0, false));
+        s.record("d", &b, hit(1, 0, false));
+        let all = s.series.read();
+        let kept: Vec<&String> = all.by_domain["d"].keys().collect();
+        assert_eq!(kept.len(), 2);
+        assert!(
+            kept.iter().all(|k| k.len() <= MAX_RULE_BYTES),
+            "{:?}",
+            kept.iter().map(|k| k.len()).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -73,6 +73,8 @@ pub struct ServerTls {
     loaded: Mutex<Vec<Vec<u8>>>,
     /// Contents that did not load: reported once, not at every poll.
     refused: Mutex<Option<Vec<Vec<u8>>>>,
+    /// The last error reading the files, likewise.
+    unreadable: Mutex<Option<String>>,
 }
 
 impl ServerTls {
@@ -85,6 +87,7 @@ impl ServerTls {
             config: ArcSwap::from_pointee(config),
             loaded: Mutex::new(contents),
             refused: Mutex::new(None),
+            unreadable: Mutex::new(None),
         })
     }
 
@@ -92,7 +95,20 @@ impl ServerTls {
     /// are in use. Files that do not load leave the running ones in use
     /// (and are reported once: the same contents again answer `false`).
     pub fn reload(&self) -> Result<bool, TlsError> {
-        let contents = read_all(&self.files)?;
+        let contents = match read_all(&self.files) {
+            Ok(c) => c,
+            Err(e) => {
+                // A file that stays unreadable is reported once.
+                let text = e.to_string();
+                let mut last = self.unreadable.lock();
+                if last.as_deref() == Some(text.as_str()) {
+                    return Ok(false);
+                }
+                *last = Some(text);
+                return Err(e);
+            }
+        };
+        *self.unreadable.lock() = None;
         let mut loaded = self.loaded.lock();
         if *loaded == contents || self.refused.lock().as_ref() == Some(&contents) {
             return Ok(false);

@@ -132,10 +132,16 @@ impl XdsClient {
     }
 
     /// One stream: ask, then apply and answer each response. `wait` goes
-    /// back to its minimum once the server answers.
+    /// back to its minimum once a response is applied.
     async fn session(&self, wait: &mut Duration) -> Result<(), SessionError> {
+        // Pings find a connection that died without a word (a NAT timeout,
+        // a partition): the stream then fails and is opened again.
         let mut endpoint = Endpoint::from_shared(self.settings.server.clone())?
-            .connect_timeout(Duration::from_secs(5));
+            .connect_timeout(Duration::from_secs(5))
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(10))
+            .keep_alive_while_idle(true)
+            .tcp_keepalive(Some(Duration::from_secs(60)));
         if let Some(tls) = self.settings.tls()? {
             endpoint = endpoint.tls_config(tls)?;
         }
@@ -150,12 +156,12 @@ impl XdsClient {
             .await?
             .into_inner();
         while let Some(response) = responses.message().await? {
-            *wait = BACKOFF_MIN;
             if response.type_url != TYPE_URL {
                 continue;
             }
             let answer = match self.apply(&response) {
                 Ok(domains) => {
+                    *wait = BACKOFF_MIN;
                     accepted = response.version_info.clone();
                     tracing::info!(version = %accepted, domains, "xDS: rate limit configs applied");
                     self.request(&accepted, &response.nonce, None)
@@ -198,6 +204,16 @@ impl XdsClient {
             )?;
         }
         let domains = rules.domains().len();
+        if domains == 0 {
+            // An empty set would switch every limit off.
+            return Err(RulesError::Files {
+                file: "xds".into(),
+                message: format!(
+                    "version `{}` holds no RateLimitConfig; every request would pass unlimited",
+                    response.version_info
+                ),
+            });
+        }
         self.service.replace_rules(Arc::new(rules));
         Ok(domains)
     }

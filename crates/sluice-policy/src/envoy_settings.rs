@@ -115,6 +115,12 @@ fn resolve_xds(source: &Source, dir: &Path, x: &EnvoyXdsConfig) -> Result<EnvoyX
             format!("[envoy.xds] server: `{server}` must be an http:// or https:// URL"),
         ));
     }
+    if !https && (x.ca.is_some() || x.cert.is_some() || x.key.is_some()) {
+        return Err(source.error_at(
+            Some(x.server.span()),
+            "[envoy.xds]: `ca`, `cert` and `key` need an https:// server (over http:// they would be ignored)",
+        ));
+    }
     if https && x.ca.is_none() {
         return Err(source.error_at(
             Some(x.server.span()),

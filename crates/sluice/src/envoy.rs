@@ -19,9 +19,18 @@ pub(crate) async fn service(
     };
     // With a management server, the rules come from it; until its first
     // answer, every domain is unknown (and answered `OK`).
-    let rules = match &e.xds {
-        None => sluice_envoy::Rules::load_all(&e.configs, engine.store().as_ref(), &loading)?,
-        Some(_) => sluice_envoy::Rules::default(),
+    let (rules, texts) = match &e.xds {
+        None => {
+            // Read once: the reloader compares with what was compiled.
+            let texts = sluice_envoy::Texts::read(&e.configs)?;
+            let rules =
+                sluice_envoy::Rules::compile_all(&texts, engine.store().as_ref(), &loading)?;
+            (rules, texts)
+        }
+        Some(_) => (
+            sluice_envoy::Rules::default(),
+            sluice_envoy::Texts(Vec::new()),
+        ),
     };
     let addr = e.grpc_listen;
     let listener = tokio::net::TcpListener::bind(addr)
@@ -42,6 +51,7 @@ pub(crate) async fn service(
             e.configs.clone(),
             engine.store().clone(),
             loading,
+            texts,
         ))),
         Some(x) => {
             let client = sluice_envoy::xds::XdsClient::new(

@@ -76,24 +76,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             errors += 1;
         }
     }
-    if let Some(ms) = std::env::var("RLS_LOAD_SLOW_MS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        let mut slow: Vec<(Duration, Duration)> = all
-            .iter()
-            .filter(|(l, _)| *l >= Duration::from_millis(ms))
-            .map(|(l, at)| (*at, *l))
-            .collect();
-        slow.sort();
-        for (at, l) in slow {
-            eprintln!(
-                "slow call at {} ms: {:.1} ms",
-                at.as_millis(),
-                l.as_secs_f64() * 1e3
-            );
-        }
-    }
+    report_slow(&all);
     let mut all: Vec<Duration> = all.into_iter().map(|(l, _)| l).collect();
     all.sort();
     let pct = |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)));
@@ -107,4 +90,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         all.last().copied().unwrap_or_default(),
     );
     Ok(())
+}
+
+/// With `RLS_LOAD_SLOW_MS=N`: when each call slower than N ms started.
+fn report_slow(all: &[(Duration, Duration)]) {
+    let Some(ms) = std::env::var("RLS_LOAD_SLOW_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return;
+    };
+    let mut slow: Vec<(Duration, Duration)> = all
+        .iter()
+        .filter(|(l, _)| *l >= Duration::from_millis(ms))
+        .map(|(l, at)| (*at, *l))
+        .collect();
+    slow.sort();
+    for (at, l) in slow {
+        eprintln!(
+            "slow call at {} ms: {:.1} ms",
+            at.as_millis(),
+            l.as_secs_f64() * 1e3
+        );
+    }
 }

@@ -157,8 +157,24 @@ async fn a_bad_file_keeps_the_running_rules_and_names_its_place() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(shown(&mut c, "a", "alice").await, Some((5, 2)));
+    // A directory emptied (files moved away during a deploy) would switch
+    // every limit off: refused.
+    std::fs::remove_file(dir.path().join("config").join("b.yaml")).unwrap();
+    let a_text = std::fs::read_to_string(dir.path().join("config").join("a.yaml")).unwrap();
+    std::fs::remove_file(dir.path().join("config").join("a.yaml")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !s.log().contains("the configs define no domain") {
+        assert!(Instant::now() < deadline, "log:\n{}", s.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        shown(&mut c, "a", "alice").await,
+        Some((5, 1)),
+        "still limited"
+    );
+    dir.put("a.yaml", &a_text);
     // Fixed, it loads.
     dir.put("b.yaml", B);
     until_limited(&s, &mut c, "b").await;
-    assert_eq!(shown(&mut c, "a", "alice").await, Some((5, 1)));
+    assert_eq!(shown(&mut c, "a", "alice").await, Some((5, 0)));
 }

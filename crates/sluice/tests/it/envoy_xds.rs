@@ -198,6 +198,28 @@ async fn limit(grpc: SocketAddr, user: &str) -> Option<(u32, u32)> {
         .map(|l| (l.requests_per_unit, s.limit_remaining))
 }
 
+const SERVING: i32 = 1;
+const NOT_SERVING: i32 = 2;
+
+/// The health service's status of the Rate Limit Service.
+async fn health(grpc: SocketAddr) -> i32 {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = HealthClient::new(channel);
+    c.check(HealthCheckRequest {
+        service: "envoy.service.ratelimit.v3.RateLimitService".into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .status
+}
+
 #[tokio::test]
 async fn a_management_server_drives_the_rules_and_a_bad_config_is_nacked() {
     let (mut server, addr) = Server::start("127.0.0.1:0".parse().unwrap()).await;
@@ -222,6 +244,19 @@ async fn a_management_server_drives_the_rules_and_a_bad_config_is_nacked() {
         None,
         "no rules before the first push"
     );
+    assert_eq!(health(grpc).await, NOT_SERVING, "no rules: not serving");
+    // An empty set would switch every limit off: refused.
+    server.push("0", "n0", &[]).await;
+    let nack = server.next_request().await;
+    assert_eq!(
+        (nack.version_info.as_str(), nack.response_nonce.as_str()),
+        ("", "n0")
+    );
+    assert!(
+        nack.error_detail
+            .is_some_and(|e| e.message.contains("holds no RateLimitConfig"))
+    );
+    assert_eq!(health(grpc).await, NOT_SERVING);
 
     server.push("1", "n1", &[config(3, false)]).await;
     let ack = server.next_request().await;
@@ -231,6 +266,7 @@ async fn a_management_server_drives_the_rules_and_a_bad_config_is_nacked() {
     );
     assert!(ack.error_detail.is_none());
     assert_eq!(limit(grpc, "a").await, Some((3, 2)));
+    assert_eq!(health(grpc).await, SERVING);
 
     server.push("2", "n2", &[config(5, false)]).await;
     let ack = server.next_request().await;
