@@ -187,21 +187,25 @@ impl EnvoyRls {
         }
         // A per-request limit beats the config's, in a configured domain.
         let store = self.engine.store().as_ref();
-        let overridden: Vec<Option<Arc<Rule>>> = req
-            .descriptors
-            .iter()
-            .map(|d| {
-                let o = d.limit.as_ref().filter(|_| known)?;
-                self.overrides.rule(o, store, self.options.algorithm)
-            })
-            .collect();
+        let overridden: Vec<Option<Arc<Rule>>> =
+            if req.descriptors.iter().any(|d| d.limit.is_some()) {
+                req.descriptors
+                    .iter()
+                    .map(|d| {
+                        let o = d.limit.as_ref().filter(|_| known)?;
+                        self.overrides.rule(o, store, self.options.algorithm)
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
         let found = rules_now.resolve_with(&req.domain, &req.descriptors, &overridden);
         let (places, verdict) = self.counted(req, &found, &overridden).await;
-        let rules: Vec<Option<&Rule>> = found
+        let rules: smallvec::SmallVec<[Option<&Rule>; 4]> = found
             .iter()
             .map(|f| f.as_ref().map(|f| &**f.rule))
             .collect();
-        let mut decisions = Vec::with_capacity(rules.len());
+        let mut decisions: smallvec::SmallVec<[Option<Decision>; 4]> = smallvec::SmallVec::new();
         let (code, statuses) = statuses(
             &rules,
             &places,
@@ -350,18 +354,32 @@ impl EnvoyRls {
                     (before, !d.allowed)
                 }
             };
-            let key = f.metric_key.as_deref().unwrap_or(&rule.path);
-            self.stats.record(
-                &req.domain,
-                key,
-                Hit {
-                    hits,
-                    limit,
-                    before,
-                    over,
-                    shadow: rule.shadow,
-                },
-            );
+            let hit = Hit {
+                hits,
+                limit,
+                before,
+                over,
+                shadow: rule.shadow,
+            };
+            match (&f.metric_key, &rule.stats) {
+                // The rule's own series, kept on the rule once found.
+                (None, Some(cell)) => {
+                    let kept = match cell.get() {
+                        Some(c) => Some(c.clone()),
+                        None => self.stats.series(&req.domain, &rule.path).inspect(|c| {
+                            let _ = cell.set(c.clone());
+                        }),
+                    };
+                    match kept {
+                        Some(c) => RuleStats::record_on(&c, hit),
+                        None => self.stats.dropped(hit),
+                    }
+                }
+                (key, _) => {
+                    let key = key.as_deref().unwrap_or(&rule.path);
+                    self.stats.record(&req.domain, key, hit);
+                }
+            }
         }
     }
 

@@ -363,6 +363,7 @@ impl Compile<'_> {
             quota: d.quota_mode,
             kind,
             metadata,
+            stats: Some(std::sync::OnceLock::new()),
         })
     }
 }

@@ -92,5 +92,6 @@ fn new_rule(rpu: u32, unit: Unit, store: &dyn Store, algorithm: AlgorithmKind) -
         quota: false,
         kind,
         metadata: None,
+        stats: None,
     })
 }

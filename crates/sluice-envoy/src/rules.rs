@@ -122,6 +122,9 @@ pub struct Rule {
     pub kind: RuleKind,
     /// `metadata`, for the response's `dynamic_metadata`.
     pub metadata: Option<Struct>,
+    /// Its statistics series once found (a rule of a config belongs to one
+    /// domain); `None` for a per-request limit, which every domain shares.
+    pub(crate) stats: Option<std::sync::OnceLock<Arc<crate::stats::Counters>>>,
 }
 
 /// What a rule does with a request.

@@ -39,9 +39,9 @@ pub const MAX_RULE_BYTES: usize = 256;
 /// The reference server's default `NEAR_LIMIT_RATIO`.
 pub const NEAR_LIMIT_RATIO: f64 = 0.8;
 
-/// One rule's counters.
+/// One series' counters.
 #[derive(Debug, Default)]
-struct Counters {
+pub struct Counters {
     total_hits: AtomicU64,
     over_limit: AtomicU64,
     near_limit: AtomicU64,
@@ -87,10 +87,26 @@ impl Series {
 impl RuleStats {
     /// Counts one descriptor's decision under (`domain`, `rule`).
     pub fn record(&self, domain: &str, rule: &str, hit: Hit) {
-        let Some(c) = self.counters(domain, rule) else {
-            self.dropped.fetch_add(hit.hits, Ordering::Relaxed);
-            return;
-        };
+        match self.counters(domain, rule) {
+            Some(c) => Self::record_on(&c, hit),
+            None => self.dropped(hit),
+        }
+    }
+
+    /// The counters of (`domain`, `rule`), created if there is room: a
+    /// caller that counts often on one series keeps them, and counts on
+    /// them with [`record_on`](Self::record_on).
+    pub fn series(&self, domain: &str, rule: &str) -> Option<Arc<Counters>> {
+        self.counters(domain, rule)
+    }
+
+    /// Counts hits of a series past the cap.
+    pub fn dropped(&self, hit: Hit) {
+        self.dropped.fetch_add(hit.hits, Ordering::Relaxed);
+    }
+
+    /// Counts one descriptor's decision on a series' counters.
+    pub fn record_on(c: &Counters, hit: Hit) {
         let add = |n: &AtomicU64, by: u64| {
             if by > 0 {
                 n.fetch_add(by, Ordering::Relaxed);

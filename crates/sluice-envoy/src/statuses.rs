@@ -25,7 +25,7 @@ pub(crate) fn statuses(
     places: &[Place],
     verdict: Option<&Verdict>,
     options: &Options,
-    decisions: &mut Vec<Option<Decision>>,
+    decisions: &mut smallvec::SmallVec<[Option<Decision>; 4]>,
 ) -> (Code, Vec<DescriptorStatus>) {
     let (mut quotas, mut quotas_over, mut over) = (0, 0, false);
     let statuses = rules
