@@ -256,7 +256,9 @@ impl EnvoyRls {
         let mut places = Vec::with_capacity(found.len());
         let mut charges: Vec<Charge<'_>> = Vec::with_capacity(found.len());
         let (mut enforced, mut later) = (0, 0);
-        for ((d, f), o) in req.descriptors.iter().zip(found).zip(overridden) {
+        for (i, (d, f)) in req.descriptors.iter().zip(found).enumerate() {
+            // (Empty when no descriptor has a per-request limit.)
+            let o = overridden.get(i).and_then(Option::as_ref);
             let Some((f, limited)) = f.as_ref().and_then(|f| Some((f, f.rule.limited()?))) else {
                 places.push(Place::None);
                 continue;
@@ -279,7 +281,7 @@ impl EnvoyRls {
             charges.push(Charge {
                 limit: &limited.limit,
                 counter: &limited.counter,
-                key: hasher.key_id(&descriptor_key(domain, d, &f.shared)),
+                key: descriptor_id(hasher, domain, d, &f.shared),
                 cost: if zero { 0 } else { cost_of(d, request_hits) },
                 shadow: after,
             });
@@ -452,10 +454,40 @@ fn descriptor_key(domain: &str, d: &RateLimitDescriptor, shared: &[(usize, &str)
     key
 }
 
+/// The keyed hash of [`descriptor_key`], computed from its pieces when no
+/// entry needs escaping (the usual case): nothing is allocated.
+fn descriptor_id(
+    hasher: &sluice_store::KeyHasher,
+    domain: &str,
+    d: &RateLimitDescriptor,
+    shared: &[(usize, &str)],
+) -> sluice_store::KeyId {
+    let plain = |t: &str| !t.bytes().any(|b| (0x1b..=0x1f).contains(&b));
+    let all_plain = plain(domain)
+        && shared.iter().all(|(_, p)| plain(p))
+        && d.entries.iter().all(|e| plain(&e.key) && plain(&e.value));
+    if !all_plain || d.entries.len() > 8 {
+        return hasher.key_id(&descriptor_key(domain, d, shared));
+    }
+    let mut pieces: smallvec::SmallVec<[&[u8]; 40]> = smallvec::SmallVec::new();
+    if !domain.is_empty() {
+        pieces.extend([domain.as_bytes(), "\u{1c}".as_bytes()]);
+    }
+    for (i, e) in d.entries.iter().enumerate() {
+        pieces.extend([e.key.as_bytes(), "\u{1f}".as_bytes()]);
+        match shared.iter().find(|(at, _)| *at == i) {
+            Some((_, pattern)) => pieces.extend(["\u{1d}".as_bytes(), pattern.as_bytes()]),
+            None => pieces.push(e.value.as_bytes()),
+        }
+        pieces.push("\u{1e}".as_bytes());
+    }
+    hasher.key_id_pieces(pieces)
+}
+
 /// Appends `text`, with U+001B to U+001F written as U+001B and a printable
 /// character: one text is never another's, nor holds a separator.
 fn push_escaped(key: &mut String, text: &str) {
-    if !text.contains(|c: char| ('\u{1b}'..='\u{1f}').contains(&c)) {
+    if !text.bytes().any(|b| (0x1b..=0x1f).contains(&b)) {
         key.push_str(text);
         return;
     }
@@ -503,5 +535,21 @@ mod tests {
             descriptor_key("", &plain, &[]),
             "remote_address\u{1f}10.0.0.1\u{1e}"
         );
+        // The id from pieces is the id of the key.
+        let h = sluice_store::KeyHasher::from_secret(b"t");
+        for (domain, desc, shared) in [
+            ("", &plain, &[][..]),
+            ("edge", &two, &[][..]),
+            (
+                "",
+                &d(&[("files", "files/a"), ("m", "GET")]),
+                &[(0, "files/*")][..],
+            ),
+        ] {
+            assert_eq!(
+                descriptor_id(&h, domain, desc, shared),
+                h.key_id(&descriptor_key(domain, desc, shared))
+            );
+        }
     }
 }

@@ -19,7 +19,9 @@
 //!
 //! Rules are compiled from YAML files by [`compile`](crate::compile).
 
-use std::collections::HashMap;
+/// The maps of a tree: their keys come from the config, so a fast hash
+/// with a random seed is enough (a request's values only look up).
+type Map<V> = std::collections::HashMap<String, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -186,13 +188,13 @@ enum Matched {
 /// The nodes of one level, by entry key.
 #[derive(Debug, Default)]
 pub(crate) struct Level {
-    pub(crate) by_key: HashMap<String, Keyed>,
+    pub(crate) by_key: Map<Keyed>,
 }
 
 /// The nodes of one level for one entry key.
 #[derive(Debug, Default)]
 pub(crate) struct Keyed {
-    pub(crate) exact: HashMap<String, Node>,
+    pub(crate) exact: Map<Node>,
     /// In file order: the first that matches wins.
     pub(crate) wildcards: Vec<(Pattern, Node)>,
     pub(crate) any: Option<Box<Node>>,
@@ -229,7 +231,7 @@ pub struct Found<'r> {
 /// Compiled configs: each domain's descriptor tree.
 #[derive(Debug, Default)]
 pub struct Rules {
-    pub(crate) domains: HashMap<String, Level>,
+    pub(crate) domains: Map<Level>,
 }
 
 impl Rules {

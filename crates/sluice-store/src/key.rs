@@ -75,6 +75,17 @@ impl KeyHasher {
         self.key_id_bytes(key.as_bytes())
     }
 
+    /// The identity of a client key given in pieces: the same as of the
+    /// pieces joined, without joining them.
+    #[inline]
+    pub fn key_id_pieces<'a>(&self, pieces: impl IntoIterator<Item = &'a [u8]>) -> KeyId {
+        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+        for p in pieces {
+            h.write(p);
+        }
+        KeyId(h.finish128().as_u128())
+    }
+
     /// The identity of a client key given as bytes.
     #[inline]
     pub fn key_id_bytes(&self, key: &[u8]) -> KeyId {
@@ -95,6 +106,16 @@ mod tests {
         assert_eq!(a.key_id("k"), b.key_id("k"));
         assert_ne!(a.key_id("k"), a.key_id("l"));
         assert_ne!(KeyHasher::from_secret(b"other").key_id("k"), a.key_id("k"));
+    }
+
+    #[test]
+    fn a_key_in_pieces_is_the_key_joined() {
+        let h = KeyHasher::from_secret(b"s3cret");
+        let pieces: [&[u8]; 4] = [b"remote_address", b"\x1f", b"10.0.0.1", b"\x1e"];
+        assert_eq!(
+            h.key_id_pieces(pieces),
+            h.key_id("remote_address\x1f10.0.0.1\x1e")
+        );
     }
 
     #[test]
