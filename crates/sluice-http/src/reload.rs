@@ -19,17 +19,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use parking_lot::Mutex;
+use sluice_policy::settle::{Settled, settled, still_changing_message};
 use sluice_policy::{ConfigError, Deployment, Engine, Policy, Source};
 
-/// How long a changed file must stay the same before it is loaded.
-pub const SETTLE: Duration = Duration::from_millis(250);
-
-/// How many times a forced reload (SIGHUP, `POST /admin/reload`) waits
-/// [`SETTLE`] for a file that keeps changing before it gives up.
-const SETTLE_TRIES: usize = 10;
+pub use sluice_policy::settle::SETTLE;
 
 /// Reloads one config file into one engine.
 #[derive(Debug)]
@@ -98,37 +93,22 @@ impl Reloader {
         let _one_at_a_time = self.reloading.lock();
         // An unreadable file counts as a text too (`None`): a file that
         // stays missing is reported once, not at every poll.
-        let mut text = snapshot(&self.engine, &self.path);
-        if !force && *self.last_text.lock() == text {
-            return Ok(Reloaded::Unchanged);
-        }
-        let mut tries = if force { SETTLE_TRIES } else { 1 };
-        loop {
-            std::thread::sleep(SETTLE);
-            let again = snapshot(&self.engine, &self.path);
-            if again == text {
-                break;
-            }
-            text = again;
-            tries -= 1;
-            if tries == 0 {
-                if !force {
-                    return Ok(Reloaded::Unchanged);
-                }
+        let last = self.last_text.lock().clone();
+        let text = match settled(|| snapshot(&self.engine, &self.path), Some(&last), force) {
+            Settled::Unchanged => return Ok(Reloaded::Unchanged),
+            Settled::Stable(text) => text,
+            Settled::StillChanging => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
                 let e = ConfigError {
                     file: self.path.clone(),
                     line: 0,
                     column: 0,
-                    message: format!(
-                        "the file kept changing for {:?}; write configs by renaming a finished file over the old one",
-                        SETTLE * SETTLE_TRIES as u32
-                    ),
+                    message: still_changing_message(),
                 };
                 tracing::error!(error = %e, "config reload failed; the running config stays");
                 return Err(e);
             }
-        }
+        };
         match self.compile(text.as_ref()) {
             Ok((policy, deployment)) => {
                 if self.started != deployment {

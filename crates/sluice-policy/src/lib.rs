@@ -22,6 +22,7 @@ pub mod path;
 pub mod policy;
 mod runtime;
 pub mod server_settings;
+pub mod settle;
 pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
