@@ -7,17 +7,13 @@
 //! counted, and the next line says how many were left out. Turn the lines
 //! off with `SLUICE_LOG=info,sluice::rejections=off`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use sluice_policy::Verdict;
-use sluice_store::DirectLimiter;
+use sluice_policy::log_budget::LogBudget;
 
 /// A rate-limited logger of refusals. See the module docs.
 #[derive(Debug)]
 pub struct RejectionLog {
-    lines: Option<DirectLimiter>,
-    suppressed: AtomicU64,
+    budget: LogBudget,
 }
 
 impl Default for RejectionLog {
@@ -29,15 +25,8 @@ impl Default for RejectionLog {
 impl RejectionLog {
     /// At most `per_second` lines a second, in bursts of `burst`.
     pub fn new(per_second: u64, burst: u64) -> Self {
-        let spec = LimitSpec {
-            algorithm: AlgorithmKind::Gcra,
-            rate: Rate::per_second(per_second.max(1)),
-            burst: burst.max(1),
-            nodelay: false,
-        };
         Self {
-            lines: DirectLimiter::new(&spec).ok(),
-            suppressed: AtomicU64::new(0),
+            budget: LogBudget::new(per_second, burst),
         }
     }
 
@@ -49,15 +38,9 @@ impl RejectionLog {
         let Some(r) = verdict.violated().next() else {
             return;
         };
-        let may_log = self
-            .lines
-            .as_ref()
-            .is_some_and(|l| l.check(1).is_ok_and(|d| d.allowed));
-        if !may_log {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
+        let Some(left_out) = self.budget.take() else {
             return;
-        }
-        let left_out = self.suppressed.swap(0, Ordering::Relaxed);
+        };
         let key = r.key.to_hex();
         tracing::info!(
             target: "sluice::rejections",

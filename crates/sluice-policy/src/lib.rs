@@ -17,6 +17,7 @@ pub mod key_source;
 pub mod key_text;
 pub mod keys_file;
 pub mod limit;
+pub mod log_budget;
 pub mod matcher;
 pub mod path;
 pub mod policy;

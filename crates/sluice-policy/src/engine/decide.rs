@@ -206,6 +206,13 @@ impl<C: Clock> Engine<C> {
         } else {
             Vec::new()
         };
+        for r in shadow.iter().filter(|r| !r.decision.allowed) {
+            // Clients cause these lines: a budget keeps them from drowning
+            // the log (the metrics count every one).
+            if let Some(left_out) = self.shadow_lines.take() {
+                tracing::info!(limit = %r.name(), left_out, "shadow: would have been limited");
+            }
+        }
         Ok(plan.verdict(checked, shadow))
     }
 

@@ -82,6 +82,9 @@ pub struct Engine<C: Clock = SystemClock> {
     at_once: bool,
     /// The longest a request waits for burst credits to be spent.
     credit_wait: Duration,
+    /// The lines logged for shadowed limits that would have refused: at
+    /// most ten a second, in bursts of twenty.
+    shadow_lines: crate::log_budget::LogBudget,
 }
 
 impl<C: Clock> std::fmt::Debug for Engine<C> {
@@ -157,6 +160,7 @@ impl<C: Clock> Engine<C> {
             clock,
             at_once,
             credit_wait: Duration::from_millis(10),
+            shadow_lines: crate::log_budget::LogBudget::new(10, 20),
         }
     }
 

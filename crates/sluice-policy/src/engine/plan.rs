@@ -147,11 +147,6 @@ impl Plan<'_> {
     /// its shadowed ones'.
     #[inline(always)]
     pub(super) fn verdict_of(&self, checked: &Checked, shadow: Vec<LimitResult>) -> Verdict {
-        for r in &shadow {
-            if !r.decision.allowed {
-                tracing::info!(limit = %r.name(), "shadow: would have been limited");
-            }
-        }
         // Filled in place: a collected list would be built, then moved.
         let mut verdict = Verdict {
             allowed: checked.allowed,
