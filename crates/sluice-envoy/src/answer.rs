@@ -35,14 +35,13 @@
 //!   then refuses with 429), whatever the filter's `failure_mode_deny`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use sluice_core::{AlgorithmKind, Decision, LimitSpec, Rate};
+use sluice_core::{AlgorithmKind, Decision};
+use sluice_policy::log_budget::LogBudget;
 use sluice_policy::{Charge, Engine, Verdict};
-use sluice_store::DirectLimiter;
 
 use crate::descriptor_key::descriptor_id;
 use crate::overrides::Overrides;
@@ -59,8 +58,7 @@ pub struct EnvoyRls {
     engine: Arc<Engine>,
     /// Lines about unknown domains (the client names the domain): at most
     /// one a second, in bursts of five; the rest are counted.
-    unknown_domain_lines: Option<DirectLimiter>,
-    unknown_domain_left_out: AtomicU64,
+    unknown_domain_lines: LogBudget,
     options: Options,
     overrides: Overrides,
     stats: Arc<RuleStats>,
@@ -114,19 +112,12 @@ impl EnvoyRls {
     /// [`Rules::load`]), and descriptors are named by the engine's hasher
     /// (on a shared store, keyed by the secret every instance shares).
     pub fn new(rules: Arc<Rules>, engine: Arc<Engine>) -> Self {
-        let lines = LimitSpec {
-            algorithm: AlgorithmKind::Gcra,
-            rate: Rate::per_second(1),
-            burst: 5,
-            nodelay: true,
-        };
         let ready = tokio::sync::watch::Sender::new(!rules.domains().is_empty());
         Self {
             ready,
             rules: ArcSwap::new(rules),
             engine,
-            unknown_domain_lines: DirectLimiter::new(&lines).ok(),
-            unknown_domain_left_out: AtomicU64::new(0),
+            unknown_domain_lines: LogBudget::new(1, 5),
             options: Options::default(),
             overrides: Overrides::default(),
             stats: Arc::default(),
@@ -161,16 +152,10 @@ impl EnvoyRls {
     /// Logs a request for a domain the rules do not have, unless too many
     /// were logged lately; the domain is cut to 64 characters.
     fn unknown_domain(&self, domain: &str) {
-        let may_log = self
-            .unknown_domain_lines
-            .as_ref()
-            .is_some_and(|l| l.check(1).is_ok_and(|d| d.allowed));
-        if !may_log {
-            self.unknown_domain_left_out.fetch_add(1, Ordering::Relaxed);
+        let Some(left_out) = self.unknown_domain_lines.take() else {
             return;
-        }
+        };
         let shown: String = domain.chars().take(64).collect();
-        let left_out = self.unknown_domain_left_out.swap(0, Ordering::Relaxed);
         tracing::warn!(domain = %shown, left_out, "ShouldRateLimit for an unknown domain: allowed");
     }
 
@@ -235,7 +220,8 @@ impl EnvoyRls {
     /// quota-mode ones are decided after them, each on its own, for a
     /// request they admit; a descriptor on a limit of 0 refuses the
     /// request, and nothing is charged. In `compat` mode every descriptor
-    /// is decided on its own, as the reference server counts them.
+    /// is decided that way (each on its own, all in one store call), as the
+    /// reference server counts them.
     async fn counted(
         &self,
         req: &RateLimitRequest,
@@ -264,7 +250,9 @@ impl EnvoyRls {
                 places.push(Place::None);
                 continue;
             };
-            let after = !compat && (f.rule.shadow || f.rule.quota);
+            // In `compat` mode every descriptor is decided after (here,
+            // without) the enforced ones, each on its own.
+            let after = compat || f.rule.shadow || f.rule.quota;
             if after && zero {
                 places.push(Place::None);
                 continue;
@@ -287,38 +275,12 @@ impl EnvoyRls {
                 shadow: after,
             });
         }
-        let verdict = match (charges.is_empty(), compat) {
-            (true, _) => None,
-            (false, false) => Some(self.decided(&charges).await),
-            (false, true) => Some(self.each_decided(&charges).await),
+        let verdict = if charges.is_empty() {
+            None
+        } else {
+            Some(self.decided(&charges).await)
         };
         (places, verdict)
-    }
-
-    /// Each charge decided on its own, as one verdict: one result per
-    /// charge, in order.
-    async fn each_decided(&self, charges: &[Charge<'_>]) -> Verdict {
-        let mut all = empty_refusal();
-        all.allowed = true;
-        for c in charges {
-            let one = self.decided(std::slice::from_ref(c)).await;
-            all.allowed &= one.allowed;
-            all.fallback = all.fallback.or(one.fallback);
-            match one.results.into_iter().next() {
-                Some(r) => all.results.push(r),
-                None => {
-                    let mut refused = Decision::full(c.limit.spec.burst);
-                    refused.allowed = false;
-                    all.results.push(sluice_policy::LimitResult {
-                        spec: c.limit.spec,
-                        decision: refused,
-                        labels: c.limit.labels.clone(),
-                        key: c.key,
-                    });
-                }
-            }
-        }
-        all
     }
 
     /// Counts each descriptor that met a limit in its rule's statistics.
