@@ -163,3 +163,53 @@ fn read(file: &Path, name: &str) -> Result<String, RulesError> {
     }
     Ok(text)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(label: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("sluice-load-{}-{label}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_file_too_large_to_be_a_config_is_refused() {
+        let d = dir("large");
+        std::fs::write(d.join("big.yaml"), vec![b'#'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        let e = Texts::read(std::slice::from_ref(&d))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("big.yaml") && e.contains("larger than"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn files_are_read_in_name_order_dotfiles_skipped_and_counted() {
+        let d = dir("many");
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        for name in ["b.yaml", "a.yaml", ".swap.yaml", "sub/c.yaml"] {
+            std::fs::write(d.join(name), "domain: x\n").unwrap();
+        }
+        let texts = Texts::read(std::slice::from_ref(&d)).unwrap();
+        let names: Vec<String> = texts
+            .0
+            .iter()
+            .map(|(n, _)| n.rsplit('/').next().unwrap_or(n).to_owned())
+            .collect();
+        assert_eq!(names, ["a.yaml", "b.yaml", "c.yaml"]);
+        for i in 0..MAX_FILES {
+            std::fs::write(d.join(format!("f{i:04}.yaml")), "").unwrap();
+        }
+        let e = Texts::read(std::slice::from_ref(&d))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("more than {MAX_FILES} config files")),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

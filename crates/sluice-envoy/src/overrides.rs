@@ -95,3 +95,44 @@ fn new_rule(rpu: u32, unit: Unit, store: &dyn Store, algorithm: AlgorithmKind) -
         stats: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_store::{MemoryStore, MemoryStoreConfig};
+
+    #[test]
+    fn at_most_max_overrides_distinct_limits_are_kept() {
+        let store = MemoryStore::new(MemoryStoreConfig::default());
+        let o = Overrides::default();
+        let of = |rpu| RateLimitOverride {
+            requests_per_unit: rpu,
+            unit: 1,
+        };
+        for rpu in 1..=MAX_OVERRIDES as u32 {
+            assert!(
+                o.rule(&of(rpu), &store, AlgorithmKind::FixedWindow)
+                    .is_some()
+            );
+        }
+        // Full: a new one is ignored, a known one still found.
+        assert!(
+            o.rule(&of(100_000), &store, AlgorithmKind::FixedWindow)
+                .is_none()
+        );
+        assert!(o.rule(&of(1), &store, AlgorithmKind::FixedWindow).is_some());
+        assert!(
+            o.rule(
+                &RateLimitOverride {
+                    requests_per_unit: 1,
+                    unit: 0
+                },
+                &store,
+                AlgorithmKind::FixedWindow
+            )
+            .is_none(),
+            "UNKNOWN unit"
+        );
+        assert_eq!(o.rules.lock().len(), MAX_OVERRIDES);
+    }
+}

@@ -159,7 +159,21 @@ impl XdsClient {
             if response.type_url != TYPE_URL {
                 continue;
             }
-            let answer = match self.apply(&response) {
+            // Compiling a large set is work for a blocking thread, not for
+            // a runtime worker that also answers ShouldRateLimit.
+            let (store, loading) = (self.store.clone(), self.loading);
+            let (response, compiled) = tokio::task::spawn_blocking(move || {
+                let compiled = compile_set(&response, store.as_ref(), &loading);
+                (response, compiled)
+            })
+            .await
+            .map_err(|e| SessionError::Files(format!("compiling the configs failed: {e}")))?;
+            let applied = compiled.map(|rules| {
+                let domains = rules.domains().len();
+                self.service.replace_rules(Arc::new(rules));
+                domains
+            });
+            let answer = match applied {
                 Ok(domains) => {
                     *wait = BACKOFF_MIN;
                     accepted = response.version_info.clone();
@@ -176,46 +190,6 @@ impl XdsClient {
             }
         }
         Err(SessionError::Closed)
-    }
-
-    /// Compiles a response's configs and puts them in force: how many
-    /// domains they hold.
-    fn apply(&self, response: &DiscoveryResponse) -> Result<usize, RulesError> {
-        let mut rules = Rules::default();
-        for (i, any) in response.resources.iter().enumerate() {
-            let invalid = |message: String| RulesError::Files {
-                file: format!("xds resource {i}"),
-                message,
-            };
-            if any.type_url != TYPE_URL {
-                return Err(invalid(format!("type `{}`, not {TYPE_URL}", any.type_url)));
-            }
-            let config = RateLimitConfig::decode(any.value.as_slice())
-                .map_err(|e| invalid(format!("not a RateLimitConfig: {e}")))?;
-            let name = format!("xds:{}", config.name);
-            let yaml = crate::from_proto::yaml_of(&config);
-            compile_config(
-                &mut rules,
-                &name,
-                "",
-                &yaml,
-                self.store.as_ref(),
-                &self.loading,
-            )?;
-        }
-        let domains = rules.domains().len();
-        if domains == 0 {
-            // An empty set would switch every limit off.
-            return Err(RulesError::Files {
-                file: "xds".into(),
-                message: format!(
-                    "version `{}` holds no RateLimitConfig; every request would pass unlimited",
-                    response.version_info
-                ),
-            });
-        }
-        self.service.replace_rules(Arc::new(rules));
-        Ok(domains)
     }
 
     /// A request for the configs: an ACK of `version` (a NACK with
@@ -248,4 +222,39 @@ fn jittered(wait: Duration) -> Duration {
         .map_or(0, |d| d.subsec_nanos());
     let quarter = wait / 4;
     wait - quarter.mul_f64(f64::from(nanos % 1000) / 1000.0)
+}
+
+/// Compiles a response's configs, registering their counters in `store`.
+/// A set without any is refused: it would switch every limit off.
+fn compile_set(
+    response: &DiscoveryResponse,
+    store: &dyn Store,
+    loading: &Loading,
+) -> Result<Rules, RulesError> {
+    let mut rules = Rules::default();
+    for (i, any) in response.resources.iter().enumerate() {
+        let invalid = |message: String| RulesError::Files {
+            file: format!("xds resource {i}"),
+            message,
+        };
+        if any.type_url != TYPE_URL {
+            return Err(invalid(format!("type `{}`, not {TYPE_URL}", any.type_url)));
+        }
+        let config = RateLimitConfig::decode(any.value.as_slice())
+            .map_err(|e| invalid(format!("not a RateLimitConfig: {e}")))?;
+        let name = format!("xds:{}", config.name);
+        let yaml = crate::from_proto::yaml_of(&config);
+        compile_config(&mut rules, &name, "", &yaml, store, loading)?;
+    }
+    if rules.domains().is_empty() {
+        // An empty set would switch every limit off.
+        return Err(RulesError::Files {
+            file: "xds".into(),
+            message: format!(
+                "version `{}` holds no RateLimitConfig; every request would pass unlimited",
+                response.version_info
+            ),
+        });
+    }
+    Ok(rules)
 }
