@@ -44,22 +44,16 @@ pub(crate) fn statuses(
             let st = match (&rule.kind, place, verdict) {
                 (RuleKind::Unlimited, ..) => return ok_unlimited(),
                 (RuleKind::Zero, ..) => zero_status(rule, options),
-                (RuleKind::Counted(limited), Place::Enforced(i), Some(v)) => {
-                    // An enforced descriptor the verdict does not show (it
-                    // could not be given) is refused with the request.
-                    let d = v.results.get(*i).map_or(
-                        Decision {
-                            allowed: v.allowed,
-                            ..Decision::full(limited.limit.spec.burst)
-                        },
-                        |r| r.decision,
-                    );
-                    status(rule, Some(d), options)
+                // An enforced descriptor the verdict does not show (it could
+                // not be given) is refused with the request.
+                (RuleKind::Counted(limited), Place::Enforced(_), Some(v)) if decided.is_none() => {
+                    let refused = Decision {
+                        allowed: v.allowed,
+                        ..Decision::full(limited.limit.spec.burst)
+                    };
+                    status(rule, Some(refused), options)
                 }
-                (RuleKind::Counted(_), Place::Shadow(i), Some(v)) => {
-                    status(rule, v.shadow.get(*i).map(|r| r.decision), options)
-                }
-                (RuleKind::Counted(_), ..) => status(rule, None, options),
+                (RuleKind::Counted(_), ..) => status(rule, decided, options),
             };
             let refused = st.code == Code::OverLimit as i32;
             if rule.quota {
