@@ -191,23 +191,30 @@ fn shared_check(counter: &Counter, reserve: u64) -> Check<'_> {
     }
 }
 
+/// The shared store on the test's Redis, batched, with a generous timeout
+/// (no call may fall back on a busy machine), connected.
+async fn connected_shared(env: &common::Env) -> Arc<sluice_redis::SharedStore> {
+    let url: StoreUrl = env.server.url().parse().unwrap();
+    let shared = sluice_redis::shared(
+        url,
+        true,
+        ProtectOptions {
+            timeout: Duration::from_secs(2),
+            ..ProtectOptions::default()
+        },
+    );
+    shared.connect(Duration::from_secs(10)).await.unwrap();
+    shared
+}
+
 /// The over-limit cache remembers a refusal for its reserve only: a request
 /// with the same limit, key and cost but no reserve still goes to Redis and
 /// passes.
 #[test]
 fn the_over_limit_cache_tells_reserves_apart() {
     let Some(env) = env() else { return };
-    let url: StoreUrl = env.server.url().parse().unwrap();
     env.rt.block_on(async {
-        let shared = sluice_redis::shared(
-            url,
-            true,
-            ProtectOptions {
-                timeout: Duration::from_secs(2),
-                ..ProtectOptions::default()
-            },
-        );
-        shared.connect(Duration::from_secs(10)).await.unwrap();
+        let shared = connected_shared(&env).await;
         let id = fresh_id("cache-reserve");
         let c = shared.counter(CounterDef::new(&id, spec(4)).unwrap());
         for _ in 0..2 {
@@ -279,17 +286,8 @@ fn a_cost_that_can_never_fit_is_the_memory_store_s_error() {
     use sluice_store::seam::StoreError;
     use sluice_store::{MemoryStore, MemoryStoreConfig};
     let Some(env) = env() else { return };
-    let url: StoreUrl = env.server.url().parse().unwrap();
     env.rt.block_on(async {
-        let shared = sluice_redis::shared(
-            url,
-            true,
-            ProtectOptions {
-                timeout: Duration::from_secs(2),
-                ..ProtectOptions::default()
-            },
-        );
-        shared.connect(Duration::from_secs(10)).await.unwrap();
+        let shared = connected_shared(&env).await;
         let memory = MemoryStore::new(MemoryStoreConfig::default());
         let id = fresh_id("never-fits");
         let def = CounterDef::new(&id, spec(4)).unwrap();
