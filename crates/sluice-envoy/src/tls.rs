@@ -202,7 +202,12 @@ pub fn incoming(
             let Ok(permit) = handshakes.clone().acquire_owned().await else {
                 return;
             };
-            let (tcp, peer) = match listener.accept().await {
+            // The server gone (shut down), the listener closes at once.
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                () = tx.closed() => return,
+            };
+            let (tcp, peer) = match accepted {
                 Ok(c) => c,
                 Err(e) => {
                     // Out of file descriptors, say: back off, do not spin.
@@ -211,9 +216,6 @@ pub fn incoming(
                     continue;
                 }
             };
-            if tx.is_closed() {
-                return;
-            }
             let _ = tcp.set_nodelay(true);
             let acceptor = tls.acceptor();
             let tx = tx.clone();
