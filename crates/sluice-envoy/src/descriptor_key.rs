@@ -47,9 +47,10 @@ pub(crate) fn descriptor_id(
     let all_plain = plain(domain)
         && shared.iter().all(|(_, p)| plain(p))
         && d.entries.iter().all(|e| plain(&e.key) && plain(&e.value));
-    if !all_plain || d.entries.len() > 8 {
+    if !all_plain {
         return hasher.key_id(&descriptor_key(domain, d, shared));
     }
+    // Inline for up to eight entries: the usual descriptor allocates nothing.
     let mut pieces: smallvec::SmallVec<[&[u8]; 40]> = smallvec::SmallVec::new();
     if !domain.is_empty() {
         pieces.extend([domain.as_bytes(), "\u{1c}".as_bytes()]);
