@@ -47,6 +47,23 @@ pub trait Algorithm {
     /// Commits an update produced by [`check`](Self::check) on this state.
     fn apply(&self, state: &mut Self::State, update: Self::Update);
 
+    /// Gives back `amount` of cost charged earlier, at time `now`: the limit
+    /// is left as if that much had not been charged, as closely as its
+    /// state can say, and never above full. It never refuses and never
+    /// fails. Each algorithm says where the amount comes back from:
+    ///
+    /// - token bucket and GCRA: `amount` tokens, up to the burst;
+    /// - leaky bucket: `amount` units of water drained at once;
+    /// - fixed window: the current window's count (a cost charged in an
+    ///   earlier window has already been given back by the window's end);
+    /// - sliding window: the count of the latest window that admitted
+    ///   anything, if it still weighs on the estimate;
+    /// - sliding log: the newest entries.
+    ///
+    /// A refund past what was charged leaves the limit full, not in credit:
+    /// it is capped at the burst in effect.
+    fn refund(&self, state: &mut Self::State, now: Nanos, amount: u64);
+
     /// The time at which `state` will be fully replenished, so that a store
     /// may forget the key without changing any future decision.
     fn idle_at(&self, state: &Self::State) -> Nanos;

@@ -305,6 +305,21 @@ impl Limiter {
         }
     }
 
+    /// Gives back `amount` of cost charged earlier (see
+    /// [`Algorithm::refund`]). A fresh state, or one of another algorithm,
+    /// is full already and stays as it is.
+    pub fn refund(&self, state: &mut State, now: Nanos, amount: u64) {
+        match (self, state) {
+            (Self::FixedWindow(a), State::FixedWindow(s)) => a.refund(s, now, amount),
+            (Self::SlidingLog(a), State::SlidingLog(s)) => a.refund(s, now, amount),
+            (Self::SlidingWindow(a), State::SlidingWindow(s)) => a.refund(s, now, amount),
+            (Self::TokenBucket(a), State::Bucket(s)) => a.refund(s, now, amount),
+            (Self::LeakyBucket(a), State::Bucket(s)) => a.refund(s, now, amount),
+            (Self::Gcra(a), State::Gcra(s)) => a.refund(s, now, amount),
+            _ => {}
+        }
+    }
+
     /// Checks and commits in one step.
     pub fn check_and_apply(
         &self,

@@ -138,6 +138,17 @@ impl Meter {
     }
 
     /// When the state is fully drained.
+    /// Takes `amount` units of cost out of the meter at `now` (see
+    /// [`Algorithm::refund`](crate::Algorithm::refund)), down to empty.
+    pub(crate) fn refund(&self, s: &mut BucketState, now: Nanos, amount: u64) {
+        // amount <= burst, so amount * p <= cap: no overflow.
+        let take = amount.min(self.burst) * self.p;
+        *s = BucketState {
+            level: self.level_at(s, now).saturating_sub(take),
+            last: now.max(s.last),
+        };
+    }
+
     #[inline]
     pub(crate) fn idle_at(&self, s: &BucketState) -> Nanos {
         s.last.saturating_add(self.drain_time(s.level))

@@ -135,6 +135,16 @@ impl Algorithm for FixedWindow {
         *state = update;
     }
 
+    fn refund(&self, state: &mut FixedWindowState, now: Nanos, amount: u64) {
+        let w = &self.windows;
+        // The stored window, if it is still (or, after a step back, ahead
+        // of) the current one.
+        if state.window >= w.index(w.scaled(now)) {
+            let back = u32::try_from(amount).unwrap_or(u32::MAX);
+            state.count = state.count.saturating_sub(back);
+        }
+    }
+
     fn idle_at(&self, state: &FixedWindowState) -> Nanos {
         if state.count == 0 {
             return 0;

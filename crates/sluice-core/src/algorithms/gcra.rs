@@ -188,6 +188,18 @@ impl Algorithm for Gcra {
         }
     }
 
+    /// The TAT moves `amount` emission intervals earlier, but never before
+    /// now: a TAT in the past is a full limit already.
+    fn refund(&self, state: &mut GcraState, now: Nanos, amount: u64) {
+        let m = &self.meter;
+        let now_s = u128::from(now) * u128::from(m.a);
+        let tat = state.tat();
+        if tat > now_s {
+            let back = u128::from(amount.min(m.burst)) * u128::from(m.p);
+            *state = GcraState::from_tat(tat.saturating_sub(back).max(now_s));
+        }
+    }
+
     fn idle_at(&self, state: &GcraState) -> Nanos {
         ceil_div(state.tat(), u128::from(self.meter.a))
     }

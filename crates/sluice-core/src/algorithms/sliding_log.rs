@@ -177,6 +177,22 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    /// From the newest entries: whole entries dropped, the last one cut.
+    fn refund(&self, state: &mut SlidingLogState, _now: Nanos, amount: u64) {
+        let mut left = amount;
+        while left > 0 {
+            let Some((_, c)) = state.entries.back_mut() else {
+                break;
+            };
+            if *c > left {
+                *c -= left;
+                break;
+            }
+            left -= *c;
+            state.entries.pop_back();
+        }
+    }
+
     fn idle_at(&self, state: &SlidingLogState) -> Nanos {
         state
             .entries

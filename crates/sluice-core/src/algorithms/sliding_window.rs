@@ -163,6 +163,16 @@ impl Algorithm for SlidingWindow {
         *state = update;
     }
 
+    /// From the count of the stored window (the latest that admitted
+    /// anything), while it is the current or the previous window.
+    fn refund(&self, state: &mut SlidingWindowState, now: Nanos, amount: u64) {
+        let w = &self.windows;
+        if state.window.saturating_add(1) >= w.index(w.scaled(now)) {
+            let back = u32::try_from(amount).unwrap_or(u32::MAX);
+            state.current = state.current.saturating_sub(back);
+        }
+    }
+
     fn idle_at(&self, state: &SlidingWindowState) -> Nanos {
         let w = &self.windows;
         if state.current > 0 {

@@ -65,6 +65,10 @@ impl Algorithm for TokenBucket {
         *state = update;
     }
 
+    fn refund(&self, state: &mut BucketState, now: Nanos, amount: u64) {
+        self.meter.refund(state, now, amount);
+    }
+
     fn idle_at(&self, state: &BucketState) -> Nanos {
         self.meter.idle_at(state)
     }

@@ -11,4 +11,5 @@ mod edge_cases;
 mod idle_at;
 mod nginx_limit_req;
 mod reference_models;
+mod refunds;
 mod retry_after;

@@ -42,6 +42,11 @@ pub trait Model: Clone + Debug {
     /// Records an admitted request of `cost > 0` at `now`.
     fn admit(&mut self, now: u64, cost: u64);
 
+    /// Gives back `amount` of admitted cost at `now`, from where the
+    /// algorithm's definition says it comes back (see
+    /// `sluice_core::Algorithm::refund`), never beyond full.
+    fn refund(&mut self, now: u64, amount: u64);
+
     /// Whether admitted requests are held for the water ahead of them to
     /// drain (the leaky bucket without `nodelay`).
     fn queues(&self) -> bool {
@@ -169,6 +174,12 @@ impl Model for TokenBucketModel {
         self.ticks = ticks - take;
         self.at = now;
     }
+
+    fn refund(&mut self, now: u64, amount: u64) {
+        let back = u128::from(amount) * u128::from(self.p.period);
+        self.ticks = (self.ticks_at(now) + back).min(Self::full(self.p));
+        self.at = now;
+    }
 }
 
 /// Leaky bucket: admitted cost pours water into a bucket of `burst` that
@@ -223,6 +234,12 @@ impl Model for LeakyBucketModel {
         self.at = now;
     }
 
+    fn refund(&mut self, now: u64, amount: u64) {
+        let back = u128::from(amount) * u128::from(self.p.period);
+        self.ticks = self.ticks_at(now).saturating_sub(back);
+        self.at = now;
+    }
+
     fn queues(&self) -> bool {
         !self.nodelay
     }
@@ -262,6 +279,13 @@ impl Model for FixedWindowModel {
 
     fn admit(&mut self, now: u64, cost: u64) {
         *self.counts.entry(self.p.window_of(now)).or_default() += cost;
+    }
+
+    fn refund(&mut self, now: u64, amount: u64) {
+        // Only the current window's count: an earlier one is over.
+        if let Some(count) = self.counts.get_mut(&self.p.window_of(now)) {
+            *count = count.saturating_sub(amount);
+        }
     }
 }
 
@@ -313,6 +337,12 @@ impl Model for SlidingLogModel {
         });
         self.units.extend(std::iter::repeat_n(now, cost as usize));
     }
+
+    fn refund(&mut self, _now: u64, amount: u64) {
+        // The newest units.
+        let keep = self.units.len().saturating_sub(amount as usize);
+        self.units.truncate(keep);
+    }
 }
 
 /// Sliding-window counter: per-window totals; the estimate at `now` is
@@ -363,5 +393,16 @@ impl Model for SlidingWindowModel {
 
     fn admit(&mut self, now: u64, cost: u64) {
         *self.totals.entry(self.p.window_of(now)).or_default() += cost;
+    }
+
+    fn refund(&mut self, now: u64, amount: u64) {
+        // The latest window that admitted anything, while it still weighs
+        // on the estimate (the current window or the one before).
+        let index = self.p.window_of(now);
+        if let Some((&w, total)) = self.totals.iter_mut().next_back()
+            && w + 1 >= index
+        {
+            *total = total.saturating_sub(amount);
+        }
     }
 }
