@@ -6,8 +6,10 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use sluice_conformance::hasher;
 use sluice_conformance::{Deployments, Kind, Shown, block, fresh_key, get, shown};
-use sluice_core::AlgorithmKind;
+use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+use sluice_store::seam::{Check, CounterDef};
 
 /// Runs `scenario` on every deployment and checks that each shows what the
 /// memory store shows.
@@ -282,6 +284,82 @@ enforce_percent = 30
     });
 }
 
+/// Refunds on the store seam: charged to empty, part given back, then more
+/// than was charged (which fills the limit and no more), on every store,
+/// for all six algorithms. Each step shows (allowed, remaining).
+fn refunds_give_back_what_was_charged_and_no_more(d: &Deployments) {
+    for algorithm in AlgorithmKind::ALL {
+        let spec = LimitSpec {
+            algorithm,
+            rate: Rate::new(5, 3_600 * 1_000_000_000).unwrap(),
+            burst: 5,
+            nodelay: true,
+        };
+        let what = format!("refunds, {}", algorithm.name());
+        same_everywhere(d, &what, |kind| {
+            let (store, _) = d.stores(kind);
+            let def = CounterDef::new(&format!("refund-{}", algorithm.name()), spec).unwrap();
+            let counter = store.counter(def);
+            let key = hasher().key_id(&fresh_key("refund"));
+            let at = |cost| {
+                [Check {
+                    counter: &counter,
+                    key,
+                    cost,
+                    reserve: 0,
+                }]
+            };
+            let charge = |cost| {
+                let c = block(store.check(&at(cost))).unwrap();
+                (c.allowed, c.decisions[0].remaining, false)
+            };
+            let refund = |cost| {
+                let c = block(store.refund(&at(cost))).unwrap();
+                (c.allowed, c.decisions[0].remaining, c.fallback().is_some())
+            };
+            let seen = vec![
+                charge(3),
+                charge(2),
+                charge(1),
+                refund(2),
+                charge(1),
+                charge(1),
+                charge(1),
+                refund(50),
+                charge(5),
+            ];
+            assert_eq!(
+                seen.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>(),
+                [
+                    (true, 2),
+                    (true, 0),
+                    (false, 0),
+                    (true, 2),
+                    (true, 1),
+                    (true, 0),
+                    (false, 0),
+                    (true, 5),
+                    (true, 0)
+                ],
+                "{what} on {kind:?}"
+            );
+            assert!(
+                seen.iter().all(|s| !s.2),
+                "{what} on {kind:?}: a fallback took it"
+            );
+            seen.into_iter()
+                .map(|(allowed, remaining, _)| {
+                    (
+                        allowed,
+                        vec![(String::new(), 5, remaining, allowed)],
+                        vec![],
+                    )
+                })
+                .collect()
+        });
+    }
+}
+
 /// One test, so that the Redis processes are started once and stopped at
 /// its end; each scenario names what it checks when it fails.
 #[test]
@@ -296,4 +374,5 @@ fn every_store_decides_alike() {
     a_plan_change_carries_the_used_share_over(&d);
     shadow_limits_record_and_never_refuse(&d);
     a_rollout_enforces_the_same_keys_everywhere(&d);
+    refunds_give_back_what_was_charged_and_no_more(&d);
 }

@@ -73,6 +73,32 @@ impl LocalFallback {
         }
     }
 
+    /// Gives back each check's cost to its local share: `checks[i]` on
+    /// `shares[i]`.
+    pub(crate) fn refund(&self, checks: &[Check<'_>], shares: &[&Counter]) -> Checked {
+        let local: SmallVec<[Check<'_>; 4]> = checks
+            .iter()
+            .zip(shares)
+            .map(|(c, share)| Check {
+                counter: share,
+                reserve: 0,
+                ..*c
+            })
+            .collect();
+        let mut checked = self.store.refund_now(&local).unwrap_or_else(|_| Checked {
+            allowed: true,
+            decisions: shares
+                .iter()
+                .map(|s| Decision::full(s.def().spec().burst))
+                .collect(),
+            by: DecidedBy::Store,
+            share: 1,
+        });
+        checked.by = DecidedBy::Fallback(Fallback::Local);
+        checked.share = self.instances;
+        checked
+    }
+
     /// How many limits have a live local share.
     pub(crate) fn len(&self) -> usize {
         self.store.live_limits()

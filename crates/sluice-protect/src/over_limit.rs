@@ -11,12 +11,21 @@
 //! which can only be an underestimate). Any other request — another cost,
 //! another set of limits — goes to the store.
 //!
+//! A refund ([`forget`](OverLimitCache::forget)) gives quota back, so a
+//! refusal cached before it may no longer hold: every refunded (limit,
+//! key) moves its *stripe* (one of [`STRIPES`], by a hash of the pair) to a
+//! new generation, and an entry is answered only while every part's stripe
+//! is at the generation it had before the store was asked. A refund
+//! therefore forgets the entries of its own keys, and of about
+//! `1/STRIPES` of the others.
+//!
 //! The cache is bounded: each shard holds at most `capacity / shards`
 //! entries and drops expired ones before taking a new one; when it is full
 //! of live entries, the new refusal is simply not cached.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -25,6 +34,13 @@ use sluice_store::KeyId;
 use smallvec::SmallVec;
 
 const SHARDS: usize = 16;
+
+/// How many generation counters refunds are spread over.
+pub const STRIPES: usize = 256;
+
+/// The generations of a request's parts' stripes, read before the store is
+/// asked (see the module docs).
+pub type Stamp = SmallVec<[u64; 2]>;
 
 /// One limit of a request, as the cache identifies it: the limit's tag, the
 /// client key id, the cost and the reserve (the cost that must be left
@@ -35,6 +51,8 @@ pub type Part = (u64, KeyId, u64, u64);
 #[derive(Debug, Clone)]
 struct Entry {
     parts: SmallVec<[Part; 2]>,
+    /// The generation of each part's stripe before the store was asked.
+    stamp: Stamp,
     /// The decisions, with `reset_after`/`retry_after` as absolute times.
     decisions: SmallVec<[Decision; 2]>,
     /// When the request could pass, in nanoseconds since the epoch.
@@ -48,6 +66,8 @@ pub struct OverLimitCache {
     per_shard: usize,
     epoch: Instant,
     hasher: std::collections::hash_map::RandomState,
+    /// Generations, moved by refunds.
+    stripes: Box<[AtomicU64]>,
 }
 
 impl OverLimitCache {
@@ -58,7 +78,30 @@ impl OverLimitCache {
             per_shard: capacity.div_ceil(SHARDS).max(1),
             epoch: Instant::now(),
             hasher: std::collections::hash_map::RandomState::new(),
+            stripes: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// The stripe of a (limit tag, key id) pair. Key ids are keyed hashes
+    /// already: their low bits, mixed with the tag, spread evenly.
+    fn stripe(&self, tag: u64, key: KeyId) -> &AtomicU64 {
+        let mixed = (key.low() ^ tag.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        &self.stripes[(mixed >> 56) as usize % STRIPES]
+    }
+
+    /// The generations of `parts`' stripes now: read before asking the
+    /// store, and given to [`remember`](Self::remember) with its answer.
+    pub fn stamp(&self, parts: &[Part]) -> Stamp {
+        parts
+            .iter()
+            .map(|(tag, key, ..)| self.stripe(*tag, *key).load(Ordering::Acquire))
+            .collect()
+    }
+
+    /// Forgets every refusal that counted on (`tag`, `key`): called once a
+    /// refund to it is made.
+    pub fn forget(&self, tag: u64, key: KeyId) {
+        self.stripe(tag, key).fetch_add(1, Ordering::AcqRel);
     }
 
     fn now(&self) -> Nanos {
@@ -84,7 +127,7 @@ impl OverLimitCache {
         let now = self.now();
         let map = self.shards[shard].lock();
         let e = map.get(&h)?;
-        if now >= e.retry_at || e.parts.as_slice() != parts {
+        if now >= e.retry_at || e.parts.as_slice() != parts || e.stamp != self.stamp(parts) {
             return None;
         }
         Some(
@@ -100,7 +143,7 @@ impl OverLimitCache {
     }
 
     /// Remembers the store's refusal of a request.
-    pub fn remember(&self, parts: &[Part], decisions: &[Decision]) {
+    pub fn remember(&self, parts: &[Part], stamp: Stamp, decisions: &[Decision]) {
         let Some(retry) = decisions
             .iter()
             .filter(|d| !d.allowed)
@@ -113,6 +156,7 @@ impl OverLimitCache {
         let now = self.now();
         let entry = Entry {
             parts: parts.iter().copied().collect(),
+            stamp,
             decisions: decisions
                 .iter()
                 .map(|d| Decision {
@@ -162,11 +206,29 @@ mod tests {
     }
 
     #[test]
+    fn a_refund_forgets_the_refusals_of_its_key() {
+        let c = OverLimitCache::new(100);
+        let parts = [(1, KeyId(7), 1, 0)];
+        let stale = c.stamp(&parts);
+        c.forget(1, KeyId(7));
+        // Asked before the refund, answered after: not kept.
+        c.remember(&parts, stale, &[refusal(10_000)]);
+        assert!(
+            c.lookup(&parts).is_none(),
+            "a refusal from before the refund"
+        );
+        c.remember(&parts, c.stamp(&parts), &[refusal(10_000)]);
+        assert!(c.lookup(&parts).is_some());
+        c.forget(1, KeyId(7));
+        assert!(c.lookup(&parts).is_none(), "the refund forgets it");
+    }
+
+    #[test]
     fn answers_the_same_request_until_retry() {
         let c = OverLimitCache::new(100);
         let parts = [(1, KeyId(7), 2, 0), (2, KeyId(9), 1, 0)];
         let ok = Decision::full(5);
-        c.remember(&parts, &[refusal(10_000), ok]);
+        c.remember(&parts, c.stamp(&parts), &[refusal(10_000), ok]);
         let d = c.lookup(&parts).expect("cached");
         assert!(!d[0].allowed);
         assert!(
@@ -194,9 +256,9 @@ mod tests {
     fn keeps_no_allowed_request_and_expires_at_retry_time() {
         let c = OverLimitCache::new(100);
         let parts = [(1, KeyId(1), 1, 0)];
-        c.remember(&parts, &[Decision::full(1)]);
+        c.remember(&parts, c.stamp(&parts), &[Decision::full(1)]);
         assert!(c.is_empty(), "an allowed request is not cached");
-        c.remember(&parts, &[refusal(1)]);
+        c.remember(&parts, c.stamp(&parts), &[refusal(1)]);
         assert_eq!(c.len(), 1);
         std::thread::sleep(Duration::from_millis(3));
         assert!(c.lookup(&parts).is_none());
@@ -206,7 +268,8 @@ mod tests {
     fn is_bounded() {
         let c = OverLimitCache::new(32);
         for i in 0..10_000u128 {
-            c.remember(&[(1, KeyId(i << 64 | i), 1, 0)], &[refusal(60_000)]);
+            let parts = [(1, KeyId(i << 64 | i), 1, 0)];
+            c.remember(&parts, c.stamp(&parts), &[refusal(60_000)]);
         }
         assert!(c.len() <= 32, "{} entries", c.len());
     }

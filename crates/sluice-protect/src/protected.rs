@@ -41,7 +41,7 @@ use crate::breaker::{Admit, Breaker, BreakerState, Transition};
 use crate::flaps::Flaps;
 use crate::ledger::Ledger;
 use crate::local::{LocalFallback, refuse_all};
-use crate::over_limit::{OverLimitCache, Part};
+use crate::over_limit::{OverLimitCache, Part, Stamp};
 use crate::{ProtectOptions, Remote, RemoteError};
 
 /// A counter's slot in a protected store: its counter in the remote store,
@@ -180,6 +180,9 @@ impl<R: Remote> Protected<R> {
                 ..*c
             })
             .collect();
+        // Read before the store is asked: a refund made meanwhile voids
+        // what it answers (see `over_limit`).
+        let stamp = self.cache.as_ref().map(|c| c.stamp(&parts));
         let deadline = tokio::time::Instant::now() + self.opts.timeout;
         let admit = match self.breaker.admit() {
             Admit::Wait => self.wait_for_probe(deadline).await,
@@ -193,7 +196,7 @@ impl<R: Remote> Protected<R> {
                 done: &self.probe_done,
             });
             let result = self.settle_then_call(&remote, deadline).await;
-            let decided = self.on_result(&parts, result);
+            let decided = self.on_result(&parts, stamp, result);
             drop(probe);
             if let Some(decided) = decided {
                 return decided;
@@ -209,6 +212,53 @@ impl<R: Remote> Protected<R> {
                 .owe(remote.iter().map(|c| (c.counter, c.key, c.cost)));
         }
         Ok(checked)
+    }
+
+    /// Gives back each check's cost: to the remote store while its breaker
+    /// is closed and it answers within the timeout, else to the local
+    /// fallback's share (what the fallback would admit next). A refund the
+    /// store could not take is not retried later: a key errs towards
+    /// refusing.
+    async fn give_back(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
+        let mut pairs: SmallVec<[&Pair; 4]> = SmallVec::with_capacity(checks.len());
+        for c in checks {
+            let pair = c
+                .counter
+                .slot()
+                .get::<Pair>()
+                .ok_or_else(|| StoreError::ForeignCounter(c.counter.def().id().to_owned()))?;
+            pairs.push(pair);
+        }
+        if self.breaker.state() == BreakerState::Closed {
+            let remote: SmallVec<[Check<'_>; 4]> = checks
+                .iter()
+                .zip(&pairs)
+                .map(|(c, p)| Check {
+                    counter: &p.remote,
+                    ..*c
+                })
+                .collect();
+            let given = tokio::time::timeout(self.opts.timeout, self.remote.try_refund(&remote));
+            let given = given.await;
+            self.forget_refusals(checks);
+            match given {
+                Ok(Ok(checked)) => return Ok(checked),
+                Ok(Err(e)) => tracing::debug!(error = %e, "refund not taken by the shared store"),
+                Err(_) => tracing::debug!("refund not taken by the shared store in time"),
+            }
+        }
+        let shares: SmallVec<[&Counter; 4]> = pairs.iter().map(|p| &p.local).collect();
+        Ok(self.local.refund(checks, &shares))
+    }
+
+    /// Once a refund is made (or tried: it may have reached the store),
+    /// the cache forgets the refusals of its keys.
+    fn forget_refusals(&self, checks: &[Check<'_>]) {
+        if let Some(cache) = &self.cache {
+            for c in checks {
+                cache.forget(c.counter.def().tag(), c.key);
+            }
+        }
     }
 
     /// Waits, until `deadline` at the latest, for the probe that is out,
@@ -233,6 +283,7 @@ impl<R: Remote> Protected<R> {
     fn on_result(
         &self,
         parts: &[Part],
+        stamp: Option<Stamp>,
         result: Result<Checked, RemoteError>,
     ) -> Option<Result<Checked, StoreError>> {
         match result {
@@ -242,9 +293,9 @@ impl<R: Remote> Protected<R> {
                 }
                 self.counts.store_decisions.fetch_add(1, Ordering::Relaxed);
                 if !checked.allowed
-                    && let Some(cache) = &self.cache
+                    && let (Some(cache), Some(stamp)) = (&self.cache, stamp)
                 {
-                    cache.remember(parts, &checked.decisions);
+                    cache.remember(parts, stamp, &checked.decisions);
                 }
                 Some(Ok(checked))
             }
@@ -368,6 +419,10 @@ impl<R: Remote> Store for Protected<R> {
 
     fn check<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>> {
         Pending::waiting(self.decide(checks))
+    }
+
+    fn refund<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>> {
+        Pending::waiting(self.give_back(checks))
     }
 
     fn check_each<'a>(

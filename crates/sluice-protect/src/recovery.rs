@@ -166,6 +166,13 @@ mod tests {
                 Ok(Checked::by_store(true, decisions))
             })
         }
+        fn try_refund<'a>(
+            &'a self,
+            checks: &'a [Check<'a>],
+        ) -> Pending<'a, Result<Checked, RemoteError>> {
+            let decisions = checks.iter().map(|_| Decision::full(1_000)).collect();
+            Pending::ready(Ok(Checked::by_store(true, decisions)))
+        }
         fn connect(&self, _within: Duration) -> Pending<'_, Result<(), RemoteError>> {
             Pending::ready(Ok(()))
         }

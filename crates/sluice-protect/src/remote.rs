@@ -23,6 +23,14 @@ pub trait Remote: Send + Sync + std::fmt::Debug + 'static {
         checks: &'a [Check<'a>],
     ) -> Pending<'a, Result<Checked, RemoteError>>;
 
+    /// Gives back each check's cost (see
+    /// [`Store::refund`](sluice_store::seam::Store::refund)). The caller
+    /// bounds the wait.
+    fn try_refund<'a>(
+        &'a self,
+        checks: &'a [Check<'a>],
+    ) -> Pending<'a, Result<Checked, RemoteError>>;
+
     /// Connects, if not connected yet, waiting at most `within`.
     fn connect(&self, within: Duration) -> Pending<'_, Result<(), RemoteError>>;
 

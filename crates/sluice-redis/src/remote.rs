@@ -66,18 +66,18 @@ impl RedisRemote {
         let Some(store) = self.store.load_full() else {
             return Err(RemoteError::NotConnected);
         };
-        let redis: SmallVec<[RedisCheck<'_>; 4]> = checks
-            .iter()
-            .map(|c| RedisCheck {
-                limit_id: c.counter.def().id(),
-                limiter: c.counter.def().limiter(),
-                key: c.key,
-                cost: c.cost,
-                reserve: c.reserve,
-            })
-            .collect();
+        let redis: SmallVec<[RedisCheck<'_>; 4]> = checks.iter().map(redis_check).collect();
         let checked = store.check(&redis).await.map_err(remote_error)?;
         Ok(Checked::by_store(checked.allowed, checked.decisions))
+    }
+
+    async fn give_back(&self, checks: &[Check<'_>]) -> Result<Checked, RemoteError> {
+        let Some(store) = self.store.load_full() else {
+            return Err(RemoteError::NotConnected);
+        };
+        let redis: SmallVec<[RedisCheck<'_>; 4]> = checks.iter().map(redis_check).collect();
+        let checked = store.refund(&redis).await.map_err(remote_error)?;
+        Ok(Checked::by_store(true, checked.decisions))
     }
 
     async fn connect_within(&self, within: Duration) -> Result<(), RemoteError> {
@@ -112,6 +112,13 @@ impl Remote for RedisRemote {
         Pending::waiting(self.decide(checks))
     }
 
+    fn try_refund<'a>(
+        &'a self,
+        checks: &'a [Check<'a>],
+    ) -> Pending<'a, Result<Checked, RemoteError>> {
+        Pending::waiting(self.give_back(checks))
+    }
+
     fn connect(&self, within: Duration) -> Pending<'_, Result<(), RemoteError>> {
         Pending::waiting(self.connect_within(within))
     }
@@ -122,6 +129,17 @@ impl Remote for RedisRemote {
 
     fn address(&self) -> String {
         self.url.to_string()
+    }
+}
+
+/// A seam check as the Redis store takes it.
+fn redis_check<'a>(c: &Check<'a>) -> RedisCheck<'a> {
+    RedisCheck {
+        limit_id: c.counter.def().id(),
+        limiter: c.counter.def().limiter(),
+        key: c.key,
+        cost: c.cost,
+        reserve: c.reserve,
     }
 }
 

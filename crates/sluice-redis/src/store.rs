@@ -42,6 +42,7 @@
 
 mod backend;
 mod dispatch;
+mod give_back;
 mod in_turn;
 mod key;
 mod reply;

@@ -208,6 +208,11 @@ impl Guard<'_> {
         })
     }
 
+    /// Gives back `amount` of a key's charged cost at `now`.
+    pub(crate) fn refund(&mut self, key: KeyId, now: Nanos, amount: u64) {
+        each_guard!(self, t, g, _U => g.refund(t.algorithm(), key, now, amount))
+    }
+
     pub(crate) fn commit(&mut self, key: KeyId, update: Update, now: Nanos) {
         each_guard!(self, t, g, U => {
             if let U(u) = update {

@@ -34,6 +34,10 @@ impl<C: Clock + Send + Sync + 'static> Store for MemoryStore<C> {
         )
     }
 
+    fn refund<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>> {
+        Pending::ready(self.refund_now(checks))
+    }
+
     fn answers_at_once(&self) -> bool {
         true
     }
@@ -78,6 +82,21 @@ impl<C: Clock> MemoryStore<C> {
         }
         let reserves: SmallVec<[u64; 4]> = checks.iter().map(|c| c.reserve).collect();
         self.decide_reserved(&plain, &reserves)
+    }
+
+    /// Gives back each check's cost, one after another (see
+    /// [`Store::refund`]): each key under its shard's lock, then peeked.
+    pub fn refund_now(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
+        let mut decisions: Decisions = SmallVec::with_capacity(checks.len());
+        for c in checks {
+            let limit = table(c)?;
+            let mut guard = limit.table.lock(limit.table.shard_of(c.key));
+            let now = guard.high().max(self.clock().now());
+            guard.advance(now);
+            guard.refund(c.key, now, c.cost);
+            decisions.push(guard.peek(c.key, now, 0)?.decision);
+        }
+        Ok(Checked::by_store(true, decisions))
     }
 
     /// A group in which some checks keep a reserve: each must fit with its

@@ -187,6 +187,20 @@ impl<S: Default> ShardMap<S> {
     }
 
     /// Commits an update to a key.
+    /// Gives back `amount` of a key's charged cost at `now` (see
+    /// [`Algorithm::refund`]); a key not held here is full already.
+    pub(crate) fn refund<A: Algorithm<State = S>>(
+        &mut self,
+        alg: &A,
+        key: KeyId,
+        now: Nanos,
+        amount: u64,
+    ) {
+        if let Some(s) = self.map.get_mut(&key.low()) {
+            alg.refund(s, now, amount);
+        }
+    }
+
     #[inline]
     pub(crate) fn commit<A: Algorithm<State = S>>(
         &mut self,

@@ -48,7 +48,7 @@ impl RedisStore {
             return Ok(true);
         };
         for t in 0..r {
-            let reply = self.refund(&hex[t], group_of(t), now_us).await?;
+            let reply = self.refund_group(&hex[t], group_of(t), now_us).await?;
             fill(unique, &members[t], reply);
         }
         for t in r + 1..members.len() {
@@ -69,14 +69,14 @@ impl RedisStore {
         now_us: Option<u64>,
     ) -> Result<(), RedisStoreError> {
         for t in groups {
-            self.refund(&hex[*t], group_of(*t), now_us).await?;
+            self.refund_group(&hex[*t], group_of(*t), now_us).await?;
         }
         Ok(())
     }
 
     /// Gives a committed group's cost back (the script's refund mode);
     /// a failure is logged and returned.
-    async fn refund(
+    async fn refund_group(
         &self,
         tag: &str,
         group: Vec<ScriptCheck>,

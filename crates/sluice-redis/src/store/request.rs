@@ -21,6 +21,17 @@ pub(super) struct Item<'a> {
 pub(super) fn merge<'a>(
     checks: &[RedisCheck<'a>],
 ) -> Result<(Vec<Item<'a>>, Vec<usize>), RedisStoreError> {
+    let (items, index) = merge_costs(checks)?;
+    for item in &items {
+        check_cost(item.check.cost, &item.check.params)?;
+    }
+    Ok((items, index))
+}
+
+/// [`merge`], whatever the summed costs.
+pub(super) fn merge_costs<'a>(
+    checks: &[RedisCheck<'a>],
+) -> Result<(Vec<Item<'a>>, Vec<usize>), RedisStoreError> {
     let mut items: Vec<Item<'a>> = Vec::with_capacity(checks.len());
     let mut index = Vec::with_capacity(checks.len());
     for c in checks {
@@ -51,9 +62,6 @@ pub(super) fn merge<'a>(
                 });
             }
         }
-    }
-    for item in &items {
-        check_cost(item.check.cost, &item.check.params)?;
     }
     Ok((items, index))
 }

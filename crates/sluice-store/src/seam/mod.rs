@@ -76,6 +76,18 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         checks: &'a [Check<'a>],
     ) -> Pending<'a, Vec<Result<Checked, StoreError>>>;
 
+    /// Gives back each check's `cost` to its counter and key, as charged
+    /// earlier: a cost settled after the response, or Envoy's
+    /// `is_negative_hits`. Never refused, and never takes a limit past
+    /// full (see [`Algorithm::refund`](sluice_core::Algorithm::refund) for
+    /// where each algorithm takes it back from); `reserve` is ignored. The
+    /// decisions are each limit's state afterwards, as a peek sees it.
+    ///
+    /// A store that cannot reach its state gives the refund to what decides
+    /// in its place (a protected store's local fallback): the answer says
+    /// who took it ([`Checked::by`]).
+    fn refund<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>>;
+
     /// Whether every answer is [ready](Pending::Ready) at once (a store in
     /// this process): a decision on it then completes on its first poll.
     fn answers_at_once(&self) -> bool {
