@@ -16,6 +16,9 @@
 //!   over its limit answers `OVER_LIMIT`, but refuses the request only when
 //!   every quota-mode descriptor of the request is over (as in the
 //!   reference server).
+//! - A descriptor with `is_negative_hits` gives its hits back to its limit
+//!   ([`Engine::refund`]) before the charges are decided: never refused,
+//!   never past full, and no part of the overall code or the statistics.
 //! - A descriptor on a limit of 0 (`requests_per_unit: 0`) refuses the
 //!   request; nothing is charged.
 //! - Unmatched descriptors answer `OK` with no `current_limit`; `unlimited`
@@ -104,6 +107,18 @@ pub(crate) enum Place {
     Enforced(usize),
     /// The n-th shadowed charge.
     Shadow(usize),
+    /// The n-th refund (`is_negative_hits`).
+    Refund(usize),
+}
+
+/// What the engine answered for a request's descriptors.
+pub(crate) struct Counted {
+    /// Where each descriptor's decision is.
+    pub(crate) places: Vec<Place>,
+    /// The verdict on the charges, if any.
+    pub(crate) verdict: Option<Verdict>,
+    /// The verdict on the refunds, if any.
+    pub(crate) refunded: Option<Verdict>,
 }
 
 impl EnvoyRls {
@@ -186,7 +201,11 @@ impl EnvoyRls {
                 Vec::new()
             };
         let found = rules_now.resolve_with(&req.domain, &req.descriptors, &overridden);
-        let (places, verdict) = self.counted(req, &found, &overridden).await;
+        let Counted {
+            places,
+            verdict,
+            refunded,
+        } = self.counted(req, &found, &overridden).await;
         let rules: smallvec::SmallVec<[Option<&Rule>; 4]> = found
             .iter()
             .map(|f| f.as_ref().map(|f| &**f.rule))
@@ -195,7 +214,7 @@ impl EnvoyRls {
         let (code, statuses) = statuses(
             &rules,
             &places,
-            verdict.as_ref(),
+            [verdict.as_ref(), refunded.as_ref()],
             &self.options,
             &mut decisions,
         );
@@ -222,12 +241,18 @@ impl EnvoyRls {
     /// request, and nothing is charged. In `compat` mode every descriptor
     /// is decided that way (each on its own, all in one store call), as the
     /// reference server counts them.
+    ///
+    /// A descriptor with `is_negative_hits` gives its cost back instead
+    /// (Envoy's `RateLimitDescriptor`: "the hits_addend value will be
+    /// treated as negative, effectively adding to the rate limit budget"):
+    /// refunds are made first, are never refused, and never take a limit
+    /// past full.
     async fn counted(
         &self,
         req: &RateLimitRequest,
         found: &[Option<Found<'_>>],
         overridden: &[Option<Arc<Rule>>],
-    ) -> (Vec<Place>, Option<Verdict>) {
+    ) -> Counted {
         let compat = self.options.compat;
         let request_hits = if req.hits_addend == 0 {
             1
@@ -242,6 +267,7 @@ impl EnvoyRls {
                 .any(|f| matches!(f.rule.kind, RuleKind::Zero) && !f.rule.shadow && !f.rule.quota);
         let mut places = Vec::with_capacity(found.len());
         let mut charges: Vec<Charge<'_>> = Vec::with_capacity(found.len());
+        let mut refunds: Vec<Charge<'_>> = Vec::new();
         let (mut enforced, mut later) = (0, 0);
         for (i, (d, f)) in req.descriptors.iter().zip(found).enumerate() {
             // (Empty when no descriptor has a per-request limit.)
@@ -250,6 +276,21 @@ impl EnvoyRls {
                 places.push(Place::None);
                 continue;
             };
+            // A per-request limit is shared by every domain: its key names
+            // the domain.
+            let domain = if o.is_some() { req.domain.as_str() } else { "" };
+            let key = descriptor_id(hasher, domain, d, &f.shared);
+            if d.is_negative_hits {
+                places.push(Place::Refund(refunds.len()));
+                refunds.push(Charge {
+                    limit: &limited.limit,
+                    counter: &limited.counter,
+                    key,
+                    cost: hits_of(d, request_hits),
+                    shadow: f.rule.shadow,
+                });
+                continue;
+            }
             // In `compat` mode every descriptor is decided after (here,
             // without) the enforced ones, each on its own.
             let after = compat || f.rule.shadow || f.rule.quota;
@@ -264,23 +305,44 @@ impl EnvoyRls {
                 enforced += 1;
                 Place::Enforced(enforced - 1)
             });
-            // A per-request limit is shared by every domain: its key names
-            // the domain.
-            let domain = if o.is_some() { req.domain.as_str() } else { "" };
             charges.push(Charge {
                 limit: &limited.limit,
                 counter: &limited.counter,
-                key: descriptor_id(hasher, domain, d, &f.shared),
+                key,
                 cost: if zero { 0 } else { cost_of(d, request_hits) },
                 shadow: after,
             });
         }
+        let refunded = if refunds.is_empty() {
+            None
+        } else {
+            Some(self.refunded(&refunds).await)
+        };
         let verdict = if charges.is_empty() {
             None
         } else {
             Some(self.decided(&charges).await)
         };
-        (places, verdict)
+        Counted {
+            places,
+            verdict,
+            refunded,
+        }
+    }
+
+    /// The engine's verdict on the refunds; one it cannot give (a foreign
+    /// counter: a bug) is logged, and the refunds show nothing.
+    async fn refunded(&self, refunds: &[Charge<'_>]) -> Verdict {
+        match self.engine.refund(refunds).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::error!(error = %e, "ShouldRateLimit: cannot refund");
+                Verdict {
+                    allowed: true,
+                    ..empty_refusal()
+                }
+            }
+        }
     }
 
     /// Counts each descriptor that met a limit in its rule's statistics.
@@ -293,7 +355,10 @@ impl EnvoyRls {
     ) {
         let request_hits = u64::from(req.hits_addend).max(1);
         for ((d, f), decided) in req.descriptors.iter().zip(found).zip(decisions) {
-            let Some(f) = f else { continue };
+            // A refund is not a hit.
+            let Some(f) = f.as_ref().filter(|_| !d.is_negative_hits) else {
+                continue;
+            };
             let rule = &f.rule;
             let hits = cost_of(d, request_hits);
             let limit = u64::from(rule.requests_per_unit);
@@ -378,13 +443,17 @@ fn empty_refusal() -> Verdict {
     }
 }
 
-/// A descriptor's cost: its own `hits_addend`, else the request's. Giving
-/// quota back (`is_negative_hits`) is not supported: such a descriptor
-/// only peeks.
+/// A descriptor's cost: its own `hits_addend`, else the request's; a
+/// descriptor that gives quota back (`is_negative_hits`) costs nothing.
 fn cost_of(d: &RateLimitDescriptor, request_hits: u64) -> u64 {
-    match (&d.hits_addend, d.is_negative_hits) {
-        (_, true) => 0,
-        (Some(h), false) => h.value,
-        (None, false) => request_hits,
+    if d.is_negative_hits {
+        0
+    } else {
+        hits_of(d, request_hits)
     }
+}
+
+/// A descriptor's hits: its own `hits_addend`, else the request's.
+fn hits_of(d: &RateLimitDescriptor, request_hits: u64) -> u64 {
+    d.hits_addend.as_ref().map_or(request_hits, |h| h.value)
 }

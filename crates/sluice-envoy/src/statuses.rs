@@ -18,12 +18,13 @@ use crate::rules::{Rule, RuleKind};
 /// enforced descriptor is (the engine refused it), when a descriptor meets
 /// a limit of 0, or when every quota-mode descriptor is over its limit.
 ///
+/// `verdicts` are the engine's on the charges and on the refunds.
 /// `decisions` gets each counted descriptor's decision (`None` for the
 /// others), for the statistics.
 pub(crate) fn statuses(
     rules: &[Option<&Rule>],
     places: &[Place],
-    verdict: Option<&Verdict>,
+    [verdict, refunded]: [Option<&Verdict>; 2],
     options: &Options,
     decisions: &mut smallvec::SmallVec<[Option<Decision>; 4]>,
 ) -> (Code, Vec<DescriptorStatus>) {
@@ -35,6 +36,9 @@ pub(crate) fn statuses(
             let decided = match (place, verdict) {
                 (Place::Enforced(i), Some(v)) => v.results.get(*i).map(|r| r.decision),
                 (Place::Shadow(i), Some(v)) => v.shadow.get(*i).map(|r| r.decision),
+                (Place::Refund(i), _) => {
+                    refunded.and_then(|v| v.results.get(*i)).map(|r| r.decision)
+                }
                 _ => None,
             };
             decisions.push(decided);
@@ -55,6 +59,11 @@ pub(crate) fn statuses(
                 }
                 (RuleKind::Counted(_), ..) => status(rule, decided, options),
             };
+            if matches!(place, Place::Refund(_)) {
+                // A refund is never refused, and takes no part in the
+                // request's answer.
+                return st;
+            }
             let refused = st.code == Code::OverLimit as i32;
             if rule.quota {
                 quotas += 1;

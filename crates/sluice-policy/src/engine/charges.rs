@@ -4,12 +4,12 @@
 
 use sluice_core::Clock;
 use sluice_store::KeyId;
-use sluice_store::seam::Counter;
+use sluice_store::seam::{Check, Counter};
 use smallvec::SmallVec;
 
 use super::Engine;
 use super::plan::{Plan, Planned};
-use super::verdict::{DecideError, Verdict};
+use super::verdict::{DecideError, LimitResult, Results, Verdict};
 use crate::limit::Limit;
 
 /// One limit to decide for a request whose limits an adapter matched: the
@@ -73,6 +73,47 @@ impl<C: Clock> Engine<C> {
             }
         }
         Ok(verdict)
+    }
+}
+
+impl<C: Clock> Engine<C> {
+    /// Gives quota back to limits an adapter matched: each charge's cost
+    /// returns to its counter and key, never past full (a cost settled
+    /// after the response; Envoy's `is_negative_hits`). A refund is never
+    /// refused: the verdict is allowed, and its results are each limit's
+    /// state afterwards, in the order of `refunds`. Shadowed charges are
+    /// given back alike, since they were counted alike.
+    ///
+    /// On a shared store that cannot be reached, the refund goes to the
+    /// local fallback's share, and the verdict says so (`fallback`).
+    pub async fn refund(&self, refunds: &[Charge<'_>]) -> Result<Verdict, DecideError> {
+        let style = self.current.load().policy.headers;
+        let checks: SmallVec<[Check<'_>; 4]> = refunds
+            .iter()
+            .map(|c| Check {
+                counter: c.counter,
+                key: c.key,
+                cost: c.cost,
+                reserve: 0,
+            })
+            .collect();
+        let checked = self.store.refund(&checks).await?;
+        let mut results = Results::new();
+        for (c, d) in refunds.iter().zip(&checked.decisions) {
+            results.push(LimitResult {
+                spec: c.limit.spec,
+                decision: *d,
+                labels: c.limit.labels.clone(),
+                key: c.key,
+            });
+        }
+        Ok(Verdict {
+            allowed: true,
+            fallback: checked.fallback(),
+            results,
+            shadow: Vec::new(),
+            style,
+        })
     }
 }
 

@@ -13,6 +13,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
 use envoy_types::pb::google::protobuf::value::Kind;
 use sluice_testkit::RedisServer;
 use tonic::transport::Channel;
@@ -105,6 +106,7 @@ on_every_store!(
     quota_mode_refuses_only_when_every_quota_descriptor_is_over,
     dynamic_metadata_carries_the_request_and_the_passing_rules_metadata,
     per_rule_statistics_count_as_the_reference_server_s,
+    negative_hits_give_quota_back_never_past_the_limit,
 );
 
 async fn ask(
@@ -180,6 +182,69 @@ async fn compat_response_headers_are_the_reference_server_s(redis: bool) {
     let reset: u64 = header(&r, "RateLimit-Reset").unwrap().parse().unwrap();
     assert!((1..=3600).contains(&reset));
     assert!(header(&r, "RateLimit-Policy").is_none());
+}
+
+/// `d(key, value)` giving `hits` back (`None`: the request's hits).
+fn refund(key: &str, value: &str, hits: Option<u64>) -> RateLimitDescriptor {
+    let mut x = d(key, value);
+    x.hits_addend = hits.map(|value| UInt64Value { value });
+    x.is_negative_hits = true;
+    x
+}
+
+async fn negative_hits_give_quota_back_never_past_the_limit(redis: bool) {
+    for extra in ["", "compat = true"] {
+        let (_s, mut c) = start("refund", extra, redis).await;
+        for _ in 0..2 {
+            ask(&mut c, "compat", vec![d("user", "r")]).await;
+        }
+        let r = ask(&mut c, "compat", vec![d("user", "r")]).await;
+        assert_eq!(r.overall_code, OVER, "{extra}");
+        // envoy.extensions.common.ratelimit.v3.RateLimitDescriptor: "If
+        // true, the hits_addend value will be treated as negative,
+        // effectively adding to the rate limit budget instead of consuming
+        // from it. This can be used to refill previously consumed rate
+        // limit tokens."
+        let r = ask(&mut c, "compat", vec![refund("user", "r", Some(1))]).await;
+        assert_eq!(
+            (
+                r.overall_code,
+                r.statuses[0].code,
+                r.statuses[0].limit_remaining
+            ),
+            (OK, OK, 1),
+            "{extra}"
+        );
+        let r = ask(&mut c, "compat", vec![d("user", "r")]).await;
+        assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 0));
+        let r = ask(&mut c, "compat", vec![d("user", "r")]).await;
+        assert_eq!(r.overall_code, OVER, "{extra}");
+        // The request's hits (0 meaning 1) when the descriptor has none.
+        let r = ask(&mut c, "compat", vec![refund("user", "r", None)]).await;
+        assert_eq!(r.statuses[0].limit_remaining, 1, "{extra}");
+        // More than was charged fills the limit, and no more: the limit of
+        // 2 admits 2, not 7.
+        let r = ask(&mut c, "compat", vec![refund("user", "r", Some(5))]).await;
+        assert_eq!(r.statuses[0].limit_remaining, 2, "{extra}");
+        for _ in 0..2 {
+            let r = ask(&mut c, "compat", vec![d("user", "r")]).await;
+            assert_eq!(r.overall_code, OK, "{extra}");
+        }
+        let r = ask(&mut c, "compat", vec![d("user", "r")]).await;
+        assert_eq!(r.overall_code, OVER, "{extra}");
+        // A refund beside an over-limit descriptor is still made: refunds
+        // are never refused.
+        let r = ask(
+            &mut c,
+            "compat",
+            vec![refund("named", "r", Some(1)), d("user", "r")],
+        )
+        .await;
+        assert_eq!((r.overall_code, r.statuses[0].code), (OVER, OK), "{extra}");
+        // A descriptor no rule meets gives nothing back, and answers OK.
+        let r = ask(&mut c, "compat", vec![refund("nothing", "r", Some(1))]).await;
+        assert!(r.statuses[0].current_limit.is_none(), "{extra}");
+    }
 }
 
 async fn compat_keeps_counting_the_others_when_one_is_over(redis: bool) {
