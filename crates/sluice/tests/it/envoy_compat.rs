@@ -204,7 +204,10 @@ async fn negative_hits_give_quota_back_never_past_the_limit(redis: bool) {
         // true, the hits_addend value will be treated as negative,
         // effectively adding to the rate limit budget instead of consuming
         // from it. This can be used to refill previously consumed rate
-        // limit tokens."
+        // limit tokens." The reference server does not read the field (its
+        // `utils.GetHitsAddends` takes `hits_addend` as a charge whatever
+        // `is_negative_hits` says), so this follows Envoy's API in both
+        // modes.
         let r = ask(&mut c, "compat", vec![refund("user", "r", Some(1))]).await;
         assert_eq!(
             (
