@@ -385,6 +385,10 @@ end
 local function refund_meter(lim, key, cost)
   local last, _, used, exp = meter_state(lim, key)
   if not last then return end
+  -- A GCRA whose TAT is not ahead of now is full already: left as it is
+  -- (as sluice-core does), so that a clock that then steps back sees it
+  -- unchanged.
+  if lim.alg == 6 and used <= 0 then return end
   used = used - cost * lim.P
   if used < 0 then used = 0 end
   local stamp = now

@@ -186,7 +186,6 @@ impl<S: Default> ShardMap<S> {
         }
     }
 
-    /// Commits an update to a key.
     /// Gives back `amount` of a key's charged cost at `now` (see
     /// [`Algorithm::refund`]); a key not held here is full already.
     pub(crate) fn refund<A: Algorithm<State = S>>(
@@ -201,6 +200,7 @@ impl<S: Default> ShardMap<S> {
         }
     }
 
+    /// Commits an update to a key.
     #[inline]
     pub(crate) fn commit<A: Algorithm<State = S>>(
         &mut self,

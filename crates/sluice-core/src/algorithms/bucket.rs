@@ -137,10 +137,14 @@ impl Meter {
         }
     }
 
-    /// When the state is fully drained.
     /// Takes `amount` units of cost out of the meter at `now` (see
     /// [`Algorithm::refund`](crate::Algorithm::refund)), down to empty.
     pub(crate) fn refund(&self, s: &mut BucketState, now: Nanos, amount: u64) {
+        // Nothing given back changes nothing (not even the time of the
+        // state, which a clock that steps back would then see).
+        if amount == 0 {
+            return;
+        }
         // amount <= burst, so amount * p <= cap: no overflow.
         let take = amount.min(self.burst) * self.p;
         *s = BucketState {
@@ -149,6 +153,7 @@ impl Meter {
         };
     }
 
+    /// When the state is fully drained.
     #[inline]
     pub(crate) fn idle_at(&self, s: &BucketState) -> Nanos {
         s.last.saturating_add(self.drain_time(s.level))

@@ -179,7 +179,7 @@ impl Algorithm for SlidingLog {
 
     /// From the newest entries: whole entries dropped, the last one cut.
     fn refund(&self, state: &mut SlidingLogState, _now: Nanos, amount: u64) {
-        let mut left = amount;
+        let mut left = amount.min(self.windows.burst);
         while left > 0 {
             let Some((_, c)) = state.entries.back_mut() else {
                 break;
