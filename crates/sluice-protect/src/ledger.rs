@@ -127,6 +127,29 @@ impl Ledger {
         taken
     }
 
+    /// Forgives up to `amount` of what is owed for (`tag`, `key`): a
+    /// refund of cost the fallback admitted, which the store then need not
+    /// be charged. Returns the part of `amount` that was not owed.
+    pub(crate) fn forgive(&self, tag: u64, key: KeyId, amount: u64) -> u64 {
+        if self.is_empty() {
+            return amount;
+        }
+        let mut owed = self.owed.lock();
+        let left = match owed.get_mut(&(tag, key)) {
+            Some(o) => {
+                let forgiven = o.cost.min(amount);
+                o.cost -= forgiven;
+                if o.cost == 0 {
+                    owed.remove(&(tag, key));
+                }
+                amount - forgiven
+            }
+            None => amount,
+        };
+        self.any.store(!owed.is_empty(), Ordering::Release);
+        left
+    }
+
     /// Puts back what could not be charged (the store failed again).
     pub(crate) fn put_back(&self, entries: Vec<Owed>) {
         let mut owed = self.owed.lock();
@@ -185,6 +208,18 @@ mod tests {
         l.put_back(taken);
         assert_eq!(l.len(), 1);
         assert!(!l.is_empty());
+    }
+
+    #[test]
+    fn a_refund_forgives_what_is_owed_first() {
+        let c = counter();
+        let tag = c.def().tag();
+        let l = Ledger::new(10);
+        l.owe([(&c, KeyId(1), 3)]);
+        assert_eq!(l.forgive(tag, KeyId(1), 2), 0, "all of it was owed");
+        assert_eq!(l.forgive(tag, KeyId(1), 5), 4, "1 was still owed");
+        assert!(l.is_empty(), "nothing is owed once forgiven");
+        assert_eq!(l.forgive(tag, KeyId(2), 7), 7, "another pair owes nothing");
     }
 
     #[test]

@@ -85,14 +85,18 @@ impl LocalFallback {
                 ..*c
             })
             .collect();
-        let mut checked = self.store.refund_now(&local).unwrap_or_else(|_| Checked {
-            allowed: true,
-            decisions: shares
-                .iter()
-                .map(|s| Decision::full(s.def().spec().burst))
-                .collect(),
-            by: DecidedBy::Store,
-            share: 1,
+        let mut checked = self.store.refund_now(&local).unwrap_or_else(|e| {
+            // Only a counter of another store: a bug.
+            tracing::error!(error = %e, "the local fallback cannot take a refund");
+            Checked {
+                allowed: true,
+                decisions: shares
+                    .iter()
+                    .map(|s| Decision::full(s.def().spec().burst))
+                    .collect(),
+                by: DecidedBy::Store,
+                share: 1,
+            }
         });
         checked.by = DecidedBy::Fallback(Fallback::Local);
         checked.share = self.instances;

@@ -214,11 +214,15 @@ impl<R: Remote> Protected<R> {
         Ok(checked)
     }
 
-    /// Gives back each check's cost: to the remote store while its breaker
-    /// is closed and it answers within the timeout, else to the local
-    /// fallback's share (what the fallback would admit next). A refund the
-    /// store could not take is not retried later: a key errs towards
-    /// refusing.
+    /// Gives back each check's cost. What the fallback admitted for the key
+    /// during an outage and the store was not charged yet is forgiven first
+    /// (the [ledger](crate::ledger)); the rest goes to the remote store
+    /// while its breaker is closed and it answers within the timeout, else
+    /// to the local fallback's share (what it would admit next). A refund
+    /// the store could not take is counted as a store error or timeout and
+    /// not retried: a key errs towards refusing. However the call ends
+    /// (dropped half way included), the over-limit cache forgets the
+    /// refusals of these keys.
     async fn give_back(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
         let mut pairs: SmallVec<[&Pair; 4]> = SmallVec::with_capacity(checks.len());
         for c in checks {
@@ -229,36 +233,40 @@ impl<R: Remote> Protected<R> {
                 .ok_or_else(|| StoreError::ForeignCounter(c.counter.def().id().to_owned()))?;
             pairs.push(pair);
         }
+        let _forget = ForgetRefusals {
+            cache: self.cache.as_ref(),
+            checks,
+        };
         if self.breaker.state() == BreakerState::Closed {
             let remote: SmallVec<[Check<'_>; 4]> = checks
                 .iter()
                 .zip(&pairs)
                 .map(|(c, p)| Check {
                     counter: &p.remote,
+                    cost: self.ledger.forgive(c.counter.def().tag(), c.key, c.cost),
                     ..*c
                 })
                 .collect();
-            let given = tokio::time::timeout(self.opts.timeout, self.remote.try_refund(&remote));
-            let given = given.await;
-            self.forget_refusals(checks);
-            match given {
+            match tokio::time::timeout(self.opts.timeout, self.remote.try_refund(&remote)).await {
                 Ok(Ok(checked)) => return Ok(checked),
-                Ok(Err(e)) => tracing::debug!(error = %e, "refund not taken by the shared store"),
-                Err(_) => tracing::debug!("refund not taken by the shared store in time"),
+                Ok(Err(e)) => {
+                    self.counts.store_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "refund not taken by the shared store");
+                }
+                Err(_) => {
+                    self.counts.store_timeouts.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!("refund not taken by the shared store in time");
+                }
+            }
+        } else {
+            for c in checks {
+                self.ledger.forgive(c.counter.def().tag(), c.key, c.cost);
             }
         }
         let shares: SmallVec<[&Counter; 4]> = pairs.iter().map(|p| &p.local).collect();
-        Ok(self.local.refund(checks, &shares))
-    }
-
-    /// Once a refund is made (or tried: it may have reached the store),
-    /// the cache forgets the refusals of its keys.
-    fn forget_refusals(&self, checks: &[Check<'_>]) {
-        if let Some(cache) = &self.cache {
-            for c in checks {
-                cache.forget(c.counter.def().tag(), c.key);
-            }
-        }
+        let mut checked = self.local.refund(checks, &shares);
+        checked.by = DecidedBy::Fallback(self.opts.fallback);
+        Ok(checked)
     }
 
     /// Waits, until `deadline` at the latest, for the probe that is out,
@@ -460,6 +468,23 @@ impl<R: Remote> Store for Protected<R> {
 
     fn observe_calls(&self, observer: CallObserver) {
         let _ = self.observer.set(observer);
+    }
+}
+
+/// Once a refund is made, tried (it may have reached the store) or
+/// dropped, the over-limit cache forgets the refusals of its keys.
+struct ForgetRefusals<'a> {
+    cache: Option<&'a OverLimitCache>,
+    checks: &'a [Check<'a>],
+}
+
+impl Drop for ForgetRefusals<'_> {
+    fn drop(&mut self) {
+        if let Some(cache) = self.cache {
+            for c in self.checks {
+                cache.forget(c.counter.def().tag(), c.key);
+            }
+        }
     }
 }
 
