@@ -107,8 +107,9 @@ pub(crate) enum Place {
     Enforced(usize),
     /// The n-th shadowed charge.
     Shadow(usize),
-    /// The n-th refund (`is_negative_hits`).
-    Refund(usize),
+    /// A refund (`is_negative_hits`): the n-th, or none when its rule has
+    /// nothing to give back (unlimited, or a limit of 0).
+    Refund(Option<usize>),
 }
 
 /// What the engine answered for a request's descriptors.
@@ -224,7 +225,8 @@ impl EnvoyRls {
             statuses,
             ..Default::default()
         };
-        response.response_headers_to_add = headers(verdict.as_ref(), &response, &self.options);
+        response.response_headers_to_add =
+            headers(verdict.as_ref(), &response, &places, &self.options);
         if self.options.dynamic_metadata {
             response.dynamic_metadata =
                 Some(crate::dynamic_metadata::of(req, &rules, &response.statuses));
@@ -260,10 +262,15 @@ impl EnvoyRls {
             u64::from(req.hits_addend)
         };
         let hasher = self.engine.hasher();
+        // A limit of 0 met by a charge (not by a refund) refuses the
+        // request.
         let zero = !compat
-            && found
+            && req
+                .descriptors
                 .iter()
-                .flatten()
+                .zip(found)
+                .filter(|(d, _)| !d.is_negative_hits)
+                .filter_map(|(_, f)| f.as_ref())
                 .any(|f| matches!(f.rule.kind, RuleKind::Zero) && !f.rule.shadow && !f.rule.quota);
         let mut places = Vec::with_capacity(found.len());
         let mut charges: Vec<Charge<'_>> = Vec::with_capacity(found.len());
@@ -272,25 +279,28 @@ impl EnvoyRls {
         for (i, (d, f)) in req.descriptors.iter().zip(found).enumerate() {
             // (Empty when no descriptor has a per-request limit.)
             let o = overridden.get(i).and_then(Option::as_ref);
+            // A per-request limit is shared by every domain: its key names
+            // the domain.
+            let domain = if o.is_some() { req.domain.as_str() } else { "" };
+            if d.is_negative_hits {
+                let limited = f.as_ref().and_then(|f| Some((f, f.rule.limited()?)));
+                places.push(Place::Refund(limited.map(|_| refunds.len())));
+                if let Some((f, limited)) = limited {
+                    refunds.push(Charge {
+                        limit: &limited.limit,
+                        counter: &limited.counter,
+                        key: descriptor_id(hasher, domain, d, &f.shared),
+                        cost: hits_of(d, request_hits),
+                        shadow: f.rule.shadow,
+                    });
+                }
+                continue;
+            }
             let Some((f, limited)) = f.as_ref().and_then(|f| Some((f, f.rule.limited()?))) else {
                 places.push(Place::None);
                 continue;
             };
-            // A per-request limit is shared by every domain: its key names
-            // the domain.
-            let domain = if o.is_some() { req.domain.as_str() } else { "" };
             let key = descriptor_id(hasher, domain, d, &f.shared);
-            if d.is_negative_hits {
-                places.push(Place::Refund(refunds.len()));
-                refunds.push(Charge {
-                    limit: &limited.limit,
-                    counter: &limited.counter,
-                    key,
-                    cost: hits_of(d, request_hits),
-                    shadow: f.rule.shadow,
-                });
-                continue;
-            }
             // In `compat` mode every descriptor is decided after (here,
             // without) the enforced ones, each on its own.
             let after = compat || f.rule.shadow || f.rule.quota;

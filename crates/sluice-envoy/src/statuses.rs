@@ -33,12 +33,20 @@ pub(crate) fn statuses(
         .iter()
         .zip(places)
         .map(|(rule, place)| {
+            if let Place::Refund(at) = place {
+                // Never refused, and no part of the request's answer.
+                let decided = at
+                    .and_then(|i| refunded?.results.get(i))
+                    .map(|r| r.decision);
+                decisions.push(decided);
+                return match rule {
+                    None => ok_unmatched(),
+                    Some(rule) => refund_status(rule, decided, options),
+                };
+            }
             let decided = match (place, verdict) {
                 (Place::Enforced(i), Some(v)) => v.results.get(*i).map(|r| r.decision),
                 (Place::Shadow(i), Some(v)) => v.shadow.get(*i).map(|r| r.decision),
-                (Place::Refund(i), _) => {
-                    refunded.and_then(|v| v.results.get(*i)).map(|r| r.decision)
-                }
                 _ => None,
             };
             decisions.push(decided);
@@ -59,11 +67,6 @@ pub(crate) fn statuses(
                 }
                 (RuleKind::Counted(_), ..) => status(rule, decided, options),
             };
-            if matches!(place, Place::Refund(_)) {
-                // A refund is never refused, and takes no part in the
-                // request's answer.
-                return st;
-            }
             let refused = st.code == Code::OverLimit as i32;
             if rule.quota {
                 quotas += 1;
@@ -98,6 +101,22 @@ fn status(rule: &Rule, decision: Option<Decision>, options: &Options) -> Descrip
         limit_remaining: u32::try_from(decision.remaining).unwrap_or(u32::MAX),
         duration_until_reset: Some(duration(until)),
         ..Default::default()
+    }
+}
+
+/// A refund's status: `OK`, with the state the refund left (an
+/// `unlimited` rule's as always; a limit of 0 has nothing to give back).
+fn refund_status(rule: &Rule, decided: Option<Decision>, options: &Options) -> DescriptorStatus {
+    match &rule.kind {
+        RuleKind::Unlimited => ok_unlimited(),
+        RuleKind::Zero => DescriptorStatus {
+            code: Code::Ok as i32,
+            ..zero_status(rule, options)
+        },
+        RuleKind::Counted(_) => DescriptorStatus {
+            code: Code::Ok as i32,
+            ..status(rule, decided, options)
+        },
     }
 }
 
@@ -146,6 +165,7 @@ fn current_limit(rule: &Rule, options: &Options) -> CurrentLimit {
 pub(crate) fn headers(
     verdict: Option<&Verdict>,
     response: &RateLimitResponse,
+    places: &[Place],
     options: &Options,
 ) -> Vec<HeaderValue> {
     let mut out = Vec::new();
@@ -154,7 +174,7 @@ pub(crate) fn headers(
     }
     if options.response_headers {
         if options.compat {
-            reference_headers(response, &mut out);
+            reference_headers(response, places, &mut out);
         } else if let Some(v) = verdict {
             sluice_headers(v, &mut out);
         }
@@ -193,9 +213,15 @@ fn sluice_headers(v: &Verdict, out: &mut Vec<HeaderValue>) {
 /// `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` of the
 /// descriptor nearest its limit: the last one over it, else the one with
 /// the least remaining.
-fn reference_headers(response: &RateLimitResponse, out: &mut Vec<HeaderValue>) {
+fn reference_headers(response: &RateLimitResponse, places: &[Place], out: &mut Vec<HeaderValue>) {
     let mut nearest: Option<&DescriptorStatus> = None;
-    for s in &response.statuses {
+    // Refunds are not counted.
+    for (s, _) in response
+        .statuses
+        .iter()
+        .zip(places)
+        .filter(|(_, p)| !matches!(p, Place::Refund(_)))
+    {
         let Some(_) = &s.current_limit else { continue };
         let over = s.code == Code::OverLimit as i32;
         if over || nearest.is_none_or(|n| s.limit_remaining < n.limit_remaining) {

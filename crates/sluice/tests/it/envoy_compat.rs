@@ -47,6 +47,8 @@ descriptors:
   - key: shadowed
     shadow_mode: true
     rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: closed
+    rate_limit: {unit: hour, requests_per_unit: 0}
 "#;
 
 /// What a started Sluice needs kept: itself, its YAML file, and its Redis.
@@ -236,7 +238,10 @@ async fn negative_hits_give_quota_back_never_past_the_limit(redis: bool) {
         let r = ask(&mut c, "compat", vec![d("user", "r")]).await;
         assert_eq!(r.overall_code, OVER, "{extra}");
         // A refund beside an over-limit descriptor is still made: refunds
-        // are never refused.
+        // are never refused. (named=r, a limit of 3, is used up first.)
+        for _ in 0..3 {
+            ask(&mut c, "compat", vec![d("named", "r")]).await;
+        }
         let r = ask(
             &mut c,
             "compat",
@@ -244,6 +249,36 @@ async fn negative_hits_give_quota_back_never_past_the_limit(redis: bool) {
         )
         .await;
         assert_eq!((r.overall_code, r.statuses[0].code), (OVER, OK), "{extra}");
+        let r = ask(&mut c, "compat", vec![d("named", "r")]).await;
+        assert_eq!(r.overall_code, OK, "{extra}: the refund was made");
+        let r = ask(&mut c, "compat", vec![d("named", "r")]).await;
+        assert_eq!(r.overall_code, OVER, "{extra}");
+        // Refunds come first: a used-up key given one back in the request
+        // that asks for it is admitted.
+        let r = ask(
+            &mut c,
+            "compat",
+            vec![d("named", "r"), refund("named", "r", Some(1))],
+        )
+        .await;
+        assert_eq!((r.overall_code, r.statuses[1].code), (OK, OK), "{extra}");
+        // A limit of 0 has nothing to give back, and a refund on it refuses
+        // nothing: the request's other descriptors decide.
+        let r = ask(
+            &mut c,
+            "compat",
+            vec![refund("closed", "r", Some(1)), d("user", "fresh")],
+        )
+        .await;
+        assert_eq!(
+            (
+                r.overall_code,
+                r.statuses[0].code,
+                r.statuses[0].limit_remaining
+            ),
+            (OK, OK, 0),
+            "{extra}"
+        );
         // A descriptor no rule meets gives nothing back, and answers OK.
         let r = ask(&mut c, "compat", vec![refund("nothing", "r", Some(1))]).await;
         assert!(r.statuses[0].current_limit.is_none(), "{extra}");
