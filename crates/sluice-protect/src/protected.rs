@@ -505,3 +505,81 @@ impl Drop for ProbeOut<'_> {
         self.done.notify_waiters();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+    use sluice_store::KeyId;
+
+    /// A store that never connects: the fallback decides everything.
+    #[derive(Debug)]
+    struct Down;
+
+    impl Remote for Down {
+        fn slot(&self, _def: &CounterDef) -> Slot {
+            Slot::empty()
+        }
+        fn try_check<'a>(
+            &'a self,
+            _: &'a [Check<'a>],
+        ) -> Pending<'a, Result<Checked, RemoteError>> {
+            Pending::ready(Err(RemoteError::NotConnected))
+        }
+        fn try_refund<'a>(
+            &'a self,
+            _: &'a [Check<'a>],
+        ) -> Pending<'a, Result<Checked, RemoteError>> {
+            Pending::ready(Err(RemoteError::NotConnected))
+        }
+        fn connect(&self, _: Duration) -> Pending<'_, Result<(), RemoteError>> {
+            Pending::ready(Err(RemoteError::NotConnected))
+        }
+        fn is_connected(&self) -> bool {
+            false
+        }
+        fn address(&self) -> String {
+            "down".into()
+        }
+    }
+
+    /// In an outage, a refund is taken off what the ledger owes the store
+    /// for the key, and given to the local share that admitted it.
+    #[tokio::test]
+    async fn a_refund_in_an_outage_is_forgiven_and_given_to_the_local_share() {
+        let this = Protected::start(Arc::new(Down), ProtectOptions::default());
+        let spec = LimitSpec {
+            algorithm: AlgorithmKind::TokenBucket,
+            rate: Rate::per_minute(1),
+            burst: 3,
+            nodelay: false,
+        };
+        let counter = this.counter(CounterDef::new("r", spec).unwrap());
+        let key = KeyId(7);
+        let at = |cost| {
+            [Check {
+                counter: &counter,
+                key,
+                cost,
+                reserve: 0,
+            }]
+        };
+        for _ in 0..3 {
+            assert!(this.check(&at(1)).await.unwrap().allowed);
+        }
+        assert!(
+            !this.check(&at(1)).await.unwrap().allowed,
+            "the share is used up"
+        );
+        let refunded = this.refund(&at(2)).await.unwrap();
+        assert_eq!(refunded.decisions[0].remaining, 2);
+        assert_eq!(refunded.fallback(), Some(Fallback::Local));
+        // Of the 3 owed, 2 were forgiven.
+        let owed = this.ledger.take_for([(counter.def().tag(), key)]);
+        assert_eq!(owed.iter().map(|o| o.cost).sum::<u64>(), 1);
+        assert!(
+            this.check(&at(2)).await.unwrap().allowed,
+            "the share has 2 again"
+        );
+    }
+}
