@@ -144,15 +144,7 @@ impl<R: Remote> Protected<R> {
     /// Decides every check together, all or nothing. Never fails but for
     /// checks no store could decide (a foreign counter).
     async fn decide(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
-        let mut pairs: SmallVec<[&Pair; 4]> = SmallVec::with_capacity(checks.len());
-        for c in checks {
-            let pair = c
-                .counter
-                .slot()
-                .get::<Pair>()
-                .ok_or_else(|| StoreError::ForeignCounter(c.counter.def().id().to_owned()))?;
-            pairs.push(pair);
-        }
+        let pairs = pairs_of(checks)?;
         // The cache's identity of this request; not computed without one.
         let parts: SmallVec<[Part; 4]> = match &self.cache {
             Some(_) => checks
@@ -224,15 +216,7 @@ impl<R: Remote> Protected<R> {
     /// (dropped half way included), the over-limit cache forgets the
     /// refusals of these keys.
     async fn give_back(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
-        let mut pairs: SmallVec<[&Pair; 4]> = SmallVec::with_capacity(checks.len());
-        for c in checks {
-            let pair = c
-                .counter
-                .slot()
-                .get::<Pair>()
-                .ok_or_else(|| StoreError::ForeignCounter(c.counter.def().id().to_owned()))?;
-            pairs.push(pair);
-        }
+        let pairs = pairs_of(checks)?;
         let _forget = ForgetRefusals {
             cache: self.cache.as_ref(),
             checks,
@@ -469,6 +453,20 @@ impl<R: Remote> Store for Protected<R> {
     fn observe_calls(&self, observer: CallObserver) {
         let _ = self.observer.set(observer);
     }
+}
+
+/// Each check's pair of counters (remote, local share); fails for a
+/// counter of another store.
+fn pairs_of<'c>(checks: &[Check<'c>]) -> Result<SmallVec<[&'c Pair; 4]>, StoreError> {
+    checks
+        .iter()
+        .map(|c| {
+            c.counter
+                .slot()
+                .get::<Pair>()
+                .ok_or_else(|| StoreError::ForeignCounter(c.counter.def().id().to_owned()))
+        })
+        .collect()
 }
 
 /// Once a refund is made, tried (it may have reached the store) or

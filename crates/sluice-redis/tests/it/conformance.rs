@@ -61,6 +61,22 @@ fn advance(now: u64, window_us: u64, s: Step) -> u64 {
     }
 }
 
+/// A limit (algorithm, amount, period, burst, nodelay), a start time and
+/// the steps of a timeline.
+#[allow(clippy::type_complexity)]
+fn limit_and_timeline()
+-> impl Strategy<Value = (AlgorithmKind, u64, u64, u64, bool, u64, Vec<Step>)> {
+    (
+        kind(),
+        1u64..=1000,
+        prop::sample::select(PERIODS.to_vec()),
+        1u64..=50,
+        any::<bool>(),
+        start(),
+        steps(),
+    )
+}
+
 fn kind() -> impl Strategy<Value = AlgorithmKind> {
     prop::sample::select(KINDS.to_vec())
 }
@@ -85,15 +101,7 @@ fn config(cases: u32) -> ProptestConfig {
 #[test]
 fn every_decision_equals_sluice_core() {
     let Some(env) = env() else { return };
-    let strategy = (
-        kind(),
-        1u64..=1000,
-        prop::sample::select(PERIODS.to_vec()),
-        1u64..=50,
-        any::<bool>(),
-        start(),
-        steps(),
-    );
+    let strategy = limit_and_timeline();
     let mut runner = TestRunner::new(config(300));
     runner
         .run(
@@ -166,15 +174,7 @@ fn every_decision_equals_sluice_core() {
 #[test]
 fn every_refund_equals_sluice_core() {
     let Some(env) = env() else { return };
-    let strategy = (
-        kind(),
-        1u64..=1000,
-        prop::sample::select(PERIODS.to_vec()),
-        1u64..=50,
-        any::<bool>(),
-        start(),
-        steps(),
-    );
+    let strategy = limit_and_timeline();
     let mut runner = TestRunner::new(config(200));
     runner
         .run(
