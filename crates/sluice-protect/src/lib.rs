@@ -13,7 +13,9 @@
 //! - [`local`]: the local fallback, this instance's share of every limit in
 //!   memory while the store cannot decide (or `allow`, or `deny`);
 //! - [`ledger`]: what the fallback admitted, charged to the store when it
-//!   is back ([`recovery`]).
+//!   is back ([`recovery`]);
+//! - refunds (`Store::refund`) forgive what the ledger owes first, then go
+//!   to the store, or to the local share while the store cannot take them.
 //!
 //! None of it knows a network client: the remote store's own crate
 //! implements [`Remote`].
@@ -26,6 +28,7 @@ pub mod over_limit;
 pub mod recovery;
 
 mod protected;
+mod refund;
 mod remote;
 
 pub use protected::Protected;

@@ -67,13 +67,13 @@ pub(crate) struct Counts {
 pub struct Protected<R: Remote> {
     pub(crate) remote: Arc<R>,
     pub(crate) breaker: Breaker,
-    cache: Option<OverLimitCache>,
-    local: LocalFallback,
+    pub(crate) cache: Option<OverLimitCache>,
+    pub(crate) local: LocalFallback,
     pub(crate) ledger: Ledger,
     /// Told when a probe's outcome is known.
     probe_done: tokio::sync::Notify,
     pub(crate) opts: ProtectOptions,
-    counts: Counts,
+    pub(crate) counts: Counts,
     /// The breaker's transitions, for logging at most every 10 s.
     flaps: Flaps,
     observer: OnceLock<CallObserver>,
@@ -203,53 +203,6 @@ impl<R: Remote> Protected<R> {
             self.ledger
                 .owe(remote.iter().map(|c| (c.counter, c.key, c.cost)));
         }
-        Ok(checked)
-    }
-
-    /// Gives back each check's cost. What the fallback admitted for the key
-    /// during an outage and the store was not charged yet is forgiven first
-    /// (the [ledger](crate::ledger)); the rest goes to the remote store
-    /// while its breaker is closed and it answers within the timeout, else
-    /// to the local fallback's share (what it would admit next). A refund
-    /// the store could not take is counted as a store error or timeout and
-    /// not retried: a key errs towards refusing. However the call ends
-    /// (dropped half way included), the over-limit cache forgets the
-    /// refusals of these keys.
-    async fn give_back(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
-        let pairs = pairs_of(checks)?;
-        let _forget = ForgetRefusals {
-            cache: self.cache.as_ref(),
-            checks,
-        };
-        if self.breaker.state() == BreakerState::Closed {
-            let remote: SmallVec<[Check<'_>; 4]> = checks
-                .iter()
-                .zip(&pairs)
-                .map(|(c, p)| Check {
-                    counter: &p.remote,
-                    cost: self.ledger.forgive(c.counter.def().tag(), c.key, c.cost),
-                    ..*c
-                })
-                .collect();
-            match tokio::time::timeout(self.opts.timeout, self.remote.try_refund(&remote)).await {
-                Ok(Ok(checked)) => return Ok(checked),
-                Ok(Err(e)) => {
-                    self.counts.store_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(error = %e, "refund not taken by the shared store");
-                }
-                Err(_) => {
-                    self.counts.store_timeouts.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!("refund not taken by the shared store in time");
-                }
-            }
-        } else {
-            for c in checks {
-                self.ledger.forgive(c.counter.def().tag(), c.key, c.cost);
-            }
-        }
-        let shares: SmallVec<[&Counter; 4]> = pairs.iter().map(|p| &p.local).collect();
-        let mut checked = self.local.refund(checks, &shares);
-        checked.by = DecidedBy::Fallback(self.opts.fallback);
         Ok(checked)
     }
 
@@ -457,7 +410,7 @@ impl<R: Remote> Store for Protected<R> {
 
 /// Each check's pair of counters (remote, local share); fails for a
 /// counter of another store.
-fn pairs_of<'c>(checks: &[Check<'c>]) -> Result<SmallVec<[&'c Pair; 4]>, StoreError> {
+pub(crate) fn pairs_of<'c>(checks: &[Check<'c>]) -> Result<SmallVec<[&'c Pair; 4]>, StoreError> {
     checks
         .iter()
         .map(|c| {
@@ -467,23 +420,6 @@ fn pairs_of<'c>(checks: &[Check<'c>]) -> Result<SmallVec<[&'c Pair; 4]>, StoreEr
                 .ok_or_else(|| StoreError::ForeignCounter(c.counter.def().id().to_owned()))
         })
         .collect()
-}
-
-/// Once a refund is made, tried (it may have reached the store) or
-/// dropped, the over-limit cache forgets the refusals of its keys.
-struct ForgetRefusals<'a> {
-    cache: Option<&'a OverLimitCache>,
-    checks: &'a [Check<'a>],
-}
-
-impl Drop for ForgetRefusals<'_> {
-    fn drop(&mut self) {
-        if let Some(cache) = self.cache {
-            for c in self.checks {
-                cache.forget(c.counter.def().tag(), c.key);
-            }
-        }
-    }
 }
 
 /// The probe a call is making. When it ends, however it ends, the callers
