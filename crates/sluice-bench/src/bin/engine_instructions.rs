@@ -8,8 +8,10 @@
 //!     target/release/engine_instructions WORKLOAD
 //! ```
 //!
-//! WORKLOAD is `governor_direct`, `engine_single`, `governor_keyed` or
-//! `engine_keyed` (100,000 IPv4 clients, uniform). Each does 100,000
+//! WORKLOAD is `governor_direct`, `engine_single`, `governor_keyed`,
+//! `engine_keyed` (100,000 IPv4 clients, uniform), or `keyed_limiter`:
+//! the standalone `KeyedLimiter` on the same clients, the store part of
+//! a decision alone, for comparison. Each does 100,000
 //! warm-up decisions (every key once) outside the counted function, then
 //! 200,000 inside it: the instructions per decision are callgrind's total
 //! over 200,000.
@@ -61,15 +63,25 @@ fn main() {
     let governor_direct = |_: IpAddr| direct.check().is_ok();
     let by_key = RateLimiter::keyed(quota);
     let governor_keyed = |ip: IpAddr| by_key.check_key(&ip).is_ok();
+    let spec = sluice_core::LimitSpec {
+        algorithm: sluice_core::AlgorithmKind::Gcra,
+        rate: sluice_core::Rate::per_second(1000),
+        burst: 1000,
+        nodelay: false,
+    };
+    let standalone =
+        sluice_store::KeyedLimiter::<IpAddr>::new(&spec, 1_000_000).expect("a valid limit");
+    let keyed_limiter = |ip: IpAddr| standalone.check(&ip, 1).is_ok_and(|d| d.allowed);
 
     let (decide, seq): (&dyn Fn(IpAddr) -> bool, &[IpAddr]) = match workload.as_str() {
         "governor_direct" => (&governor_direct, &single),
         "engine_single" => (&engine_decide, &single),
         "governor_keyed" => (&governor_keyed, &keyed),
         "engine_keyed" => (&engine_decide, &keyed),
+        "keyed_limiter" => (&keyed_limiter, &keyed),
         _ => {
             eprintln!(
-                "usage: engine_instructions governor_direct|engine_single|governor_keyed|engine_keyed"
+                "usage: engine_instructions governor_direct|engine_single|governor_keyed|engine_keyed|keyed_limiter"
             );
             std::process::exit(2);
         }
