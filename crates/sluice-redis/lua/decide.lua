@@ -393,8 +393,10 @@ local function refund_meter(lim, key, cost)
   if used < 0 then used = 0 end
   local stamp = now
   if lim.alg ~= 6 and last > now then stamp = last end
-  values[key] = pack('<dddd', stamp, used, 0, exp)
-  call('SET', key, values[key], 'KEEPTTL')
+  -- Written as a charge writes: the state moved to `stamp` must live at
+  -- least until it is replenished from there (`store` keeps the TTL when
+  -- it already covers that).
+  store(key, stamp, used, 0, stamp - now + ceil_div(used, lim.M), exp)
 end
 
 local function refund_fixed(lim, key, cost)

@@ -100,9 +100,26 @@ fn config(cases: u32) -> ProptestConfig {
 
 #[test]
 fn every_decision_equals_sluice_core() {
+    timelines_equal_sluice_core("conf", 300, false);
+}
+
+/// Refunds (the script's refund mode) against `Limiter::refund`: on random
+/// timelines, clock steps back included, about a third of the steps give
+/// an amount back (up to twice the burst, which the store caps at the
+/// burst) instead of charging; the state each leaves, read by the peek the
+/// refund answers, equals sluice-core's.
+#[test]
+fn every_refund_equals_sluice_core() {
+    timelines_equal_sluice_core("refund", 200, true);
+}
+
+/// Drives the script and sluice-core through random timelines side by
+/// side, with some steps refunds when `refunds`: every decision is equal,
+/// and a key lives at least until sluice-core's `idle_at`.
+fn timelines_equal_sluice_core(label: &str, cases: u32, refunds: bool) {
     let Some(env) = env() else { return };
     let strategy = limit_and_timeline();
-    let mut runner = TestRunner::new(config(300));
+    let mut runner = TestRunner::new(config(cases));
     runner
         .run(
             &strategy,
@@ -111,36 +128,46 @@ fn every_decision_equals_sluice_core() {
                 // Windows under a microsecond are outside the exact domain.
                 prop_assume!(RedisStore::is_exact(&limiter));
                 let store = RedisStore::from_connection(env.conn.clone(), None);
-                let id = fresh_id("conf");
+                let id = fresh_id(label);
                 let key = KeyId(0x5eed);
                 let window_us = limiter_window_us(amount, period, burst);
                 let mut state = State::default();
                 let mut now = start;
                 for (i, s) in steps.iter().enumerate() {
                     now = advance(now, window_us, *s);
-                    let cost = s.x % (burst + 1);
-                    let (_, expected) = reference(&mut [(&limiter, &mut state, cost)], now * 1000);
-                    let got = env
-                        .rt
-                        .block_on(store.check_at(
-                            &[RedisCheck {
-                                limit_id: &id,
-                                limiter: &limiter,
-                                key,
-                                cost,
-                                reserve: 0,
-                            }],
-                            now,
-                        ))
-                        .unwrap();
-                    prop_assert_eq!(got.allowed, expected[0].allowed);
+                    let refund = refunds && s.how % 3 == 0;
+                    let cost = if refund {
+                        s.x % (2 * burst + 1)
+                    } else {
+                        s.x % (burst + 1)
+                    };
+                    let check = [RedisCheck {
+                        limit_id: &id,
+                        limiter: &limiter,
+                        key,
+                        cost,
+                        reserve: 0,
+                    }];
+                    let (got, expected) = if refund {
+                        limiter.refund(&mut state, now * 1000, cost.min(burst));
+                        let (_, peeked) = reference(&mut [(&limiter, &mut state, 0)], now * 1000);
+                        let got = env.rt.block_on(store.refund_at(&check, now)).unwrap();
+                        (got, peeked)
+                    } else {
+                        let (_, decided) =
+                            reference(&mut [(&limiter, &mut state, cost)], now * 1000);
+                        let got = env.rt.block_on(store.check_at(&check, now)).unwrap();
+                        prop_assert_eq!(got.allowed, decided[0].allowed);
+                        (got, decided)
+                    };
                     prop_assert_eq!(
                         got.decisions[0],
                         expected[0],
-                        "{:?} step {} at {} us, cost {}",
+                        "{:?} step {} at {} us, {} {}",
                         kind,
                         i,
                         now,
+                        if refund { "refund" } else { "cost" },
                         cost
                     );
                     // The key lives at least until sluice-core's idle_at.
@@ -159,75 +186,6 @@ fn every_decision_equals_sluice_core() {
                             idle_at
                         );
                     }
-                }
-                Ok(())
-            },
-        )
-        .unwrap();
-}
-
-/// Refunds (the script's refund mode) against `Limiter::refund`: on random
-/// timelines, clock steps back included, about a third of the steps give
-/// an amount back (up to twice the burst, which the store caps at the
-/// burst) instead of charging; the state each leaves, read by the peek the
-/// refund answers, equals sluice-core's.
-#[test]
-fn every_refund_equals_sluice_core() {
-    let Some(env) = env() else { return };
-    let strategy = limit_and_timeline();
-    let mut runner = TestRunner::new(config(200));
-    runner
-        .run(
-            &strategy,
-            |(kind, amount, period, burst, nodelay, start, steps)| {
-                let limiter = limiter(kind, amount, period, burst, nodelay);
-                prop_assume!(RedisStore::is_exact(&limiter));
-                let store = RedisStore::from_connection(env.conn.clone(), None);
-                let id = fresh_id("refund");
-                let key = KeyId(0x5eed);
-                let window_us = limiter_window_us(amount, period, burst);
-                let mut state = State::default();
-                let mut now = start;
-                for (i, s) in steps.iter().enumerate() {
-                    now = advance(now, window_us, *s);
-                    let refund = s.how % 3 == 0;
-                    let cost = if refund {
-                        s.x % (2 * burst + 1)
-                    } else {
-                        s.x % (burst + 1)
-                    };
-                    let check = [RedisCheck {
-                        limit_id: &id,
-                        limiter: &limiter,
-                        key,
-                        cost,
-                        reserve: 0,
-                    }];
-                    let (got, expected) = if refund {
-                        limiter.refund(&mut state, now * 1000, cost.min(burst));
-                        let (_, peeked) = reference(&mut [(&limiter, &mut state, 0)], now * 1000);
-                        (
-                            env.rt.block_on(store.refund_at(&check, now)).unwrap(),
-                            peeked,
-                        )
-                    } else {
-                        let (_, decided) =
-                            reference(&mut [(&limiter, &mut state, cost)], now * 1000);
-                        (
-                            env.rt.block_on(store.check_at(&check, now)).unwrap(),
-                            decided,
-                        )
-                    };
-                    prop_assert_eq!(
-                        got.decisions[0],
-                        expected[0],
-                        "{:?} step {} at {} us, {} {}",
-                        kind,
-                        i,
-                        now,
-                        if refund { "refund" } else { "cost" },
-                        cost
-                    );
                 }
                 Ok(())
             },
