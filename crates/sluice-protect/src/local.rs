@@ -11,7 +11,9 @@
 //! reserve holds exactly among this instance's decisions.
 
 use sluice_core::{Decision, Nanos};
-use sluice_store::seam::{Check, Checked, Counter, CounterDef, DecidedBy, Fallback, Store};
+use sluice_store::seam::{
+    Check, Checked, Counter, CounterDef, DecidedBy, Fallback, Store, StoreError,
+};
 use sluice_store::{MemoryStore, MemoryStoreConfig};
 use smallvec::SmallVec;
 
@@ -74,8 +76,13 @@ impl LocalFallback {
     }
 
     /// Gives back each check's cost to its local share: `checks[i]` on
-    /// `shares[i]`.
-    pub(crate) fn refund(&self, checks: &[Check<'_>], shares: &[&Counter]) -> Checked {
+    /// `shares[i]`, answered as decided by the `by` fallback.
+    pub(crate) fn refund(
+        &self,
+        checks: &[Check<'_>],
+        shares: &[&Counter],
+        by: Fallback,
+    ) -> Result<Checked, StoreError> {
         let local: SmallVec<[Check<'_>; 4]> = checks
             .iter()
             .zip(shares)
@@ -85,22 +92,10 @@ impl LocalFallback {
                 ..*c
             })
             .collect();
-        let mut checked = self.store.refund_now(&local).unwrap_or_else(|e| {
-            // Only a counter of another store: a bug.
-            tracing::error!(error = %e, "the local fallback cannot take a refund");
-            Checked {
-                allowed: true,
-                decisions: shares
-                    .iter()
-                    .map(|s| Decision::full(s.def().spec().burst))
-                    .collect(),
-                by: DecidedBy::Store,
-                share: 1,
-            }
-        });
-        checked.by = DecidedBy::Fallback(Fallback::Local);
+        let mut checked = self.store.refund_now(&local)?;
+        checked.by = DecidedBy::Fallback(by);
         checked.share = self.instances;
-        checked
+        Ok(checked)
     }
 
     /// How many limits have a live local share.

@@ -35,12 +35,14 @@ use smallvec::SmallVec;
 
 const SHARDS: usize = 16;
 
-/// How many generation counters refunds are spread over.
-pub const STRIPES: usize = 256;
+/// How many generation counters refunds are spread over: a refund forgets
+/// about 1/4,096 of the other keys' refusals, so steady refunds (one after
+/// every response) still leave the cache most of its entries.
+pub const STRIPES: usize = 4096;
 
 /// The generations of a request's parts' stripes, read before the store is
 /// asked (see the module docs).
-pub type Stamp = SmallVec<[u64; 2]>;
+pub type Stamp = SmallVec<[u64; 4]>;
 
 /// One limit of a request, as the cache identifies it: the limit's tag, the
 /// client key id, the cost and the reserve (the cost that must be left
@@ -86,7 +88,8 @@ impl OverLimitCache {
     /// already: their low bits, mixed with the tag, spread evenly.
     fn stripe(&self, tag: u64, key: KeyId) -> &AtomicU64 {
         let mixed = (key.low() ^ tag.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        &self.stripes[(mixed >> 56) as usize % STRIPES]
+        // The top 12 bits: one of 4,096.
+        &self.stripes[(mixed >> 52) as usize % STRIPES]
     }
 
     /// The generations of `parts`' stripes now: read before asking the
@@ -127,7 +130,13 @@ impl OverLimitCache {
         let now = self.now();
         let map = self.shards[shard].lock();
         let e = map.get(&h)?;
-        if now >= e.retry_at || e.parts.as_slice() != parts || e.stamp != self.stamp(parts) {
+        let same_generations = || {
+            e.stamp
+                .iter()
+                .zip(parts)
+                .all(|(g, (tag, key, ..))| *g == self.stripe(*tag, *key).load(Ordering::Acquire))
+        };
+        if now >= e.retry_at || e.parts.as_slice() != parts || !same_generations() {
             return None;
         }
         Some(
@@ -221,6 +230,28 @@ mod tests {
         assert!(c.lookup(&parts).is_some());
         c.forget(1, KeyId(7));
         assert!(c.lookup(&parts).is_none(), "the refund forgets it");
+    }
+
+    #[test]
+    fn a_refund_keeps_nearly_every_other_key_s_refusal() {
+        let c = OverLimitCache::new(10_000);
+        let parts = |k: u128| {
+            [(
+                1,
+                KeyId(k.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)),
+                1,
+                0,
+            )]
+        };
+        for k in 0..1_000 {
+            c.remember(&parts(k), c.stamp(&parts(k)), &[refusal(60_000)]);
+        }
+        c.forget(1, parts(0)[0].1);
+        assert!(c.lookup(&parts(0)).is_none());
+        let kept = (1..1_000)
+            .filter(|k| c.lookup(&parts(*k)).is_some())
+            .count();
+        assert!(kept >= 990, "{kept} of 999 other refusals kept");
     }
 
     #[test]

@@ -172,15 +172,15 @@ impl<R: Remote> Protected<R> {
                 ..*c
             })
             .collect();
-        // Read before the store is asked: a refund made meanwhile voids
-        // what it answers (see `over_limit`).
-        let stamp = self.cache.as_ref().map(|c| c.stamp(&parts));
         let deadline = tokio::time::Instant::now() + self.opts.timeout;
         let admit = match self.breaker.admit() {
             Admit::Wait => self.wait_for_probe(deadline).await,
             admit => admit,
         };
         if admit != Admit::Skip {
+            // Read before the store is asked: a refund made meanwhile
+            // voids what it answers (see `over_limit`).
+            let stamp = self.cache.as_ref().map(|c| c.stamp(&parts));
             // Reports the probe however this call ends: dropped half-way
             // (the client went away), the probe is given back.
             let probe = (admit == Admit::Probe).then(|| ProbeOut {

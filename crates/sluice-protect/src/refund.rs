@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use sluice_store::seam::{BreakerState, Check, Checked, Counter, DecidedBy, StoreError};
+use sluice_store::seam::{BreakerState, Check, Checked, Counter, StoreError};
 use smallvec::SmallVec;
 
 use crate::over_limit::OverLimitCache;
@@ -54,9 +54,7 @@ impl<R: Remote> Protected<R> {
             }
         }
         let shares: SmallVec<[&Counter; 4]> = pairs.iter().map(|p| &p.local).collect();
-        let mut checked = self.local.refund(checks, &shares);
-        checked.by = DecidedBy::Fallback(self.opts.fallback);
-        Ok(checked)
+        self.local.refund(checks, &shares, self.opts.fallback)
     }
 }
 
