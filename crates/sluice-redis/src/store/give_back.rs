@@ -1,5 +1,6 @@
 //! Refunds: costs given back to their limits (the script's refund mode),
-//! one script call per hash tag, each limit then peeked.
+//! in one script call when every key is on one node (else one call per hash
+//! tag, concurrently), each limit then peeked.
 
 use sluice_store::{Checked, KeyId};
 
@@ -8,16 +9,16 @@ use super::RedisStore;
 use super::reply::{fill, in_request_order};
 use super::request::{group_by_tag, merge_costs};
 use crate::RedisStoreError;
-use crate::script::{Mode, ScriptCheck};
+use crate::script::ScriptCheck;
 
 impl RedisStore {
     /// Gives back each check's cost, as charged earlier, and answers each
     /// limit's state afterwards (admitted, as a peek sees it). Checks of
     /// one (limit, key) are merged; more than a limit's burst gives back
     /// the burst: a refund never takes a limit past full. Reserves are
-    /// ignored. Each hash tag is refunded in one atomic step; the tags of a
-    /// request one after another (a refund cannot be refused, so nothing
-    /// needs undoing).
+    /// ignored. On one node the request is refunded in one atomic step; across
+    /// nodes each hash tag is, concurrently (a refund cannot be refused, so
+    /// nothing needs undoing).
     pub async fn refund(&self, checks: &[RedisCheck<'_>]) -> Result<Checked, RedisStoreError> {
         self.give_back(checks, None).await
     }
@@ -42,18 +43,37 @@ impl RedisStore {
             .iter()
             .map(|c| RedisCheck { reserve: 0, ..*c })
             .collect();
+        if checks.is_empty() {
+            return Ok(Checked {
+                allowed: true,
+                decisions: Default::default(),
+            });
+        }
         let (mut items, index) = merge_costs(&plain)?;
         for item in &mut items {
             item.check.cost = item.check.cost.min(item.check.params.burst());
         }
         let (tags, members) = group_by_tag(&items);
+        let hex: Vec<String> = tags.iter().map(KeyId::to_hex).collect();
+        let nodes: Vec<Option<usize>> = hex.iter().map(|t| self.inner.backend.node_of(t)).collect();
         let mut unique = vec![None; items.len()];
-        for (tag, members) in tags.iter().zip(&members) {
-            let group: Vec<ScriptCheck> = members.iter().map(|i| items[*i].check.clone()).collect();
-            let reply = self
-                .run_direct(&KeyId::to_hex(tag), Mode::Refund, group, now_us)
-                .await?;
-            fill(&mut unique, members, reply);
+        if nodes[0].is_some() && nodes.iter().all(|n| *n == nodes[0]) {
+            // Every key on one node: one call, as a check would make.
+            let group: Vec<ScriptCheck> = items.iter().map(|i| i.check.clone()).collect();
+            let reply = self.refund_group(&hex[0], group, now_us).await?;
+            let all: Vec<usize> = (0..items.len()).collect();
+            fill(&mut unique, &all, reply);
+        } else {
+            // One call per hash tag, all at once: a refund is never refused,
+            // so none waits on another.
+            let calls = members.iter().zip(&hex).map(|(members, tag)| {
+                let group = members.iter().map(|i| items[*i].check.clone()).collect();
+                self.refund_group(tag, group, now_us)
+            });
+            let replies = futures_util::future::join_all(calls).await;
+            for (members, reply) in members.iter().zip(replies) {
+                fill(&mut unique, members, reply?);
+            }
         }
         let decisions = in_request_order(&unique, &index)?;
         Ok(Checked {

@@ -76,7 +76,7 @@ impl RedisStore {
 
     /// Gives a committed group's cost back (the script's refund mode);
     /// a failure is logged and returned.
-    async fn refund_group(
+    pub(super) async fn refund_group(
         &self,
         tag: &str,
         group: Vec<ScriptCheck>,

@@ -171,6 +171,43 @@ fn a_cost_above_capacity_is_an_error_and_changes_nothing() {
     });
 }
 
+/// A refund over several client keys (hash tags), on one node and as in
+/// Redis Cluster (each tag on its own): every key gets its cost back,
+/// duplicates merged and capped at the burst; no refund at all is an
+/// empty answer.
+#[test]
+fn a_refund_over_several_keys_reaches_each_of_them() {
+    let Some(env) = env() else { return };
+    for per_tag in [false, true] {
+        let store = if per_tag {
+            RedisStore::from_connection_per_tag(env.conn.clone())
+        } else {
+            RedisStore::from_connection(env.conn.clone(), None)
+        };
+        let l = limiter(AlgorithmKind::TokenBucket, 1, 60 * SECOND, 5, false);
+        let id = fresh_id("refund-keys");
+        let (k1, k2) = (KeyId(31), KeyId(32));
+        env.rt.block_on(async {
+            for k in [k1, k2] {
+                assert!(store.check(&[check(&id, &l, k, 5)]).await.unwrap().allowed);
+            }
+            let back = [
+                check(&id, &l, k1, 2),
+                check(&id, &l, k2, 4),
+                check(&id, &l, k2, 4),
+            ];
+            let given = store.refund(&back).await.unwrap();
+            assert!(given.allowed);
+            let remaining: Vec<u64> = given.decisions.iter().map(|d| d.remaining).collect();
+            assert_eq!(remaining, [2, 5, 5], "per_tag {per_tag}");
+            let peek = store.check(&[check(&id, &l, k1, 0)]).await.unwrap();
+            assert_eq!(peek.decisions[0].remaining, 2, "per_tag {per_tag}");
+            let none = store.refund(&[]).await.unwrap();
+            assert!(none.allowed && none.decisions.is_empty());
+        });
+    }
+}
+
 #[test]
 fn duplicate_checks_are_merged() {
     let Some(env) = env() else { return };
