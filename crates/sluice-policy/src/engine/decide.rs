@@ -25,7 +25,7 @@
 //! burst less its reserve).
 
 use sluice_core::{Clock, Nanos};
-use sluice_store::seam::{Check, Checked, now_or_never};
+use sluice_store::seam::{Check, Checked, Fallback, now_or_never};
 use smallvec::SmallVec;
 
 use super::Engine;
@@ -201,10 +201,10 @@ impl<C: Clock> Engine<C> {
         }
         // The other places taken are given back.
         drop(gates);
-        let shadow = if checked.allowed && !plan.shadowed.is_empty() {
+        let (shadow, shadow_fallback) = if checked.allowed && !plan.shadowed.is_empty() {
             self.decide_shadowed(plan).await
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
         for r in shadow.iter().filter(|r| !r.decision.allowed) {
             // Clients cause these lines: a budget keeps them from drowning
@@ -213,24 +213,37 @@ impl<C: Clock> Engine<C> {
                 tracing::info!(limit = %r.name(), left_out, "shadow: would have been limited");
             }
         }
-        Ok(plan.verdict(checked, shadow))
+        let mut verdict = plan.verdict(checked, shadow);
+        if plan.enforced.is_empty() {
+            // Nothing was decided all or nothing (an adapter's limits each
+            // on its own): who decided is who decided the shadowed ones.
+            verdict.fallback = verdict.fallback.or(shadow_fallback);
+        }
+        Ok(verdict)
     }
 
-    /// The shadowed limits of an admitted request, each on its own.
-    async fn decide_shadowed(&self, plan: &Plan<'_>) -> Vec<LimitResult> {
+    /// The shadowed limits of an admitted request, each on its own, and
+    /// the fallback that decided them, if one did.
+    async fn decide_shadowed(&self, plan: &Plan<'_>) -> (Vec<LimitResult>, Option<Fallback>) {
         let checks: SmallVec<[Check<'_>; 4]> = plan.shadowed.iter().map(|p| p.check(0)).collect();
         let each = self.store.check_each(&checks).await;
-        plan.shadowed
+        let mut fallback = None;
+        let results = plan
+            .shadowed
             .iter()
             .zip(each)
             .map(|(p, one)| {
                 let decision = one
                     .ok()
-                    .and_then(|c| c.decisions.first().map(|d| p.shown(*d, 0, c.share, false)))
+                    .and_then(|c| {
+                        fallback = fallback.or(c.fallback());
+                        c.decisions.first().map(|d| p.shown(*d, 0, c.share, false))
+                    })
                     .unwrap_or_else(|| p.impossible());
                 p.result(decision)
             })
-            .collect()
+            .collect();
+        (results, fallback)
     }
 
     /// After a first refusal: when only delay limits refused it (limits

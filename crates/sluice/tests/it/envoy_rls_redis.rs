@@ -63,10 +63,15 @@ struct Config {
 }
 
 fn config(label: &str, store: &str) -> Config {
+    config_with(label, store, "")
+}
+
+/// [`config`] with more lines in the `[envoy]` table.
+fn config_with(label: &str, store: &str, envoy: &str) -> Config {
     // TempConfig names its files `.toml`; the YAML loader reads any name.
     let yaml = TempConfig::new(&format!("{label}-descriptors"), YAML);
     let toml = format!(
-        "listen = \"127.0.0.1:0\"\ncontrol_listen = \"127.0.0.1:0\"\n\n[store]\nurl = \"memory://\"\n{store}\n\n[envoy]\nconfig = {:?}\ngrpc_listen = \"127.0.0.1:0\"\nalgorithm = \"fixed_window\"\n",
+        "listen = \"127.0.0.1:0\"\ncontrol_listen = \"127.0.0.1:0\"\n\n[store]\nurl = \"memory://\"\n{store}\n\n[envoy]\nconfig = {:?}\ngrpc_listen = \"127.0.0.1:0\"\nalgorithm = \"fixed_window\"\n{envoy}\n",
         yaml.path().display().to_string()
     );
     Config {
@@ -349,6 +354,36 @@ async fn redis_killed_deny_fallback_answers_over_limit_at_once_then_redis_is_bac
         r.overall_code == OK && header(r, "Sluice-Fallback").is_none()
     })
     .await;
+}
+
+/// In `compat` mode every descriptor is decided on its own; when Redis is
+/// gone the answer still says who decided (it once lost the header, since
+/// no descriptor was decided all or nothing).
+#[tokio::test]
+async fn compat_answers_say_when_the_fallback_decided() {
+    if !require_redis() {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let cfg = config_with(
+        "rls-redis-compat",
+        &fallback_store("local"),
+        "compat = true",
+    );
+    let (_s, mut c) = start(&redis, &cfg).await;
+    let per_key = || request(vec![descriptor(&[("api_key", "k-compat")])], 1);
+    until(&mut c, per_key, Duration::from_secs(20), |r| {
+        r.overall_code == OK && header(r, "Sluice-Fallback").is_none()
+    })
+    .await;
+    redis.kill();
+    let r = until(&mut c, per_key, Duration::from_secs(10), |r| {
+        header(r, "Sluice-Fallback").is_some()
+    })
+    .await;
+    assert_eq!(header(&r, "Sluice-Fallback"), Some("local"));
+    // The local share (60 a day among 2 instances) admits it.
+    assert_eq!((r.overall_code, r.statuses[0].code), (OK, OK), "{r:?}");
 }
 
 #[tokio::test]
