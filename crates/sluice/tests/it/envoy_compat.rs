@@ -282,6 +282,7 @@ async fn negative_hits_give_quota_back_never_past_the_limit(redis: bool) {
         // A descriptor no rule meets gives nothing back, and answers OK.
         let r = ask(&mut c, "compat", vec![refund("nothing", "r", Some(1))]).await;
         assert!(r.statuses[0].current_limit.is_none(), "{extra}");
+        assert_eq!((r.overall_code, r.statuses[0].code), (OK, OK), "{extra}");
     }
 }
 
