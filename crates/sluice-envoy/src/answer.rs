@@ -404,16 +404,8 @@ impl EnvoyRls {
             match (&f.metric_key, &rule.stats) {
                 // The rule's own series, kept on the rule once found.
                 (None, Some(cell)) => {
-                    let kept = match cell.get() {
-                        Some(c) => Some(c.clone()),
-                        None => self.stats.series(&req.domain, &rule.path).inspect(|c| {
-                            let _ = cell.set(c.clone());
-                        }),
-                    };
-                    match kept {
-                        Some(c) => RuleStats::record_on(&c, hit),
-                        None => self.stats.dropped(hit),
-                    }
+                    let c = cell.get_or_init(|| self.stats.series(&req.domain, &rule.path));
+                    RuleStats::record_on(c, hit);
                 }
                 (key, _) => {
                     let key = key.as_deref().unwrap_or(&rule.path);

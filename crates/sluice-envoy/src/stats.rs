@@ -14,7 +14,9 @@
 //! `rule` is the rule's place in the tree (`message_type_marketing.to_number`),
 //! or with `detailed_metric` or `value_to_metric` the request's values as
 //! the reference server puts them in its keys. Those grow with traffic, so
-//! at most [`MAX_SERIES`] series are kept, each `rule` at most
+//! at most [`MAX_SERIES`] series named by requests are kept (a rule's own
+//! series, named by the config, always is: requests cannot crowd it out),
+//! each `rule` at most
 //! [`MAX_RULE_BYTES`] long (a longer one is cut, and ends with a hash of
 //! the whole); the hits of any further series are counted in
 //! `sluice_envoy_stats_series_dropped_total`.
@@ -86,18 +88,22 @@ impl Series {
 
 impl RuleStats {
     /// Counts one descriptor's decision under (`domain`, `rule`).
+    /// `rule` is named by the request (its values), so the series counts
+    /// toward [`MAX_SERIES`].
     pub fn record(&self, domain: &str, rule: &str, hit: Hit) {
-        match self.counters(domain, rule) {
+        match self.counters(domain, rule, true) {
             Some(c) => Self::record_on(&c, hit),
             None => self.dropped(hit),
         }
     }
 
-    /// The counters of (`domain`, `rule`), created if there is room: a
-    /// caller that counts often on one series keeps them, and counts on
-    /// them with [`record_on`](Self::record_on).
-    pub fn series(&self, domain: &str, rule: &str) -> Option<Arc<Counters>> {
-        self.counters(domain, rule)
+    /// The counters of a rule's own series (`rule` named by the config,
+    /// not by a request), created if new, whatever the cap: a caller that
+    /// counts often on one series keeps them, and counts on them with
+    /// [`record_on`](Self::record_on).
+    pub fn series(&self, domain: &str, rule: &str) -> Arc<Counters> {
+        self.counters(domain, rule, false)
+            .unwrap_or_else(|| Arc::new(Counters::default()))
     }
 
     /// Counts hits of a series past the cap.
@@ -150,7 +156,9 @@ impl RuleStats {
         }
     }
 
-    fn counters(&self, domain: &str, rule: &str) -> Option<Arc<Counters>> {
+    /// The counters of (`domain`, `rule`), created if new; `capped`: none
+    /// is created past [`MAX_SERIES`].
+    fn counters(&self, domain: &str, rule: &str, capped: bool) -> Option<Arc<Counters>> {
         let cut;
         let rule = if rule.len() > MAX_RULE_BYTES {
             cut = shortened(rule);
@@ -164,7 +172,7 @@ impl RuleStats {
                 return Some(c.clone());
             }
             // Full: no write lock, which every other call would wait on.
-            if all.len >= MAX_SERIES {
+            if capped && all.len >= MAX_SERIES {
                 return None;
             }
         }
@@ -172,7 +180,7 @@ impl RuleStats {
         if let Some(c) = all.get(domain, rule) {
             return Some(c.clone());
         }
-        if all.len >= MAX_SERIES {
+        if capped && all.len >= MAX_SERIES {
             return None;
         }
         all.len += 1;
@@ -364,5 +372,9 @@ mod tests {
         // A kept series still counts.
         s.record("d", "r0", hit(1, 1, false));
         assert_eq!(s.get("d", "r0").map(|c| c[0]), Some(2));
+        // Requests that filled the cap do not crowd out a rule's own
+        // series.
+        RuleStats::record_on(&s.series("d", "own.rule"), hit(1, 0, false));
+        assert_eq!(s.get("d", "own.rule").map(|c| c[0]), Some(1));
     }
 }
