@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use sluice_core::AlgorithmKind;
 use sluice_policy::LimitLabels;
 use sluice_store::seam::Store;
@@ -29,7 +29,9 @@ pub const MAX_OVERRIDES: usize = 256;
 /// The per-request limits in use, by (requests per unit, unit).
 #[derive(Debug, Default)]
 pub struct Overrides {
-    rules: Mutex<HashMap<(u32, Unit), Arc<Rule>>>,
+    /// Read by every call that carries an override; written only when a
+    /// new one is made.
+    rules: RwLock<HashMap<(u32, Unit), Arc<Rule>>>,
     last_warned: Mutex<Option<Instant>>,
 }
 
@@ -44,7 +46,21 @@ impl Overrides {
     ) -> Option<Arc<Rule>> {
         let unit = Unit::from_proto(o.unit)?;
         let key = (o.requests_per_unit, unit);
-        let mut rules = self.rules.lock();
+        {
+            let rules = self.rules.read();
+            if let Some(rule) = rules.get(&key) {
+                return Some(rule.clone());
+            }
+            if rules.len() >= MAX_OVERRIDES {
+                drop(rules);
+                self.warn_full();
+                return None;
+            }
+        }
+        // Made outside the lock (it registers a counter with the store);
+        // two calls that race make the same rule, and the first kept wins.
+        let made = Arc::new(new_rule(key.0, unit, store, algorithm)?);
+        let mut rules = self.rules.write();
         if let Some(rule) = rules.get(&key) {
             return Some(rule.clone());
         }
@@ -53,9 +69,8 @@ impl Overrides {
             self.warn_full();
             return None;
         }
-        let rule = Arc::new(new_rule(key.0, unit, store, algorithm)?);
-        rules.insert(key, rule.clone());
-        Some(rule)
+        rules.insert(key, made.clone());
+        Some(made)
     }
 
     fn warn_full(&self) {
@@ -133,6 +148,6 @@ mod tests {
             .is_none(),
             "UNKNOWN unit"
         );
-        assert_eq!(o.rules.lock().len(), MAX_OVERRIDES);
+        assert_eq!(o.rules.read().len(), MAX_OVERRIDES);
     }
 }
