@@ -177,11 +177,11 @@ impl XdsClient {
                 Ok(domains) => {
                     *wait = BACKOFF_MIN;
                     accepted = response.version_info.clone();
-                    tracing::info!(version = %accepted, domains, "xDS: rate limit configs applied");
+                    tracing::info!(version = %shown(&accepted), domains, "xDS: rate limit configs applied");
                     self.request(&accepted, &response.nonce, None)
                 }
                 Err(e) => {
-                    tracing::error!(version = %response.version_info, error = %e, "xDS: rate limit configs refused (NACK); the rules in force stay");
+                    tracing::error!(version = %shown(&response.version_info), error = %e, "xDS: rate limit configs refused (NACK); the rules in force stay");
                     self.request(&accepted, &response.nonce, Some(e.to_string()))
                 }
             };
@@ -252,9 +252,25 @@ fn compile_set(
             file: "xds".into(),
             message: format!(
                 "version `{}` holds no RateLimitConfig; every request would pass unlimited",
-                response.version_info
+                shown(&response.version_info)
             ),
         });
     }
     Ok(rules)
+}
+
+/// A version as logs show it: the management server chooses it, and a
+/// message may be up to 16 MiB, so at most 64 characters.
+fn shown(version: &str) -> String {
+    version.chars().take(64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_server_s_version_is_cut_for_the_log() {
+        let long = "v".repeat(1 << 20);
+        assert_eq!(super::shown(&long).len(), 64);
+        assert_eq!(super::shown("v1"), "v1");
+    }
 }
