@@ -100,12 +100,7 @@ impl<C: Clock> Engine<C> {
         let checked = self.store.refund(&checks).await?;
         let mut results = Results::new();
         for (c, d) in refunds.iter().zip(&checked.decisions) {
-            results.push(LimitResult {
-                spec: c.limit.spec,
-                decision: *d,
-                labels: c.limit.labels.clone(),
-                key: c.key,
-            });
+            results.push(LimitResult::of(c.limit, c.key, *d));
         }
         Ok(Verdict {
             allowed: true,

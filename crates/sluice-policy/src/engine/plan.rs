@@ -46,12 +46,7 @@ impl<'p> Planned<'p> {
 
     #[inline]
     pub(super) fn result(&self, decision: Decision) -> LimitResult {
-        LimitResult {
-            spec: self.limit.spec,
-            decision,
-            labels: self.limit.labels.clone(),
-            key: self.key,
-        }
+        LimitResult::of(self.limit, self.key, decision)
     }
 
     /// A decision on a delay limit's extended bucket, as the client sees

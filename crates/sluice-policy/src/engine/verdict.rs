@@ -25,6 +25,17 @@ pub struct LimitResult {
 }
 
 impl LimitResult {
+    /// A limit's decision for a key.
+    #[inline]
+    pub(crate) fn of(limit: &crate::limit::Limit, key: KeyId, decision: Decision) -> Self {
+        Self {
+            spec: limit.spec,
+            decision,
+            labels: limit.labels.clone(),
+            key,
+        }
+    }
+
     /// The limit's name.
     pub fn name(&self) -> &str {
         &self.labels.limit
