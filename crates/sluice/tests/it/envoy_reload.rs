@@ -11,6 +11,7 @@ use crate::envoy_rls::descriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use sluice_testkit::RedisServer;
 use tonic::transport::Channel;
 
 type Client = RateLimitServiceClient<Channel>;
@@ -53,8 +54,17 @@ const B: &str =
     "domain: b\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 7}\n";
 
 async fn start(dir: &TempDir) -> (Sluice, Client) {
+    start_on(dir, None).await
+}
+
+/// [`start`], on `redis` when given.
+async fn start_on(dir: &TempDir, redis: Option<&RedisServer>) -> (Sluice, Client) {
+    // A generous timeout: on a busy machine no call may fall back.
+    let store = redis
+        .map(|r| format!("[store]\nurl = \"{}\"\ntimeout = \"2s\"\n", r.url()))
+        .unwrap_or_default();
     let toml = format!(
-        "[envoy]\nconfig = \"{}\"\ngrpc_listen = \"127.0.0.1:0\"\n",
+        "{store}[envoy]\nconfig = \"{}\"\ngrpc_listen = \"127.0.0.1:0\"\n",
         dir.path().join("config").display()
     );
     let sluice = Sluice::start_with("envoy-reload", &toml);
@@ -98,9 +108,28 @@ async fn until_limited(s: &Sluice, c: &mut Client, domain: &str) {
 
 #[tokio::test]
 async fn a_new_file_is_loaded_and_unchanged_rules_keep_their_counters() {
-    let dir = TempDir::new("add");
+    new_file_and_kept_counters(None).await;
+}
+
+/// The same on Redis: the counters of unchanged rules live in Redis, under
+/// the same names across the reload.
+#[tokio::test]
+async fn on_redis_unchanged_rules_keep_their_counters_across_a_reload() {
+    if sluice_testkit::require_redis() {
+        let redis = RedisServer::start();
+        new_file_and_kept_counters(Some(&redis)).await;
+        let keys = crate::envoy_rls_redis::redis_keys(&redis);
+        assert!(
+            keys.iter().any(|k| k.starts_with("sluice:")),
+            "the counters were not in Redis: {keys:?}"
+        );
+    }
+}
+
+async fn new_file_and_kept_counters(redis: Option<&RedisServer>) {
+    let dir = TempDir::new(if redis.is_some() { "add-redis" } else { "add" });
     dir.put("a.yaml", A);
-    let (s, mut c) = start(&dir).await;
+    let (s, mut c) = start_on(&dir, redis).await;
     assert_eq!(shown(&mut c, "a", "alice").await, Some((5, 4)));
     assert_eq!(shown(&mut c, "b", "alice").await, None, "no domain b yet");
     dir.put("b.yaml", B);

@@ -114,7 +114,7 @@ fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
 }
 
 /// Every key name in Redis (`KEYS *`, fine for a test-sized database).
-fn redis_keys(redis: &RedisServer) -> Vec<String> {
+pub(crate) fn redis_keys(redis: &RedisServer) -> Vec<String> {
     let raw = redis.command(&["KEYS", "*"]).unwrap();
     raw.lines()
         .filter(|l| !l.starts_with('*') && !l.starts_with('$'))
