@@ -444,6 +444,8 @@ async fn per_rule_statistics_count_as_the_reference_server_s(redis: bool) {
     for hits in [7, 2, 3] {
         ask(&mut c, "compat", vec![with_hits("stats", "s1", hits)]).await;
     }
+    // A refund is not a hit: it counts in none of them.
+    ask(&mut c, "compat", vec![refund("stats", "s1", Some(4))]).await;
     // With detailed_metric, each value is a series of its own.
     ask(&mut c, "compat", vec![d("detailed", "v1")]).await;
     ask(&mut c, "compat", vec![d("detailed", "v2")]).await;
