@@ -24,15 +24,19 @@ fn check<'a>(id: &'a str, limiter: &'a Limiter, key: KeyId, cost: u64) -> RedisC
     }
 }
 
+/// The store on one connection, as a single node decides (`false`), and
+/// as Redis Cluster does, each hash tag on its own (`true`).
+fn both_backends(conn: &redis::aio::MultiplexedConnection) -> [(bool, RedisStore); 2] {
+    [
+        (false, RedisStore::from_connection(conn.clone(), None)),
+        (true, RedisStore::from_connection_per_tag(conn.clone())),
+    ]
+}
+
 #[test]
 fn a_refused_request_charges_nothing() {
     let Some(env) = env() else { return };
-    for per_tag in [false, true] {
-        let store = if per_tag {
-            RedisStore::from_connection_per_tag(env.conn.clone())
-        } else {
-            RedisStore::from_connection(env.conn.clone(), None)
-        };
+    for (per_tag, store) in both_backends(&env.conn) {
         let roomy = limiter(AlgorithmKind::TokenBucket, 1, 60 * SECOND, 10, false);
         let tight = limiter(AlgorithmKind::FixedWindow, 1, 60 * SECOND, 1, false);
         let (a, b) = (fresh_id("roomy"), fresh_id("tight"));
@@ -178,12 +182,7 @@ fn a_cost_above_capacity_is_an_error_and_changes_nothing() {
 #[test]
 fn a_refund_over_several_keys_reaches_each_of_them() {
     let Some(env) = env() else { return };
-    for per_tag in [false, true] {
-        let store = if per_tag {
-            RedisStore::from_connection_per_tag(env.conn.clone())
-        } else {
-            RedisStore::from_connection(env.conn.clone(), None)
-        };
+    for (per_tag, store) in both_backends(&env.conn) {
         let l = limiter(AlgorithmKind::TokenBucket, 1, 60 * SECOND, 5, false);
         let id = fresh_id("refund-keys");
         let (k1, k2) = (KeyId(31), KeyId(32));

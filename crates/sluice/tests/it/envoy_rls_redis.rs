@@ -303,6 +303,25 @@ fn fallback_store(fallback: &str) -> String {
     )
 }
 
+/// Waits until Redis decides `r` (the first calls, which load the script,
+/// may miss the 20 ms timeout on a busy machine), kills it, and waits for
+/// the first answer a fallback gave: that answer.
+async fn kill_and_fall_back(
+    c: &mut RateLimitServiceClient<Channel>,
+    redis: &mut RedisServer,
+    r: impl Fn() -> RateLimitRequest,
+) -> RateLimitResponse {
+    until(c, &r, Duration::from_secs(20), |a| {
+        a.overall_code == OK && header(a, "Sluice-Fallback").is_none()
+    })
+    .await;
+    redis.kill();
+    until(c, &r, Duration::from_secs(10), |a| {
+        header(a, "Sluice-Fallback").is_some()
+    })
+    .await
+}
+
 #[tokio::test]
 async fn redis_killed_deny_fallback_answers_over_limit_at_once_then_redis_is_back() {
     if !require_redis() {
@@ -312,21 +331,9 @@ async fn redis_killed_deny_fallback_answers_over_limit_at_once_then_redis_is_bac
     let cfg = config("rls-redis-deny", &fallback_store("deny"));
     let (_s, mut c) = start(&redis, &cfg).await;
     let per_key = || request(vec![descriptor(&[("api_key", "k-deny")])], 1);
-
-    // Redis decides while it is up (the first calls, which load the
-    // script, may miss the 20 ms timeout on a busy machine).
-    until(&mut c, per_key, Duration::from_secs(20), |r| {
-        r.overall_code == OK && header(r, "Sluice-Fallback").is_none()
-    })
-    .await;
-
-    redis.kill();
+    let r = kill_and_fall_back(&mut c, &mut redis, per_key).await;
     // Every answer comes at once; the deny fallback refuses with full
     // statuses and says so.
-    let r = until(&mut c, per_key, Duration::from_secs(10), |r| {
-        header(r, "Sluice-Fallback").is_some()
-    })
-    .await;
     for _ in 0..20 {
         let t = Instant::now();
         let r = ask(&mut c, per_key()).await;
@@ -372,15 +379,7 @@ async fn compat_answers_say_when_the_fallback_decided() {
     );
     let (_s, mut c) = start(&redis, &cfg).await;
     let per_key = || request(vec![descriptor(&[("api_key", "k-compat")])], 1);
-    until(&mut c, per_key, Duration::from_secs(20), |r| {
-        r.overall_code == OK && header(r, "Sluice-Fallback").is_none()
-    })
-    .await;
-    redis.kill();
-    let r = until(&mut c, per_key, Duration::from_secs(10), |r| {
-        header(r, "Sluice-Fallback").is_some()
-    })
-    .await;
+    let r = kill_and_fall_back(&mut c, &mut redis, per_key).await;
     assert_eq!(header(&r, "Sluice-Fallback"), Some("local"));
     // The local share (60 a day among 2 instances) admits it.
     assert_eq!((r.overall_code, r.statuses[0].code), (OK, OK), "{r:?}");
