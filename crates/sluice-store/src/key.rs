@@ -1,14 +1,37 @@
 //! Key identities: a keyed hash of the client key.
 //!
 //! Stores never hold a raw client key (an API key is a secret). They hold a
-//! 128-bit SipHash-1-3 of the key under a secret hashing key. The same client
-//! has the same id under every limit, so a store can place all of one
-//! client's state together (one shard, one Redis hash slot); the limits keep
-//! their state apart themselves.
+//! 128-bit keyed pseudo-random function of the key under a secret hashing
+//! key. The same client has the same id under every limit, so a store can
+//! place all of one client's state together (one shard, one Redis hash
+//! slot); the limits keep their state apart themselves.
+//!
+//! The function is SipHash-1-3 with a 128-bit output, but for short keys
+//! under a hasher that lives in this process alone:
+//!
+//! - **A hasher keyed by a shared secret** ([`KeyHasher::from_secret`]):
+//!   its ids leave the process (Redis key names, runtime plans and credits
+//!   stored by id), so they are SipHash's, whatever the key, and stay the
+//!   same across versions and between instances.
+//! - **A random hasher** ([`KeyHasher::random`]: the in-memory store's) names
+//!   keys that never leave this process. A key of up to 15 bytes (an IPv4
+//!   or IPv6 address's text, a short id) is then one AES-128 block: the key
+//!   padded with zeros and its length in the last byte (so that the padding
+//!   is injective), encrypted. AES under a secret key is a pseudo-random
+//!   permutation: two short keys never share an id, and an id says nothing
+//!   of its key. With AES-NI (detected at run time) it costs a few dozen
+//!   instructions, where SipHash's rounds cost over a hundred; the usual
+//!   key (a client address) is this short. Longer keys are SipHash's.
 
 use std::hash::Hasher;
 
+use aes::Aes128;
+use aes::cipher::{BlockEncrypt, KeyInit};
 use siphasher::sip128::{Hasher128, SipHasher13};
+
+/// The longest key whose id is one AES block (the block's last byte holds
+/// the length).
+const SHORT: usize = 15;
 
 /// The identity of one client key under one limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -40,6 +63,9 @@ impl KeyId {
 pub struct KeyHasher {
     k0: u64,
     k1: u64,
+    /// The cipher of short keys, its round keys expanded once: for a
+    /// random hasher only (see the module docs).
+    short: Option<Aes128>,
 }
 
 impl std::fmt::Debug for KeyHasher {
@@ -55,9 +81,11 @@ impl KeyHasher {
     pub fn random() -> Self {
         use std::hash::{BuildHasher, RandomState};
         let s = RandomState::new();
+        let short = (u128::from(s.hash_one(0xae5_u64)) << 64) | u128::from(s.hash_one(1_u64));
         Self {
             k0: s.hash_one(0x5eed_u64),
             k1: s.hash_one(0xc0ffee_u64),
+            short: Some(Aes128::new(&short.to_le_bytes().into())),
         }
     }
 
@@ -66,7 +94,11 @@ impl KeyHasher {
         let mut h = SipHasher13::new_with_keys(0x736c_7569_6365_2d6b, 0x6579_2d68_6173_6865);
         h.write(secret);
         let k = h.finish128();
-        Self { k0: k.h1, k1: k.h2 }
+        Self {
+            k0: k.h1,
+            k1: k.h2,
+            short: None,
+        }
     }
 
     /// The identity of a client key.
@@ -79,20 +111,51 @@ impl KeyHasher {
     /// pieces joined, without joining them.
     #[inline]
     pub fn key_id_pieces<'a>(&self, pieces: impl IntoIterator<Item = &'a [u8]>) -> KeyId {
+        // Joined in a block while they fit one; hashed as they come anyway,
+        // for when they do not.
+        let mut block = [0u8; 16];
+        let mut len = 0usize;
         let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
         for p in pieces {
+            if let Some(room) = len
+                .checked_add(p.len())
+                .and_then(|end| block.get_mut(len..end))
+            {
+                room.copy_from_slice(p);
+            }
+            len = len.saturating_add(p.len());
             h.write(p);
         }
-        KeyId(h.finish128().as_u128())
+        match &self.short {
+            Some(aes) if len <= SHORT => block_id(aes, block, len),
+            _ => KeyId(h.finish128().as_u128()),
+        }
     }
 
     /// The identity of a client key given as bytes.
     #[inline]
     pub fn key_id_bytes(&self, key: &[u8]) -> KeyId {
+        if let Some(aes) = &self.short
+            && key.len() <= SHORT
+        {
+            let mut block = [0u8; 16];
+            block[..key.len()].copy_from_slice(key);
+            return block_id(aes, block, key.len());
+        }
         let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
         h.write(key);
         KeyId(h.finish128().as_u128())
     }
+}
+
+/// The id of a short key already in `block`, zero-padded: its length in the
+/// last byte, encrypted.
+#[inline]
+fn block_id(aes: &Aes128, mut block: [u8; 16], len: usize) -> KeyId {
+    block[SHORT] = len as u8;
+    let mut b = block.into();
+    aes.encrypt_block(&mut b);
+    KeyId(u128::from_le_bytes(b.into()))
 }
 
 #[cfg(test)]
@@ -115,6 +178,51 @@ mod tests {
         assert_eq!(
             h.key_id_pieces(pieces),
             h.key_id("remote_address\x1f10.0.0.1\x1e")
+        );
+    }
+
+    #[test]
+    fn short_keys_of_every_length_and_padding_differ() {
+        let h = KeyHasher::random();
+        // The same bytes but for trailing zeros, and every length around the
+        // short/long boundary: all different ids.
+        let keys: Vec<Vec<u8>> = (0..=17)
+            .flat_map(|n| [vec![0u8; n], vec![b'a'; n]])
+            .collect();
+        let ids: std::collections::HashSet<KeyId> =
+            keys.iter().map(|k| h.key_id_bytes(k)).collect();
+        assert_eq!(ids.len(), keys.len() - 1, "the two empty keys are one key");
+    }
+
+    #[test]
+    fn pieces_agree_on_both_sides_of_the_boundary() {
+        for h in [KeyHasher::random(), KeyHasher::from_secret(b"s3cret")] {
+            for n in 0..=40 {
+                let key: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
+                let (a, b) = key.split_at(n / 3);
+                assert_eq!(h.key_id_pieces([a, b]), h.key_id_bytes(&key), "length {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn random_hashers_name_short_keys_apart() {
+        let (a, b) = (KeyHasher::random(), KeyHasher::random());
+        assert_ne!(a.key_id("10.0.0.1"), b.key_id("10.0.0.1"));
+    }
+
+    #[test]
+    fn ids_under_a_secret_stay_what_they_were() {
+        // Stored in Redis by earlier versions: the function must not change
+        // (SipHash-1-3, 128 bits, whatever the key's length).
+        let h = KeyHasher::from_secret(b"s3cret");
+        let mut sip = SipHasher13::new_with_keys(h.k0, h.k1);
+        sip.write(b"10.0.0.1");
+        assert_eq!(h.key_id("10.0.0.1"), KeyId(sip.finish128().as_u128()));
+        // The id this key had before short keys had a path of their own.
+        assert_eq!(
+            h.key_id("10.0.0.1").to_hex(),
+            "12af740c749c28bb533ff34894aedae0"
         );
     }
 
