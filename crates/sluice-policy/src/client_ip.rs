@@ -72,6 +72,11 @@ impl TrustedProxies {
         client_network(ip, self.ipv6_prefix)
     }
 
+    /// Whether no proxy is trusted: every client is its peer.
+    pub fn is_empty(&self) -> bool {
+        self.nets.is_empty()
+    }
+
     /// Whether `ip` is a trusted proxy.
     pub fn trusts(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);

@@ -30,6 +30,7 @@ pub enum KeyText<'a> {
 
 impl<'a> KeyText<'a> {
     /// The key of a client IP.
+    #[inline]
     pub fn ip(ip: IpAddr) -> Self {
         Self::Ip(IpText::new(ip))
     }
@@ -124,6 +125,7 @@ pub struct IpText {
 
 impl IpText {
     /// Writes `ip` as `IpAddr`'s `Display` does.
+    #[inline]
     pub fn new(ip: IpAddr) -> Self {
         let mut text = Self {
             buf: [0; IP_TEXT_MAX],
@@ -152,6 +154,7 @@ impl IpText {
     }
 
     /// The text's bytes.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..usize::from(self.len)]
     }

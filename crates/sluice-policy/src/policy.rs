@@ -390,9 +390,12 @@ fn key_of<'a>(
 ) -> Result<Option<KeyText<'a>>, AmbiguousKey> {
     Ok(match source {
         KeySource::Global => Some(KeyText::Borrowed("")),
-        KeySource::Ip => req
-            .peer
-            .map(|peer| KeyText::net(trusted.client_net(peer, req.headers))),
+        KeySource::Ip => req.peer.map(|peer| match peer {
+            // The usual client: an IPv4 peer, no proxy trusted. Its network
+            // is its address.
+            std::net::IpAddr::V4(_) if trusted.is_empty() => KeyText::ip(peer),
+            _ => KeyText::net(trusted.client_net(peer, req.headers)),
+        }),
         KeySource::Header(name) => {
             let text = |v: &'a http::HeaderValue| v.to_str().ok().map(str::trim);
             let first = req.headers.get(name).and_then(text);

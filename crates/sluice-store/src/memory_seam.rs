@@ -42,6 +42,11 @@ impl<C: Clock + Send + Sync + 'static> Store for MemoryStore<C> {
         true
     }
 
+    #[inline]
+    fn check_one_now(&self, check: &Check<'_>) -> Option<Result<Decision, StoreError>> {
+        Some(self.decide_one(check))
+    }
+
     fn purge_idle(&self) -> usize {
         self.purge_expired()
     }
@@ -58,14 +63,30 @@ fn table<'a>(check: &Check<'a>) -> Result<&'a Limit, StoreError> {
 }
 
 impl<C: Clock> MemoryStore<C> {
+    /// Decides one check (see [`Store::check_one_now`]).
+    #[inline]
+    pub fn decide_one(&self, check: &Check<'_>) -> Result<Decision, StoreError> {
+        if check.reserve == 0 {
+            let limit = table(check)?;
+            return Ok(limit
+                .table
+                .check(check.key, self.clock().now(), check.cost)?);
+        }
+        let checked = self.decide_now(std::slice::from_ref(check))?;
+        // A group of one answers one decision (were it not: a refusal).
+        Ok(checked.decisions.first().copied().unwrap_or(Decision {
+            allowed: false,
+            ..Decision::full(0)
+        }))
+    }
+
     /// Decides a group of checks, all or nothing (see [`Store::check`]).
     #[inline]
     pub fn decide_now(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
         if let [one] = checks
             && one.reserve == 0
         {
-            let limit = table(one)?;
-            let d = limit.table.check(one.key, self.clock().now(), one.cost)?;
+            let d = self.decide_one(one)?;
             return Ok(Checked::by_store(d.allowed, smallvec::smallvec![d]));
         }
         let mut plain: SmallVec<[TableCheck<'_>; 4]> = SmallVec::with_capacity(checks.len());

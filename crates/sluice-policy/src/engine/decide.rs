@@ -153,6 +153,23 @@ impl<C: Clock> Engine<C> {
     /// taken as it comes. `None` if the store did not answer at once.
     #[inline(always)]
     pub(super) fn decide_plan_now(&self, plan: &Plan<'_>) -> Option<Result<Verdict, DecideError>> {
+        if let ([check], [p], []) = (&plan.checks[..], &plan.enforced[..], &plan.shadowed[..])
+            && let Some(answer) = self.store.check_one_now(check)
+        {
+            // One limit, the usual request: its one decision, with no
+            // group around it.
+            let d = match answer {
+                Ok(d) => p.shown(d, check.reserve, 1, true),
+                Err(e) => return Some(Err(impossible(e, plan, &plan.checks))),
+            };
+            if d.allowed || (p.limit.delay.is_none() && p.limit.plan.is_none()) {
+                return Some(Ok(plan.verdict_one(d)));
+            }
+            // Refused, and a delay or credits may yet admit it: the rest
+            // of the path, from this first round.
+            let checked = Checked::by_store(false, smallvec::smallvec![d]);
+            return now_or_never(self.rest(plan, checked));
+        }
         let mut pending = self.store.check(&plan.checks);
         // Read in place: the answer is not moved on the usual path.
         let checked = match pending.ready_mut()? {

@@ -138,6 +138,23 @@ impl Plan<'_> {
         self.verdict_of(&checked, shadow)
     }
 
+    /// The verdict of a plan of one enforced limit and no shadowed one,
+    /// decided `d` by the store itself.
+    #[inline(always)]
+    pub(super) fn verdict_one(&self, d: Decision) -> Verdict {
+        let mut verdict = Verdict {
+            allowed: d.allowed,
+            fallback: None,
+            results: Results::new(),
+            shadow: Vec::new(),
+            style: self.style,
+        };
+        if let Some(p) = self.enforced.first() {
+            verdict.results.push(p.result(d));
+        }
+        verdict
+    }
+
     /// The verdict of a decided plan: its enforced limits' results, and
     /// its shadowed ones'.
     #[inline(always)]
@@ -236,16 +253,14 @@ impl<'p> Plan<'p> {
     /// and the first round's checks.
     pub(super) fn seal(&mut self, class: Option<&'p str>) -> Result<(), DecideError> {
         self.class = class;
+        // On an error the plan is dropped: its checks are never asked.
         for p in &self.enforced {
             let reserve = p.limit.reserve_for(class);
             if reserve > 0 && p.cost > p.limit.spec.burst - reserve {
                 return Err(beyond_share(p.limit, p.cost, reserve));
             }
-        }
-        for p in &self.enforced {
             let extra = p.limit.delay.map_or(0, |d| d.extra);
-            let reserve = p.limit.reserve_for(class).saturating_add(extra);
-            self.checks.push(p.check(reserve));
+            self.checks.push(p.check(reserve.saturating_add(extra)));
         }
         Ok(())
     }

@@ -94,6 +94,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// One check, decided now by a store that [answers at
+    /// once](Self::answers_at_once): the same as [`check`](Self::check) of
+    /// that check alone, answered as its one decision (by the store itself,
+    /// on the whole limit), with no group and no future around it. The
+    /// usual request meets one limit: this is its path. `None` (and nothing
+    /// decided) from a store that does not answer at once.
+    fn check_one_now(
+        &self,
+        _check: &Check<'_>,
+    ) -> Option<Result<sluice_core::Decision, StoreError>> {
+        None
+    }
+
     /// Forgets every fully replenished key, where the store keeps keys in
     /// this process. Returns how many.
     fn purge_idle(&self) -> usize {
