@@ -158,7 +158,9 @@ pub fn fresh_key(prefix: &str) -> String {
 }
 
 /// Decides a GET of `path` with `X-Api-Key: key`, and checks that a store
-/// over the network decided it (not its fallback or its cache).
+/// over the network decided it (not its fallback or its cache). On a store
+/// that answers at once (memory) the decision is `decide_now`'s, the path
+/// `sluice serve` and the tower layer run there; on the others, `decide`'s.
 pub fn get(e: &Engine, key: &str, path: &str) -> Result<Verdict, DecideError> {
     let mut h = HeaderMap::new();
     h.insert("x-api-key", key.parse().unwrap());
@@ -169,7 +171,10 @@ pub fn get(e: &Engine, key: &str, path: &str) -> Result<Verdict, DecideError> {
         peer: Some("192.0.2.1".parse().unwrap()),
         cost: None,
     };
-    let decided = runtime().block_on(e.decide(&req));
+    let decided = match e.decide_now(&req) {
+        Some(now) => now,
+        None => runtime().block_on(e.decide(&req)),
+    };
     if let Some(h) = e.remote_health() {
         assert_eq!(
             (h.fallback_decisions, h.cache_hits),

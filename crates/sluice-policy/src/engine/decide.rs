@@ -127,10 +127,19 @@ fn settled(plan: &Plan<'_>, checked: &Checked) -> bool {
         // plan limit for credits to pay (credits are not spent on a
         // fallback's refusal).
         let by_fallback = checked.fallback().is_some();
-        plan.enforced.iter().zip(&checked.decisions).all(|(p, d)| {
-            p.limit.delay.is_none() && (d.allowed || by_fallback || p.limit.plan.is_none())
-        })
+        plan.enforced
+            .iter()
+            .zip(&checked.decisions)
+            .all(|(p, d)| stands(p, d, by_fallback))
     }
+}
+
+/// Whether a refused request's decision under one enforced limit is the
+/// end of it: no delay limit to hold it, and no refusing plan limit for
+/// burst credits to pay (credits are not spent on a fallback's refusal).
+#[inline]
+fn stands(p: &super::plan::Planned<'_>, d: &sluice_core::Decision, by_fallback: bool) -> bool {
+    p.limit.delay.is_none() && (d.allowed || by_fallback || p.limit.plan.is_none())
 }
 
 impl<C: Clock> Engine<C> {
@@ -162,7 +171,8 @@ impl<C: Clock> Engine<C> {
                 Ok(d) => p.shown(d, check.reserve, 1, true),
                 Err(e) => return Some(Err(impossible(e, plan, &plan.checks))),
             };
-            if d.allowed || (p.limit.delay.is_none() && p.limit.plan.is_none()) {
+            // As `settled`, for one limit decided by the store itself.
+            if d.allowed || stands(p, &d, false) {
                 return Some(Ok(plan.verdict_one(d)));
             }
             // Refused, and a delay or credits may yet admit it: the rest
