@@ -21,9 +21,6 @@
 //! and `X-RateLimit-Limit/-Remaining/-Reset`. Both `Reset`s are delta-seconds
 //! from now, not epoch timestamps.
 
-use std::cell::RefCell;
-use std::sync::Arc;
-
 use http::{HeaderMap, HeaderName, HeaderValue};
 use sfv::{ItemSerializer, StringRef};
 use sluice_core::{LimitSpec, Nanos};
@@ -192,72 +189,42 @@ pub fn ratelimit_field(results: &[LimitResult]) -> Option<String> {
     list_field(results, RATELIMIT_KEYS, ratelimit_params)
 }
 
-/// What a `RateLimit-Policy` value was made from: each limit's name (an
-/// `Arc` held here, so its address cannot be reused while cached) and spec.
-type PolicyKey = SmallVec<[(Arc<str>, LimitSpec); 4]>;
-
-/// How many `RateLimit-Policy` values each thread keeps: enough for the
-/// few sets of limits that alternate on a server with plans (free and pro
-/// requests interleaved).
-const POLICY_CACHE: usize = 4;
-
-/// A thread's recent `RateLimit-Policy` values, and the slot the next new
-/// one replaces (in turn).
-struct PolicyCache {
-    entries: [Option<(PolicyKey, HeaderValue)>; POLICY_CACHE],
-    next: usize,
-}
-
-thread_local! {
-    /// The `RateLimit-Policy` values this thread sent recently, and what
-    /// they were made from. A value depends only on the limits applied
-    /// (their names and specs), which most requests share with others, so
-    /// most responses reuse one (a reference count) instead of writing it
-    /// again.
-    static POLICIES: RefCell<PolicyCache> = const {
-        RefCell::new(PolicyCache {
-            entries: [const { None }; POLICY_CACHE],
-            next: 0,
-        })
-    };
-}
-
 #[cfg(test)]
 thread_local! {
-    /// How many `RateLimit-Policy` values this thread had to write.
+    /// How many `RateLimit-Policy` items this thread had to write.
     static POLICY_WRITES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// The `RateLimit-Policy` value for these results, from one made recently
-/// on this thread when it describes the same limits.
+/// One limit's `RateLimit-Policy` item, written.
+fn policy_item(r: &LimitResult) -> Option<HeaderValue> {
+    #[cfg(test)]
+    POLICY_WRITES.with(|n| n.set(n.get() + 1));
+    list_value(std::slice::from_ref(r), POLICY_KEYS, policy_params)
+}
+
+/// The `RateLimit-Policy` value for these results: each limit's item, made
+/// once and kept with the limit ([`HeaderItems`](sluice_policy::HeaderItems)),
+/// joined. An item depends only on the limit's name and spec, so a response
+/// under one limit sends the kept value itself (a reference count), and one
+/// under several copies their items once.
 fn policy_value(results: &[LimitResult]) -> Option<HeaderValue> {
-    let same = |key: &PolicyKey| {
-        key.len() == results.len()
-            && key
-                .iter()
-                .zip(results)
-                .all(|((name, spec), r)| Arc::ptr_eq(name, &r.labels.limit) && *spec == r.spec)
-    };
-    POLICIES.with(|cache| {
-        if let Ok(cache) = cache.try_borrow()
-            && let Some((_, value)) = cache.entries.iter().flatten().find(|(k, _)| same(k))
-        {
-            return Some(value.clone());
+    let item = |r: &LimitResult| r.labels.header_items.policy(&r.spec, || policy_item(r));
+    match results {
+        [] => None,
+        [one] => item(one),
+        many => {
+            let items: SmallVec<[HeaderValue; 4]> = many.iter().map(item).collect::<Option<_>>()?;
+            let len = items.iter().map(|v| v.len() + 2).sum::<usize>() - 2;
+            let mut out = Vec::with_capacity(len);
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                out.extend_from_slice(v.as_bytes());
+            }
+            HeaderValue::from_maybe_shared(bytes::Bytes::from(out)).ok()
         }
-        #[cfg(test)]
-        POLICY_WRITES.with(|n| n.set(n.get() + 1));
-        let value = list_value(results, POLICY_KEYS, policy_params)?;
-        if let Ok(mut cache) = cache.try_borrow_mut() {
-            let key = results
-                .iter()
-                .map(|r| (r.labels.limit.clone(), r.spec))
-                .collect();
-            let slot = cache.next;
-            cache.entries[slot] = Some((key, value.clone()));
-            cache.next = (slot + 1) % POLICY_CACHE;
-        }
-        Some(value)
-    })
+    }
 }
 
 /// A serialized Structured Field as a header value, without copying it
@@ -611,7 +578,7 @@ mod tests {
             "interleaved plans are served from the cache"
         );
         // More sets than the cache holds: still always right.
-        let many: Vec<_> = (0..2 * POLICY_CACHE)
+        let many: Vec<_> = (0..8)
             .map(|n| vec![result(&format!("l{n}"), "1/s", 1, Decision::full(1))])
             .collect();
         for results in many.iter().chain(&many) {

@@ -73,6 +73,7 @@ pub(crate) fn compile_limit(
         limit: name.clone(),
         plan: plan.map_or("", String::as_str).into(),
         endpoint: matcher.describe().into(),
+        header_items: crate::limit::HeaderItems::default(),
     });
     Ok(LimitDef {
         limit: Limit {

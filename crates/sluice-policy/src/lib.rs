@@ -35,7 +35,7 @@ pub use engine::{
 pub use envoy_settings::{EnvoySettings, EnvoyTls, EnvoyXds};
 pub use key_source::KeySource;
 pub use key_text::KeyText;
-pub use limit::{DelayDef, Limit, LimitLabels};
+pub use limit::{DelayDef, HeaderItems, Limit, LimitLabels};
 pub use policy::{
     Access, AmbiguousKey, Applied, AppliedLimits, CostRule, KeyError, LimitDef, Matcher,
     MissingKey, Policy, RequestInfo, RuntimeKeysFile,

@@ -114,6 +114,77 @@ pub struct LimitLabels {
     /// The requests it applies to: `*`, or methods and a path prefix such as
     /// `POST /export*`.
     pub endpoint: Arc<str>,
+    /// Its items in response header fields, made once and kept with it.
+    pub header_items: HeaderItems,
+}
+
+/// A limit's items in response header fields that depend only on its
+/// definition (its `RateLimit-Policy` item: name, quota, window): made the
+/// first time a response needs them, by the header crate, and kept with the
+/// limit for every response after, instead of being written per response.
+/// Labels compare and hash alike whatever this holds.
+#[derive(Debug, Default)]
+pub struct HeaderItems {
+    policy: std::sync::OnceLock<(LimitSpec, http::HeaderValue)>,
+}
+
+impl HeaderItems {
+    /// The limit's `RateLimit-Policy` item under `spec`: the one kept, when
+    /// it was made for `spec` (always, but for a limit answered under
+    /// another spec, such as a per-request override), else `make`'s, kept
+    /// if none was.
+    ///
+    /// ```
+    /// use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+    /// let items = sluice_policy::HeaderItems::default();
+    /// let spec = LimitSpec {
+    ///     algorithm: AlgorithmKind::Gcra,
+    ///     rate: Rate::per_second(10),
+    ///     burst: 10,
+    ///     nodelay: false,
+    /// };
+    /// let made = || Some(http::HeaderValue::from_static("\"api\";q=10;w=1"));
+    /// assert_eq!(items.policy(&spec, made).unwrap(), "\"api\";q=10;w=1");
+    /// // Kept: not made again.
+    /// assert_eq!(items.policy(&spec, || None).unwrap(), "\"api\";q=10;w=1");
+    /// ```
+    pub fn policy(
+        &self,
+        spec: &LimitSpec,
+        make: impl FnOnce() -> Option<http::HeaderValue>,
+    ) -> Option<http::HeaderValue> {
+        if let Some((kept, value)) = self.policy.get() {
+            return if kept == spec {
+                Some(value.clone())
+            } else {
+                make()
+            };
+        }
+        let value = make()?;
+        // Two first responses at once: the first kept wins; both are right.
+        let _ = self.policy.set((*spec, value.clone()));
+        Some(value)
+    }
+}
+
+/// A copy starts with nothing kept (it is made again on first use).
+impl Clone for HeaderItems {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+/// What is kept is derived from the labels: it never tells two apart.
+impl PartialEq for HeaderItems {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for HeaderItems {}
+
+impl std::hash::Hash for HeaderItems {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
 impl LimitLabels {
@@ -123,6 +194,7 @@ impl LimitLabels {
             limit,
             plan: "".into(),
             endpoint: endpoint.into(),
+            header_items: HeaderItems::default(),
         })
     }
 }
