@@ -40,7 +40,7 @@ use axum::routing::{get, post};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
-use sluice_policy::{Engine, RequestInfo};
+use sluice_policy::{Engine, Outcome, RequestInfo};
 
 use crate::headers::add_headers;
 use crate::metrics::Metrics;
@@ -219,11 +219,10 @@ async fn check(
         Ok(v) => v,
         Err(e) => return decide_error_response(&e),
     };
-    let status = if verdict.allowed {
-        StatusCode::OK
-    } else {
-        StatusCode::TOO_MANY_REQUESTS
-    };
+    // The engine's status: 429 for a limit, 503 when the store is down and
+    // its fallback refuses everything.
+    let status = StatusCode::from_u16(Outcome::of_verdict(&verdict).http_status())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, Json(VerdictJson::new(&verdict))).into_response();
     add_headers(&verdict, response.headers_mut());
     response

@@ -4,7 +4,7 @@
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde::Serialize;
-use sluice_policy::{DecideError, LimitResult, Verdict};
+use sluice_policy::{DecideError, LimitResult, Outcome, Verdict};
 
 use crate::headers::{add_headers, retry_after_secs};
 use crate::problem::{Problem, QUOTA_EXCEEDED, STORE_UNAVAILABLE};
@@ -82,12 +82,13 @@ fn limit_json(r: &LimitResult) -> LimitJson<'_> {
 
 /// The problem body of a refusal: which limits refused, and when to retry.
 pub fn refusal(verdict: &Verdict) -> Problem {
-    if verdict.store_unavailable() {
+    let outcome = Outcome::of_verdict(verdict);
+    if outcome == Outcome::StoreUnavailable {
         let retry = retry_after_secs(verdict.retry_after().unwrap_or(0));
         return Problem {
             kind: STORE_UNAVAILABLE.into(),
             title: "Service Unavailable".into(),
-            status: 503,
+            status: outcome.http_status(),
             detail: format!(
                 "The rate-limit store is unavailable and this service refuses requests until it is back (fallback `deny`); retry in {retry} s."
             ),
@@ -112,7 +113,7 @@ pub fn refusal(verdict: &Verdict) -> Problem {
     Problem {
         kind: QUOTA_EXCEEDED.into(),
         title: "Too Many Requests".into(),
-        status: 429,
+        status: Outcome::Limited.http_status(),
         detail,
         violated_policies: violated,
         retry_after: Some(retry),
@@ -126,31 +127,26 @@ pub fn refusal_response(verdict: &Verdict) -> Response {
     response
 }
 
-/// The problem for a request that could not be decided: 401 for a missing
-/// key, 403 for a denied client, 400 for a cost no limit could ever admit
-/// or a path with no canonical form, 500 (details only in the log) for
-/// Sluice's own fault.
+/// The problem for a request that could not be decided, with the engine's
+/// status for it ([`Outcome::http_status`]: 401 for a missing key, 403 for
+/// a denied client, 400 for a cost no limit could ever admit or a path with
+/// no canonical form, 500 for Sluice's own fault, whose details go only to
+/// the log).
 pub fn decide_error(e: &DecideError) -> Problem {
-    match e {
-        DecideError::MissingKey(m) => Problem::new(
-            StatusCode::UNAUTHORIZED,
-            format!("This API needs a key: {m}."),
-        ),
-        DecideError::Impossible { .. } => Problem::new(StatusCode::BAD_REQUEST, e.to_string()),
-        DecideError::AmbiguousKey(a) => Problem::new(StatusCode::BAD_REQUEST, format!("{a}.")),
-        DecideError::Path(p) => Problem::new(
-            StatusCode::BAD_REQUEST,
-            format!("This request's path is refused: {p}."),
-        ),
-        DecideError::Denied => Problem::new(StatusCode::FORBIDDEN, "This client is denied access."),
+    let status = StatusCode::from_u16(Outcome::of_error(e).http_status())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let detail = match e {
+        DecideError::MissingKey(m) => format!("This API needs a key: {m}."),
+        DecideError::Impossible { .. } => e.to_string(),
+        DecideError::AmbiguousKey(a) => format!("{a}."),
+        DecideError::Path(p) => format!("This request's path is refused: {p}."),
+        DecideError::Denied => "This client is denied access.".to_owned(),
         DecideError::Internal(why) => {
             tracing::error!(error = %why, "a request could not be decided");
-            Problem::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "This request could not be decided; the server logged why.",
-            )
+            "This request could not be decided; the server logged why.".to_owned()
         }
-    }
+    };
+    Problem::new(status, detail)
 }
 
 /// The response for a request that could not be decided.

@@ -253,6 +253,16 @@ async fn deny_answers_503_and_allow_admits_while_redis_is_down() {
                 .starts_with("application/problem+json")
         );
     }
+    // The decision API answers as the data plane: 503, not 429 (a limit).
+    let checked = send(
+        client
+            .post(deny.control_url("/v1/check"))
+            .header("content-type", "application/json")
+            .body(r#"{"path": "/", "headers": {"X-Api-Key": "k"}, "client_ip": "192.0.2.1"}"#),
+    )
+    .await;
+    assert_eq!(checked.status, 503, "{checked:?}");
+    assert_eq!(checked.json()["allowed"], false);
     // Far past any limit: allow admits them all.
     for _ in 0..40 {
         let r = timed(&client, &allow, "k").await;
