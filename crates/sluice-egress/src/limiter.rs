@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use sluice_core::{Decision, LimitError, LimitSpec};
-use sluice_store::seam::{Check, Counter, CounterDef, Store};
+use sluice_store::seam::{Check, Counter, CounterDef, Store, StoreError};
 use sluice_store::{KeyHasher, KeyId, MemoryStore, MemoryStoreConfig};
 
 /// Why an outbound call may not go.
@@ -29,6 +29,15 @@ pub enum EgressError {
     Impossible {
         /// The target.
         target: String,
+    },
+    /// The store could not decide the call (its limit is registered with
+    /// another store: a wiring fault, not the call's). It was not sent.
+    #[error("the limit of `{target}` could not be decided: {source}")]
+    Store {
+        /// The target.
+        target: String,
+        /// What the store said.
+        source: StoreError,
     },
     /// The HTTP call itself failed.
     #[error(transparent)]
@@ -83,15 +92,19 @@ impl EgressLimiter {
         self
     }
 
-    async fn check(&self, counter: &Counter, key: KeyId) -> Option<Decision> {
+    async fn check(&self, counter: &Counter, key: KeyId) -> Result<Decision, StoreError> {
         let check = Check {
             counter,
             key,
             cost: 1,
             reserve: 0,
         };
-        let checked = self.store.check(&[check]).await.ok()?;
-        checked.decisions.first().copied()
+        let checked = self.store.check(&[check]).await?;
+        // A group of one answers one decision (were it not: a refusal).
+        Ok(checked.decisions.first().copied().unwrap_or(Decision {
+            allowed: false,
+            ..Decision::full(0)
+        }))
     }
 
     /// Stops calls to `target` for `pause` (the upstream said so).
@@ -128,12 +141,15 @@ impl EgressLimiter {
             let wait = match self.paused_for(target) {
                 Some(pause) => pause,
                 None => {
-                    let decision =
-                        self.check(limit, key)
-                            .await
-                            .ok_or_else(|| EgressError::Impossible {
-                                target: target.to_owned(),
-                            })?;
+                    let decision = self.check(limit, key).await.map_err(|e| match e {
+                        StoreError::Impossible { .. } => EgressError::Impossible {
+                            target: target.to_owned(),
+                        },
+                        source => EgressError::Store {
+                            target: target.to_owned(),
+                            source,
+                        },
+                    })?;
                     if decision.allowed {
                         return Ok(());
                     }
@@ -149,5 +165,37 @@ impl EgressLimiter {
             }
             tokio::time::sleep(wait).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{AlgorithmKind, Rate};
+
+    fn spec(burst: u64) -> LimitSpec {
+        LimitSpec {
+            algorithm: AlgorithmKind::Gcra,
+            rate: Rate::per_second(10),
+            burst,
+            nodelay: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_limit_the_store_cannot_decide_is_a_store_error_not_an_impossible_call() {
+        let mut limiter = EgressLimiter::new(&spec(5)).unwrap();
+        // A counter of another kind of store: the memory store cannot read
+        // its slot.
+        let def = CounterDef::new("egress:default", spec(5)).unwrap();
+        limiter.default = Counter::new(def, sluice_store::seam::Slot::empty());
+        let err = limiter
+            .acquire("api.example.com", Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, EgressError::Store { target, source: StoreError::ForeignCounter(_) } if target == "api.example.com"),
+            "{err}"
+        );
     }
 }
