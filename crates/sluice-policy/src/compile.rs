@@ -23,8 +23,15 @@ impl Policy {
     /// (compiled, and dropped: they are the binary's, read at start only).
     fn checked(source: &Source) -> Result<Self, ConfigError> {
         let config = source.parse()?;
-        crate::deployment::Deployment::compile(source, &config)?;
-        Self::compile(source, &config)
+        Self::checked_config(source, &config)
+    }
+
+    /// The policy of a parsed (or built) config, its deployment settings
+    /// checked: the one path [`Policy::load`], [`Policy::from_toml`] and
+    /// [`Policy::from_config`] share.
+    fn checked_config(source: &Source, config: &Config) -> Result<Self, ConfigError> {
+        crate::deployment::Deployment::compile(source, config)?;
+        Self::compile(source, config)
     }
 
     /// Checks a parsed config's policy and compiles it. (Its deployment
@@ -94,6 +101,55 @@ impl Policy {
         Self::checked(&Source {
             file: name.into(),
             text: text.to_owned(),
+        })
+    }
+
+    /// Checks a config built in code (not parsed from text) and compiles
+    /// it, with the same checks as [`Policy::from_toml`], deployment
+    /// settings included. `name` stands for the file in error messages,
+    /// which have no line or column: there is no text to point into. Files
+    /// the config names (`client.keys_file`) are resolved against `name`'s
+    /// folder.
+    ///
+    /// ```
+    /// use sluice_policy::config::{Config, LimitConfig, Spanned};
+    /// use sluice_policy::{KeySource, Policy};
+    ///
+    /// let limit = LimitConfig {
+    ///     name: Some("per-ip".into()),
+    ///     key: Some(KeySource::Ip),
+    ///     rate: Some(Spanned::new(0..0, "10/s".parse().unwrap())),
+    ///     ..LimitConfig::default()
+    /// };
+    /// let config = Config {
+    ///     limits: vec![Spanned::new(0..0, limit)],
+    ///     ..Config::default()
+    /// };
+    /// let policy = Policy::from_config("<code>", &config).unwrap();
+    /// assert_eq!(policy.limits().len(), 1);
+    ///
+    /// // An error names the field, at no line.
+    /// let e = Policy::from_config("<code>", &Config::default()).unwrap_err();
+    /// assert_eq!(e.line, 0);
+    /// assert!(e.message.starts_with("no_limits:"), "{e}");
+    /// ```
+    pub fn from_config(name: &str, config: &Config) -> Result<Self, ConfigError> {
+        let source = Source {
+            file: name.into(),
+            text: String::new(),
+        };
+        Self::checked_config(&source, config).map_err(|e| {
+            // Spans of a built config point into no text: drop them. (An
+            // error in a file it names keeps its location.)
+            if e.file == source.file {
+                ConfigError {
+                    line: 0,
+                    column: 0,
+                    ..e
+                }
+            } else {
+                e
+            }
         })
     }
 }

@@ -59,10 +59,45 @@ pub struct Config {
     pub no_limits: bool,
 }
 
+/// What an empty file says: every field its default. (Compiled as it is,
+/// it limits nothing, and is refused without `no_limits`.) A start for a
+/// config built in code, for [`Policy::from_config`](crate::Policy::from_config).
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            control_listen: default_control_listen(),
+            upstream: None,
+            store: StoreConfig::default(),
+            headers: HeadersConfig::default(),
+            client: ClientConfig::default(),
+            plans: BTreeMap::new(),
+            keys: BTreeMap::new(),
+            limits: Vec::new(),
+            envoy: None,
+            access: AccessConfig::default(),
+            events: EventsConfig::default(),
+            server: ServerConfig::default(),
+            no_limits: false,
+        }
+    }
+}
+
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8080))
 }
 
 fn default_control_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 9090))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_an_empty_file() {
+        let parsed: Config = toml::from_str("").unwrap();
+        assert_eq!(format!("{:?}", Config::default()), format!("{parsed:?}"));
+    }
 }

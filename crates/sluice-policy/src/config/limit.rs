@@ -79,6 +79,45 @@ pub struct LimitConfig {
     pub max_share: Option<Spanned<BTreeMap<String, u8>>>,
 }
 
+/// A limit with no field given: every field its default (a limit needs
+/// at least its `rate`, and a `key` outside plans). A start for a limit
+/// built in code, for [`Policy::from_config`](crate::Policy::from_config).
+impl Default for LimitConfig {
+    fn default() -> Self {
+        Self {
+            name: None,
+            algorithm: AlgorithmKind::default(),
+            rate: None,
+            burst: None,
+            nodelay: false,
+            key: None,
+            matches: default_match(),
+            cost: None,
+            shadow: false,
+            enforce_percent: None,
+            bucket: None,
+            on_limit: None,
+            max_delay: None,
+            max_queue: None,
+            max_share: None,
+        }
+    }
+}
+
 fn default_match() -> Spanned<MatchConfig> {
     Spanned::new(0..0, MatchConfig::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_an_empty_limit() {
+        let parsed: LimitConfig = toml::from_str("").unwrap();
+        assert_eq!(
+            format!("{:?}", LimitConfig::default()),
+            format!("{parsed:?}")
+        );
+    }
 }

@@ -39,3 +39,9 @@ pub use plan::{AlertConfig, PlanConfig};
 pub use server::ServerConfig;
 pub use source::{ConfigError, Source};
 pub use store::{FallbackConfig, StoreConfig};
+/// The span wrapper of config fields that errors point at, re-exported so
+/// that a config built in code (for [`Policy::from_config`]) needs no
+/// `toml` dependency of its own; such a config's spans are `0..0`.
+///
+/// [`Policy::from_config`]: crate::Policy::from_config
+pub use toml::Spanned;
