@@ -3,14 +3,14 @@
 //! lines. Read from every crate's `src/` (a file's non-test code is what
 //! comes before its first `#[cfg(test)]` at the start of a line; a
 //! function runs from its `fn` line to the `}` at the same indentation).
-//! The bounds allow "about": 500 lines and 90 lines.
+//! The bounds are the issue's own: 500 lines and 80 lines.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::path::{Path, PathBuf};
 
 const MAX_FILE_LINES: usize = 500;
-const MAX_FN_LINES: usize = 90;
+const MAX_FN_LINES: usize = 80;
 
 /// Every `.rs` file under `dir`, recursively.
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

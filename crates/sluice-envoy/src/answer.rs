@@ -112,6 +112,14 @@ pub(crate) enum Place {
     Refund(Option<usize>),
 }
 
+/// A request's descriptors, placed: where each goes, and what to charge
+/// and to refund.
+struct Placed<'f> {
+    places: Vec<Place>,
+    charges: Vec<Charge<'f>>,
+    refunds: Vec<Charge<'f>>,
+}
+
 /// What the engine answered for a request's descriptors.
 pub(crate) struct Counted {
     /// Where each descriptor's decision is.
@@ -255,12 +263,43 @@ impl EnvoyRls {
         found: &[Option<Found<'_>>],
         overridden: &[Option<Arc<Rule>>],
     ) -> Counted {
-        let compat = self.options.compat;
         let request_hits = if req.hits_addend == 0 {
             1
         } else {
             u64::from(req.hits_addend)
         };
+        let Placed {
+            places,
+            charges,
+            refunds,
+        } = self.placed(req, found, overridden, request_hits);
+        let refunded = if refunds.is_empty() {
+            None
+        } else {
+            Some(self.refunded(&refunds).await)
+        };
+        let verdict = if charges.is_empty() {
+            None
+        } else {
+            Some(self.decided(&charges).await)
+        };
+        Counted {
+            places,
+            verdict,
+            refunded,
+        }
+    }
+
+    /// Where each descriptor goes (see [`Place`]), and the charges and
+    /// refunds [`counted`](Self::counted) asks the engine for.
+    fn placed<'f>(
+        &self,
+        req: &RateLimitRequest,
+        found: &'f [Option<Found<'_>>],
+        overridden: &[Option<Arc<Rule>>],
+        request_hits: u64,
+    ) -> Placed<'f> {
+        let compat = self.options.compat;
         let hasher = self.engine.hasher();
         // A limit of 0 met by a charge (not by a refund) refuses the
         // request.
@@ -323,20 +362,10 @@ impl EnvoyRls {
                 shadow: after,
             });
         }
-        let refunded = if refunds.is_empty() {
-            None
-        } else {
-            Some(self.refunded(&refunds).await)
-        };
-        let verdict = if charges.is_empty() {
-            None
-        } else {
-            Some(self.decided(&charges).await)
-        };
-        Counted {
+        Placed {
             places,
-            verdict,
-            refunded,
+            charges,
+            refunds,
         }
     }
 

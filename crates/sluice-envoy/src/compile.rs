@@ -282,16 +282,9 @@ impl Compile<'_> {
         Ok(())
     }
 
-    /// The rule of the node at `path`: its unit, its Sluice limit (none
-    /// for `unlimited`), what it replaces, shadow and quota mode, and its
-    /// metadata.
-    fn rule<'y>(
-        &self,
-        d: &'y YamlDescriptor,
-        rl: &'y YamlRateLimit,
-        path: &str,
-        at: &mut Vec<Step<'y>>,
-    ) -> Result<Rule, RulesError> {
+    /// A rate limit's unit (`second` for an `unlimited` one, which must
+    /// name none).
+    fn unit<'y>(&self, rl: &'y YamlRateLimit, at: &mut Vec<Step<'y>>) -> Result<Unit, RulesError> {
         let unit_text = rl.unit.as_deref().unwrap_or("");
         at.push(Step::Field("unit"));
         let unit = match (Unit::parse(unit_text), rl.unlimited) {
@@ -308,7 +301,16 @@ impl Compile<'_> {
             }
         };
         at.pop();
-        let given_name = rl.name.clone().unwrap_or_default();
+        Ok(unit)
+    }
+
+    /// A rate limit's `replaces` entries: none empty, none its own name.
+    fn check_replaces<'y>(
+        &self,
+        rl: &'y YamlRateLimit,
+        given_name: &str,
+        at: &mut Vec<Step<'y>>,
+    ) -> Result<(), RulesError> {
         at.push(Step::Field("replaces"));
         for (i, r) in rl.replaces.iter().enumerate() {
             at.push(Step::Index(i));
@@ -321,6 +323,22 @@ impl Compile<'_> {
             at.pop();
         }
         at.pop();
+        Ok(())
+    }
+
+    /// The rule of the node at `path`: its unit, its Sluice limit (none
+    /// for `unlimited`), what it replaces, shadow and quota mode, and its
+    /// metadata.
+    fn rule<'y>(
+        &self,
+        d: &'y YamlDescriptor,
+        rl: &'y YamlRateLimit,
+        path: &str,
+        at: &mut Vec<Step<'y>>,
+    ) -> Result<Rule, RulesError> {
+        let unit = self.unit(rl, at)?;
+        let given_name = rl.name.clone().unwrap_or_default();
+        self.check_replaces(rl, &given_name, at)?;
         let metadata = match &d.metadata {
             None => None,
             Some(m) => {

@@ -63,32 +63,7 @@ impl RedisCluster {
             free_port()
         ));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        let mut nodes = Vec::with_capacity(n);
-        let mut buses = Vec::with_capacity(n);
-        for _ in 0..n {
-            let port = free_port();
-            let bus = loop {
-                let bus = free_port();
-                if bus != port {
-                    break bus;
-                }
-            };
-            buses.push(bus);
-            let conf = dir.join(format!("nodes-{port}.conf"));
-            nodes.push(RedisServer::start_on(
-                port,
-                &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    &conf.to_string_lossy(),
-                    "--cluster-port",
-                    &bus.to_string(),
-                    "--cluster-node-timeout",
-                    &NODE_TIMEOUT_MS.to_string(),
-                ],
-            ));
-        }
+        let (nodes, buses) = start_nodes(&dir, n);
         let cluster = Self {
             nodes,
             bus: buses,
@@ -441,4 +416,36 @@ impl Drop for RedisCluster {
         self.nodes.clear();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `n` cluster-enabled nodes, their configs in `dir`: the servers and their
+/// cluster bus ports.
+fn start_nodes(dir: &std::path::Path, n: usize) -> (Vec<RedisServer>, Vec<u16>) {
+    let mut nodes = Vec::with_capacity(n);
+    let mut buses = Vec::with_capacity(n);
+    for _ in 0..n {
+        let port = free_port();
+        let bus = loop {
+            let bus = free_port();
+            if bus != port {
+                break bus;
+            }
+        };
+        buses.push(bus);
+        let conf = dir.join(format!("nodes-{port}.conf"));
+        nodes.push(RedisServer::start_on(
+            port,
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &conf.to_string_lossy(),
+                "--cluster-port",
+                &bus.to_string(),
+                "--cluster-node-timeout",
+                &NODE_TIMEOUT_MS.to_string(),
+            ],
+        ));
+    }
+    (nodes, buses)
 }

@@ -169,6 +169,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     runtime.block_on(bench())
 }
 
+/// The batching to measure: the defaults, or `SLUICE_BATCH_GROUPS` and
+/// `SLUICE_BATCH_IN_FLIGHT`.
+fn batch_config() -> BatchConfig {
+    let defaults = BatchConfig::default();
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    BatchConfig {
+        max_groups: env("SLUICE_BATCH_GROUPS", defaults.max_groups),
+        max_in_flight: env("SLUICE_BATCH_IN_FLIGHT", defaults.max_in_flight),
+    }
+}
+
 async fn bench() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let url = args
@@ -208,17 +224,7 @@ async fn bench() -> Result<(), Box<dyn std::error::Error>> {
     let mut batched = None;
     let mut baseline = None;
     if mode == "both" || mode == "batched" {
-        let defaults = BatchConfig::default();
-        let env = |name: &str, default: usize| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(default)
-        };
-        let config = BatchConfig {
-            max_groups: env("SLUICE_BATCH_GROUPS", defaults.max_groups),
-            max_in_flight: env("SLUICE_BATCH_IN_FLIGHT", defaults.max_in_flight),
-        };
+        let config = batch_config();
         println!("batching: {config:?}");
         let r = run(&load, Some(config)).await?;
         let max = report("batched", r);
