@@ -215,7 +215,7 @@ mod tests {
         .unwrap();
         vec![ScriptCheck {
             key: "sluice:{00}:00".into(),
-            params: LimitParams::of(&limiter).unwrap(),
+            params: LimitParams::compute(&limiter).unwrap(),
             cost: 1,
         }]
     }

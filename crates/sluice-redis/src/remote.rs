@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use sluice_protect::{Remote, RemoteError};
-use sluice_store::seam::{Check, Checked, CounterDef, Pending, Slot};
+use sluice_store::seam::{Check, Checked, CounterDef, Pending, Slot, StoreError};
 use smallvec::SmallVec;
 
-use crate::store::{Conn, RedisCheck, RedisStore};
+use crate::script::LimitParams;
+use crate::store::{Conn, Prepared, RedisStore};
 use crate::topology::Topology;
 use crate::{RedisStoreError, StoreUrl};
 
@@ -66,8 +67,8 @@ impl RedisRemote {
         let Some(store) = self.store.load_full() else {
             return Err(RemoteError::NotConnected);
         };
-        let redis: SmallVec<[RedisCheck<'_>; 4]> = checks.iter().map(redis_check).collect();
-        let checked = store.check(&redis).await.map_err(remote_error)?;
+        let redis = prepared(checks)?;
+        let checked = store.check_prepared(&redis).await.map_err(remote_error)?;
         Ok(Checked::by_store(checked.allowed, checked.decisions))
     }
 
@@ -75,8 +76,8 @@ impl RedisRemote {
         let Some(store) = self.store.load_full() else {
             return Err(RemoteError::NotConnected);
         };
-        let redis: SmallVec<[RedisCheck<'_>; 4]> = checks.iter().map(redis_check).collect();
-        let checked = store.refund(&redis).await.map_err(remote_error)?;
+        let redis = prepared(checks)?;
+        let checked = store.refund_prepared(&redis).await.map_err(remote_error)?;
         Ok(Checked::by_store(true, checked.decisions))
     }
 
@@ -100,9 +101,25 @@ impl RedisRemote {
     }
 }
 
+/// The Redis store's state of a counter: the script's parameters of its
+/// limit, computed once, when the counter is registered.
+#[derive(Debug)]
+struct RedisSlot {
+    /// `None`: they cannot be computed; every check of the counter then
+    /// fails (as it did when they were computed per request).
+    params: Option<LimitParams>,
+}
+
 impl Remote for RedisRemote {
-    fn slot(&self, _def: &CounterDef) -> Slot {
-        Slot::empty()
+    fn slot(&self, def: &CounterDef) -> Slot {
+        let params = LimitParams::compute(def.limiter());
+        if params.is_none() {
+            tracing::warn!(
+                limit = %def.id(),
+                "the shared store cannot decide this limit: its rate and burst overflow the script's arithmetic"
+            );
+        }
+        Slot::new(Arc::new(RedisSlot { params }))
     }
 
     fn try_check<'a>(
@@ -132,15 +149,27 @@ impl Remote for RedisRemote {
     }
 }
 
-/// A seam check as the Redis store takes it.
-fn redis_check<'a>(c: &Check<'a>) -> RedisCheck<'a> {
-    RedisCheck {
-        limit_id: c.counter.def().id(),
-        limiter: c.counter.def().limiter(),
-        key: c.key,
-        cost: c.cost,
-        reserve: c.reserve,
-    }
+/// Seam checks as the Redis store takes them, with the parameters their
+/// counters' slots hold; fails for a counter not registered with a Redis
+/// store (its slot is another store's).
+fn prepared<'a>(checks: &[Check<'a>]) -> Result<SmallVec<[Prepared<'a>; 4]>, RemoteError> {
+    checks
+        .iter()
+        .map(|c| {
+            let def = c.counter.def();
+            let slot =
+                c.counter.slot().get::<RedisSlot>().ok_or_else(|| {
+                    RemoteError::Refused(StoreError::ForeignCounter(def.id().into()))
+                })?;
+            Ok(Prepared {
+                limit_id: def.id(),
+                params: slot.params,
+                key: c.key,
+                cost: c.cost,
+                reserve: c.reserve,
+            })
+        })
+        .collect()
 }
 
 /// A Redis store error as the protection sees it.

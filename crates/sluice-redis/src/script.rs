@@ -119,40 +119,12 @@ fn reduced_rate(limiter: &Limiter) -> Option<(u64, u64)> {
     (a > 0 && p > 0).then_some((a, p))
 }
 
-thread_local! {
-    /// Parameters of the limiters seen lately on this thread: computing
-    /// them takes a few divisions, and a service has few limits.
-    static RECENT: std::cell::RefCell<Vec<(Limiter, LimitParams)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// How many limiters [`RECENT`] remembers per thread.
-const RECENT_MAX: usize = 64;
-
 impl LimitParams {
-    /// The parameters of `limiter`, or `None` if they cannot be read.
-    pub(crate) fn of(limiter: &Limiter) -> Option<Self> {
-        let hit = RECENT.with(|r| {
-            r.borrow()
-                .iter()
-                .find(|(l, _)| l == limiter)
-                .map(|(_, p)| *p)
-        });
-        if hit.is_some() {
-            return hit;
-        }
-        let params = Self::compute(limiter)?;
-        RECENT.with(|r| {
-            let mut r = r.borrow_mut();
-            if r.len() >= RECENT_MAX {
-                r.remove(0);
-            }
-            r.push((*limiter, params));
-        });
-        Some(params)
-    }
-
-    fn compute(limiter: &Limiter) -> Option<Self> {
+    /// The parameters of `limiter`, or `None` if they cannot be read (a
+    /// rate or capacity whose scaled quantities overflow 64 bits). The one
+    /// place they are computed: a store computes them once per limit,
+    /// when the limit is registered, and reads them back per request.
+    pub(crate) fn compute(limiter: &Limiter) -> Option<Self> {
         let (a, p) = reduced_rate(limiter)?;
         let burst = limiter.capacity();
         let (alg, queue) = match limiter {
@@ -418,7 +390,7 @@ mod tests {
         for kind in AlgorithmKind::ALL {
             let l = limiter(kind, rate, 5);
             assert_eq!(reduced_rate(&l), Some((7, 250_000_000)), "{kind:?}");
-            let p = LimitParams::of(&l).unwrap();
+            let p = LimitParams::compute(&l).unwrap();
             // g = gcd(7000, 250_000_000) = 1000
             assert_eq!((p.g, p.m, p.p, p.l), (1000, 7, 250_000, 1_250_000));
             assert!(p.is_exact());
@@ -428,12 +400,22 @@ mod tests {
     }
 
     #[test]
+    fn limits_whose_units_overflow_have_no_params() {
+        // 2^60 a nanosecond: a microsecond is 1000 · 2^60 units.
+        let fast = Rate::new(1 << 60, 1).unwrap();
+        for kind in AlgorithmKind::ALL {
+            let l = limiter(kind, fast, 1);
+            assert_eq!(LimitParams::compute(&l), None, "{kind:?}");
+        }
+    }
+
+    #[test]
     fn huge_limits_are_flagged_inexact() {
         let l = limiter(
             AlgorithmKind::TokenBucket,
             Rate::new(1, 1).unwrap(),
             u64::MAX / 4,
         );
-        assert!(!LimitParams::of(&l).unwrap().is_exact());
+        assert!(!LimitParams::compute(&l).unwrap().is_exact());
     }
 }

@@ -54,6 +54,7 @@ use std::sync::{Arc, Mutex};
 use redis::aio::MultiplexedConnection;
 use sluice_core::{Decision, Limiter};
 use sluice_store::{Checked, KeyId};
+use smallvec::SmallVec;
 
 use crate::RedisStoreError;
 use crate::batch::{BatchConfig, Batcher};
@@ -65,9 +66,24 @@ pub(crate) use backend::Conn;
 use key::hash_tag;
 pub use key::key_name;
 use reply::in_request_order;
+pub(crate) use request::Prepared;
 use request::{check_cost, group_by_tag, merge, params_of};
 
+/// Checks with their limits' parameters, inline for the usual few.
+type PreparedChecks<'a> = SmallVec<[Prepared<'a>; 4]>;
+
+/// `checks` with their limits' parameters computed from their limiters.
+fn prepare<'a>(checks: &[RedisCheck<'a>]) -> PreparedChecks<'a> {
+    checks.iter().map(Prepared::from).collect()
+}
+
 /// One limit to check for one client key.
+///
+/// It names its limit by a [`Limiter`], so the store computes the script's
+/// parameters of the limit on each call (a few integer divisions). The
+/// shared store the engine uses ([`RedisRemote`](crate::RedisRemote))
+/// computes them once instead, when a limit's counter is registered, and
+/// reads them back per request.
 #[derive(Debug, Clone, Copy)]
 pub struct RedisCheck<'a> {
     /// A stable identity of the limit's definition (its name, algorithm,
@@ -166,6 +182,15 @@ impl RedisStore {
     /// and a reserve (a delay limit's extended bucket, which only those two
     /// algorithms allow).
     pub async fn check(&self, checks: &[RedisCheck<'_>]) -> Result<Checked, RedisStoreError> {
+        self.decide(&prepare(checks), None).await
+    }
+
+    /// [`check`](Self::check) of checks whose parameters are already
+    /// computed (a registered counter's).
+    pub(crate) async fn check_prepared(
+        &self,
+        checks: &[Prepared<'_>],
+    ) -> Result<Checked, RedisStoreError> {
         self.decide(checks, None).await
     }
 
@@ -178,19 +203,19 @@ impl RedisStore {
         checks: &[RedisCheck<'_>],
         now_us: u64,
     ) -> Result<Checked, RedisStoreError> {
-        self.decide(checks, Some(now_us)).await
+        self.decide(&prepare(checks), Some(now_us)).await
     }
 
     /// Whether the script decides `limiter` exactly as sluice-core does, or
     /// within the tolerance documented on the script (very long windows).
     #[doc(hidden)]
     pub fn is_exact(limiter: &Limiter) -> bool {
-        LimitParams::of(limiter).is_some_and(|p| p.is_exact())
+        LimitParams::compute(limiter).is_some_and(|p| p.is_exact())
     }
 
     async fn decide(
         &self,
-        checks: &[RedisCheck<'_>],
+        checks: &[Prepared<'_>],
         now_us: Option<u64>,
     ) -> Result<Checked, RedisStoreError> {
         if checks.is_empty() {
@@ -229,7 +254,7 @@ impl RedisStore {
     /// The common case: one limit, one key, one hash tag.
     async fn decide_one(
         &self,
-        c: &RedisCheck<'_>,
+        c: &Prepared<'_>,
         now_us: Option<u64>,
     ) -> Result<Checked, RedisStoreError> {
         let params = params_of(c)?;

@@ -4,10 +4,9 @@
 
 use sluice_store::{Checked, KeyId};
 
-use super::RedisCheck;
-use super::RedisStore;
 use super::reply::{fill, in_request_order};
-use super::request::{group_by_tag, merge_costs};
+use super::request::{Prepared, group_by_tag, merge_costs};
+use super::{RedisCheck, RedisStore, prepare};
 use crate::RedisStoreError;
 use crate::script::ScriptCheck;
 
@@ -20,6 +19,15 @@ impl RedisStore {
     /// nodes each hash tag is, concurrently (a refund cannot be refused, so
     /// nothing needs undoing).
     pub async fn refund(&self, checks: &[RedisCheck<'_>]) -> Result<Checked, RedisStoreError> {
+        self.give_back(&prepare(checks), None).await
+    }
+
+    /// [`refund`](Self::refund) of checks whose parameters are already
+    /// computed (a registered counter's).
+    pub(crate) async fn refund_prepared(
+        &self,
+        checks: &[Prepared<'_>],
+    ) -> Result<Checked, RedisStoreError> {
         self.give_back(checks, None).await
     }
 
@@ -31,17 +39,17 @@ impl RedisStore {
         checks: &[RedisCheck<'_>],
         now_us: u64,
     ) -> Result<Checked, RedisStoreError> {
-        self.give_back(checks, Some(now_us)).await
+        self.give_back(&prepare(checks), Some(now_us)).await
     }
 
     async fn give_back(
         &self,
-        checks: &[RedisCheck<'_>],
+        checks: &[Prepared<'_>],
         now_us: Option<u64>,
     ) -> Result<Checked, RedisStoreError> {
-        let plain: Vec<RedisCheck<'_>> = checks
+        let plain: Vec<Prepared<'_>> = checks
             .iter()
-            .map(|c| RedisCheck { reserve: 0, ..*c })
+            .map(|c| Prepared { reserve: 0, ..*c })
             .collect();
         if checks.is_empty() {
             return Ok(Checked {

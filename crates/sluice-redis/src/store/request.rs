@@ -9,6 +9,38 @@ use super::key::key_name;
 use crate::RedisStoreError;
 use crate::script::{LimitParams, ScriptCheck};
 
+/// One check as the store decides it: its limit's script parameters
+/// already computed (`None` where they cannot be), from the limit's
+/// registered state ([`RedisRemote`](crate::RedisRemote)) or, for a
+/// [`RedisCheck`], from its limiter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Prepared<'a> {
+    /// The limit's identity (see [`RedisCheck::limit_id`]).
+    pub(crate) limit_id: &'a str,
+    /// The limit's parameters, without a reserve; `None`: unreadable.
+    pub(crate) params: Option<LimitParams>,
+    /// The client key's keyed hash.
+    pub(crate) key: KeyId,
+    /// The request's cost.
+    pub(crate) cost: u64,
+    /// The cost that must still be left after the charge.
+    pub(crate) reserve: u64,
+}
+
+impl<'a> From<&RedisCheck<'a>> for Prepared<'a> {
+    /// Computes the limiter's parameters: a [`RedisCheck`] carries no
+    /// registered state.
+    fn from(c: &RedisCheck<'a>) -> Self {
+        Self {
+            limit_id: c.limit_id,
+            params: LimitParams::compute(c.limiter),
+            key: c.key,
+            cost: c.cost,
+            reserve: c.reserve,
+        }
+    }
+}
+
 /// One unique (limit, key) of a request.
 pub(super) struct Item<'a> {
     pub(super) limit_id: &'a str,
@@ -19,7 +51,7 @@ pub(super) struct Item<'a> {
 /// The unique (limit, key) checks with their summed costs, and for each
 /// input check the index of its unique check. Fails on an impossible cost.
 pub(super) fn merge<'a>(
-    checks: &[RedisCheck<'a>],
+    checks: &[Prepared<'a>],
 ) -> Result<(Vec<Item<'a>>, Vec<usize>), RedisStoreError> {
     let (items, index) = merge_costs(checks)?;
     for item in &items {
@@ -30,7 +62,7 @@ pub(super) fn merge<'a>(
 
 /// [`merge`], whatever the summed costs.
 pub(super) fn merge_costs<'a>(
-    checks: &[RedisCheck<'a>],
+    checks: &[Prepared<'a>],
 ) -> Result<(Vec<Item<'a>>, Vec<usize>), RedisStoreError> {
     let mut items: Vec<Item<'a>> = Vec::with_capacity(checks.len());
     let mut index = Vec::with_capacity(checks.len());
@@ -84,15 +116,13 @@ pub(super) fn group_by_tag(items: &[Item<'_>]) -> (Vec<KeyId>, Vec<Vec<usize>>) 
 }
 
 /// The script's parameters for a check's limit, with the check's reserve.
-pub(super) fn params_of(c: &RedisCheck<'_>) -> Result<LimitParams, RedisStoreError> {
-    LimitParams::of(c.limiter)
-        .map(|p| p.with_reserve(c.reserve))
-        .ok_or_else(|| {
-            RedisStoreError::BadReply(format!(
-                "cannot read the parameters of limit `{}`",
-                c.limit_id
-            ))
-        })
+pub(super) fn params_of(c: &Prepared<'_>) -> Result<LimitParams, RedisStoreError> {
+    c.params.map(|p| p.with_reserve(c.reserve)).ok_or_else(|| {
+        RedisStoreError::BadReply(format!(
+            "cannot read the parameters of limit `{}`",
+            c.limit_id
+        ))
+    })
 }
 
 /// A cost the limit can never admit (with the check's reserve kept back)

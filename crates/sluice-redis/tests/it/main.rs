@@ -5,6 +5,7 @@
 
 mod common;
 mod conformance;
+mod registered;
 mod reload_fallback;
 mod reserve;
 mod runtime_state;
