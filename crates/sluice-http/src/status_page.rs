@@ -98,13 +98,13 @@ pub async fn status(Extension(state): Extension<StatusState>) -> Json<Status> {
     .sum();
     let store = match state.engine.remote_health() {
         None => StoreStatus {
-            kind: "memory",
+            kind: state.engine.store().kind(),
             breaker: "closed",
             fallback_decisions: 0,
             errors: 0,
         },
         Some(h) => StoreStatus {
-            kind: "redis",
+            kind: state.engine.store().kind(),
             breaker: h.breaker.name(),
             fallback_decisions: h.fallback_decisions,
             errors: h.store_errors + h.store_timeouts,

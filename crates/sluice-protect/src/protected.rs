@@ -384,6 +384,10 @@ impl<R: Remote> Store for Protected<R> {
         self.local.purge_idle()
     }
 
+    fn kind(&self) -> &'static str {
+        self.remote.kind()
+    }
+
     fn remote_health(&self) -> Option<RemoteHealth> {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let (pairs, settled, dropped) = self.ledger.totals();
@@ -471,6 +475,9 @@ mod tests {
         }
         fn is_connected(&self) -> bool {
             false
+        }
+        fn kind(&self) -> &'static str {
+            "test"
         }
         fn address(&self) -> String {
             "down".into()

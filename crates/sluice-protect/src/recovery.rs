@@ -179,6 +179,9 @@ mod tests {
         fn is_connected(&self) -> bool {
             true
         }
+        fn kind(&self) -> &'static str {
+            "test"
+        }
         fn address(&self) -> String {
             "slow".into()
         }

@@ -39,6 +39,9 @@ pub trait Remote: Send + Sync + std::fmt::Debug + 'static {
 
     /// The store's address for logs, without any password.
     fn address(&self) -> String;
+
+    /// What the store is, for metrics and the status page (`redis`).
+    fn kind(&self) -> &'static str;
 }
 
 /// Why a remote store did not decide.

@@ -147,6 +147,10 @@ impl Remote for RedisRemote {
     fn address(&self) -> String {
         self.url.to_string()
     }
+
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
 }
 
 /// Seam checks as the Redis store takes them, with the parameters their

@@ -12,6 +12,10 @@ use crate::seam::{
 };
 
 impl<C: Clock + Send + Sync + 'static> Store for MemoryStore<C> {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
     fn counter(&self, def: CounterDef) -> Counter {
         let limit = self.limit(def.id(), *def.limiter());
         Counter::new(def, Slot::new(limit))

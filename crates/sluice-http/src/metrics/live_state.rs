@@ -31,7 +31,7 @@ pub(super) struct LiveState {
 impl Collector for LiveState {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let health = self.engine.remote_health();
-        encode_store(&mut encoder, health.as_ref())?;
+        encode_store(&mut encoder, self.engine.store().kind(), health.as_ref())?;
         encode_listeners(&mut encoder, &self.listeners.lock())?;
         if let Some(r) = &self.reloader {
             encode_reloads(&mut encoder, r)?;

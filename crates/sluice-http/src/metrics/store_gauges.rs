@@ -7,12 +7,13 @@ use sluice_store::seam::{BreakerState, RemoteHealth};
 
 use super::const_series::{counter, gauge};
 
-/// `sluice_store_info`, then, with Redis (`health`), its health.
+/// `sluice_store_info` (the store says what it is), then, for a store
+/// over the network (`health`), its health.
 pub(super) fn encode_store(
     encoder: &mut DescriptorEncoder,
+    store: &str,
     health: Option<&RemoteHealth>,
 ) -> Result<(), std::fmt::Error> {
-    let store = if health.is_some() { "redis" } else { "memory" };
     gauge(
         encoder,
         "sluice_store_info",

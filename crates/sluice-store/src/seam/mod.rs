@@ -60,6 +60,10 @@ pub type CallObserver = Box<dyn Fn(std::time::Duration, bool) + Send + Sync>;
 
 /// Where the state of limits lives. See the module docs.
 pub trait Store: Send + Sync + std::fmt::Debug {
+    /// What the store is, for metrics and the status page: `memory`, or
+    /// the kind of store a protection wraps (`redis`).
+    fn kind(&self) -> &'static str;
+
     /// Registers a counter and returns it with the store's state of it.
     /// The same definition registered again while a counter of it lives
     /// gets the same state (a reload keeps unchanged limits' counts).
