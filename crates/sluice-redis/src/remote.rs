@@ -167,6 +167,7 @@ fn prepared<'a>(checks: &[Check<'a>]) -> Result<SmallVec<[Prepared<'a>; 4]>, Rem
                 })?;
             Ok(Prepared {
                 limit_id: def.id(),
+                tag: def.tag(),
                 params: slot.params,
                 key: c.key,
                 cost: c.cost,

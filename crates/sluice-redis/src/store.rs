@@ -63,8 +63,8 @@ use crate::topology::Topology;
 
 use backend::Backend;
 pub(crate) use backend::Conn;
-use key::hash_tag;
 pub use key::key_name;
+use key::{hash_tag, tagged_key_name};
 use reply::in_request_order;
 pub(crate) use request::Prepared;
 use request::{check_cost, group_by_tag, merge, params_of};
@@ -259,7 +259,7 @@ impl RedisStore {
     ) -> Result<Checked, RedisStoreError> {
         let params = params_of(c)?;
         check_cost(c.cost, &params)?;
-        let key = key_name(c.limit_id, c.key);
+        let key = tagged_key_name(c.tag, c.key);
         let tag = hash_tag(&key).to_owned();
         let node = self.inner.backend.node_of(&tag);
         let group = vec![ScriptCheck {

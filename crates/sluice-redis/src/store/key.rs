@@ -7,15 +7,16 @@ use sluice_store::KeyId;
 /// `sluice:{<key id hex>}:<limit tag>`, the limit tag being
 /// [`limit_tag`](sluice_store::limit_tag) in 16 hex digits.
 pub fn key_name(limit_id: &str, key: KeyId) -> String {
+    tagged_key_name(sluice_store::limit_tag(limit_id), key)
+}
+
+/// [`key_name`] of the limit whose tag is `tag` (a counter's
+/// [`tag`](sluice_store::seam::CounterDef::tag), made once).
+pub(crate) fn tagged_key_name(tag: u64, key: KeyId) -> String {
     use std::fmt::Write;
     let mut name = String::with_capacity(KEY_NAME_LEN);
     // Writing to a String cannot fail.
-    let _ = write!(
-        name,
-        "sluice:{{{:032x}}}:{:016x}",
-        key.0,
-        sluice_store::limit_tag(limit_id)
-    );
+    let _ = write!(name, "sluice:{{{:032x}}}:{tag:016x}", key.0);
     name
 }
 

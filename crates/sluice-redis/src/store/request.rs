@@ -5,7 +5,7 @@ use sluice_core::CheckError;
 use sluice_store::KeyId;
 
 use super::RedisCheck;
-use super::key::key_name;
+use super::key::tagged_key_name;
 use crate::RedisStoreError;
 use crate::script::{LimitParams, ScriptCheck};
 
@@ -17,6 +17,9 @@ use crate::script::{LimitParams, ScriptCheck};
 pub(crate) struct Prepared<'a> {
     /// The limit's identity (see [`RedisCheck::limit_id`]).
     pub(crate) limit_id: &'a str,
+    /// The limit's tag in key names ([`limit_tag`](sluice_store::limit_tag)
+    /// of the identity: its counter's, made once).
+    pub(crate) tag: u64,
     /// The limit's parameters, without a reserve; `None`: unreadable.
     pub(crate) params: Option<LimitParams>,
     /// The client key's keyed hash.
@@ -33,6 +36,7 @@ impl<'a> From<&RedisCheck<'a>> for Prepared<'a> {
     fn from(c: &RedisCheck<'a>) -> Self {
         Self {
             limit_id: c.limit_id,
+            tag: sluice_store::limit_tag(c.limit_id),
             params: LimitParams::compute(c.limiter),
             key: c.key,
             cost: c.cost,
@@ -87,7 +91,7 @@ pub(super) fn merge_costs<'a>(
                     limit_id: c.limit_id,
                     key: c.key,
                     check: ScriptCheck {
-                        key: key_name(c.limit_id, c.key),
+                        key: tagged_key_name(c.tag, c.key),
                         params,
                         cost: c.cost,
                     },
