@@ -55,9 +55,9 @@ fn main() {
             peer: Some(peer),
             cost: None,
         };
-        engine
-            .decide_now(&req)
-            .is_some_and(|v| v.is_ok_and(|v| v.allowed))
+        // Read in place, as the tower layer does (a `match` on the answer):
+        // the verdict is not moved again to be read.
+        matches!(engine.decide_now(&req), Some(Ok(v)) if v.allowed)
     };
     let direct = RateLimiter::direct(quota);
     let governor_direct = |_: IpAddr| direct.check().is_ok();
