@@ -35,8 +35,17 @@ impl AtomicGcra {
             _ => false,
         };
         let gcra = Gcra::new(spec.rate, spec.burst).ok()?;
-        (gcra_equivalent && gcra.scale() == 1 && gcra.tolerance() < 1 << 62)
-            .then(|| Self::new(&gcra))
+        if !gcra_equivalent {
+            return None;
+        }
+        Self::for_gcra(&gcra)
+    }
+
+    /// The atomic form of a GCRA limit, where it has one: an emission
+    /// interval of a whole number of nanoseconds and a tolerance below 2^62
+    /// (see [`for_spec`](Self::for_spec)).
+    pub(crate) fn for_gcra(gcra: &Gcra) -> Option<Self> {
+        (gcra.scale() == 1 && gcra.tolerance() < 1 << 62).then(|| Self::new(gcra))
     }
 
     /// A check of a key not seen before: its decision, and the TAT to store

@@ -26,6 +26,7 @@
 //! ```
 
 mod atomic_gcra;
+mod atomic_table;
 mod direct;
 mod key;
 mod keyed;

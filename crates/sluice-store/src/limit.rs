@@ -10,8 +10,9 @@ use sluice_core::{
     SlidingWindow, TokenBucket, Update,
 };
 
+use crate::atomic_table::{AtomicTable, TatMap};
 use crate::key::KeyId;
-use crate::sync::MutexGuard;
+use crate::sync::{MutexGuard, RwLockWriteGuard};
 use crate::table::{ShardMap, Table};
 
 macro_rules! dispatch {
@@ -23,6 +24,7 @@ macro_rules! dispatch {
             AnyTable::TokenBucket($t) => $body,
             AnyTable::LeakyBucket($t) => $body,
             AnyTable::Gcra($t) => $body,
+            AnyTable::AtomicGcra($t) => $body,
         }
     };
 }
@@ -73,6 +75,9 @@ pub(crate) enum AnyTable {
     TokenBucket(Table<TokenBucket>),
     LeakyBucket(Table<LeakyBucket>),
     Gcra(Table<Gcra>),
+    /// GCRA with a whole-nanosecond interval: the fast design
+    /// ([`AtomicTable`]).
+    AtomicGcra(AtomicTable),
 }
 
 impl AnyTable {
@@ -83,7 +88,10 @@ impl AnyTable {
             Limiter::SlidingWindow(a) => Self::SlidingWindow(Table::new(a, shards, max_keys)),
             Limiter::TokenBucket(a) => Self::TokenBucket(Table::new(a, shards, max_keys)),
             Limiter::LeakyBucket(a) => Self::LeakyBucket(Table::new(a, shards, max_keys)),
-            Limiter::Gcra(a) => Self::Gcra(Table::new(a, shards, max_keys)),
+            Limiter::Gcra(a) => match AtomicTable::new(a, shards, max_keys) {
+                Some(t) => Self::AtomicGcra(t),
+                None => Self::Gcra(Table::new(a, shards, max_keys)),
+            },
         }
     }
 
@@ -95,6 +103,7 @@ impl AnyTable {
             Self::TokenBucket(t) => Limiter::TokenBucket(*t.algorithm()),
             Self::LeakyBucket(t) => Limiter::LeakyBucket(*t.algorithm()),
             Self::Gcra(t) => Limiter::Gcra(*t.algorithm()),
+            Self::AtomicGcra(t) => Limiter::Gcra(*t.algorithm()),
         }
     }
 
@@ -121,6 +130,7 @@ impl AnyTable {
             Self::TokenBucket(t) => Guard::TokenBucket(t, t.lock(shard)),
             Self::LeakyBucket(t) => Guard::LeakyBucket(t, t.lock(shard)),
             Self::Gcra(t) => Guard::Gcra(t, t.lock(shard)),
+            Self::AtomicGcra(t) => Guard::AtomicGcra(t, t.lock(shard)),
         }
     }
 }
@@ -148,6 +158,7 @@ pub(crate) enum Guard<'a> {
         MutexGuard<'a, ShardMap<BucketState>>,
     ),
     Gcra(&'a Table<Gcra>, MutexGuard<'a, ShardMap<GcraState>>),
+    AtomicGcra(&'a AtomicTable, RwLockWriteGuard<'a, TatMap>),
 }
 
 macro_rules! each_guard {
@@ -179,6 +190,11 @@ macro_rules! each_guard {
                 $body
             }
             Guard::Gcra($t, $g) => {
+                #[allow(unused_imports)]
+                use Update::Gcra as $u;
+                $body
+            }
+            Guard::AtomicGcra($t, $g) => {
                 #[allow(unused_imports)]
                 use Update::Gcra as $u;
                 $body

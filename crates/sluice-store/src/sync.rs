@@ -6,10 +6,10 @@
 //! deadlock instead of hanging. Normal builds never see shuttle.
 
 #[cfg(not(shuttle))]
-pub(crate) use parking_lot::{Mutex, MutexGuard};
+pub(crate) use parking_lot::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 
 #[cfg(shuttle)]
-pub(crate) use self::model::{Mutex, MutexGuard};
+pub(crate) use self::model::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 
 #[cfg(shuttle)]
 mod model {
@@ -17,6 +17,28 @@ mod model {
 
     /// shuttle's guard, as `parking_lot`'s: it derefs to the data.
     pub(crate) type MutexGuard<'a, T> = shuttle::sync::MutexGuard<'a, T>;
+
+    /// shuttle's exclusive guard, as `parking_lot`'s.
+    pub(crate) type RwLockWriteGuard<'a, T> = shuttle::sync::RwLockWriteGuard<'a, T>;
+
+    /// `shuttle::sync::RwLock` with `parking_lot`'s API: locking never
+    /// fails (see [`Mutex::lock`]).
+    #[derive(Debug)]
+    pub(crate) struct RwLock<T>(shuttle::sync::RwLock<T>);
+
+    impl<T> RwLock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(shuttle::sync::RwLock::new(value))
+        }
+
+        pub(crate) fn read(&self) -> shuttle::sync::RwLockReadGuard<'_, T> {
+            self.0.read().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
+            self.0.write().unwrap_or_else(PoisonError::into_inner)
+        }
+    }
 
     /// `shuttle::sync::Mutex` with `parking_lot`'s API: `lock` never fails.
     #[derive(Debug)]

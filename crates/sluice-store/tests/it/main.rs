@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod atomic_table;
 mod common;
 mod concurrency;
 mod direct;

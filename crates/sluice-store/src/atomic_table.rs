@@ -1,0 +1,280 @@
+//! A GCRA limit's table in the memory store, the fast design: each key's
+//! state is one atomic word (its theoretical arrival time, in nanoseconds),
+//! and its shard's lock is a reader-writer lock.
+//!
+//! - **A check of one known key** (the usual request) takes the shard's
+//!   lock *shared*, finds the key and decides with one compare-and-swap
+//!   ([`AtomicGcra`]): checks of one shard run side by side, and the
+//!   decision's arithmetic stays in 64 bits.
+//! - **Everything else takes the lock exclusively**: a new key (and the
+//!   eviction it may need), a group of checks decided all or nothing with
+//!   other limits (as every table's shards are locked for it: no check can
+//!   move a word of a locked shard meanwhile), refunds and purges. Those
+//!   decide with [`Gcra`] itself, on the word read as a [`GcraState`].
+//!
+//! The table is used for GCRA whose emission interval is a whole number of
+//! nanoseconds (`AtomicGcra::for_gcra`); it decides exactly as the mutex
+//! table does. Time never runs backwards within a shard: every decision
+//! uses the latest time the shard has seen, which a shared check raises
+//! with an atomic maximum.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sluice_core::algorithms::gcra::GcraState;
+use sluice_core::{Algorithm, CheckError, Decision, Gcra, Nanos, Outcome};
+
+use crate::atomic_gcra::AtomicGcra;
+use crate::key::KeyId;
+use crate::sync::{RwLock, RwLockWriteGuard};
+use crate::table::IdHasher;
+
+/// The keys of one shard, each its TAT, and the latest time the shard has
+/// seen.
+pub(crate) struct TatMap {
+    map: HashMap<u64, AtomicU64, BuildHasherDefault<IdHasher>>,
+    high: AtomicU64,
+}
+
+#[repr(align(128))]
+struct Shard(RwLock<TatMap>);
+
+/// The state of one GCRA limit over all its keys. See the module docs.
+pub(crate) struct AtomicTable {
+    gcra: Gcra,
+    fast: AtomicGcra,
+    shards: Box<[Shard]>,
+    mask: usize,
+    per_shard_cap: usize,
+}
+
+impl std::fmt::Debug for AtomicTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AtomicTable")
+            .field("shards", &self.shards.len())
+            .field("per_shard_cap", &self.per_shard_cap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AtomicTable {
+    /// The table of `gcra`, if it has an atomic form; `shards` (a power of
+    /// two) holding at most `max_keys` keys.
+    pub(crate) fn new(gcra: Gcra, shards: usize, max_keys: usize) -> Option<Self> {
+        let fast = AtomicGcra::for_gcra(&gcra)?;
+        let n = shards.next_power_of_two();
+        let shards = (0..n)
+            .map(|_| {
+                Shard(RwLock::new(TatMap {
+                    map: HashMap::default(),
+                    high: AtomicU64::new(0),
+                }))
+            })
+            .collect();
+        Some(Self {
+            gcra,
+            fast,
+            shards,
+            mask: n - 1,
+            per_shard_cap: max_keys.div_ceil(n).max(1),
+        })
+    }
+
+    /// The algorithm.
+    pub(crate) fn algorithm(&self) -> &Gcra {
+        &self.gcra
+    }
+
+    /// The shard index of a key.
+    #[inline]
+    pub(crate) fn shard_of(&self, key: KeyId) -> usize {
+        key.shard(self.mask)
+    }
+
+    /// Locks one shard exclusively (a group's decision, a refund).
+    pub(crate) fn lock(&self, shard: usize) -> RwLockWriteGuard<'_, TatMap> {
+        self.shards[shard].0.write()
+    }
+
+    /// Checks one key and commits an admitted request: the fast path.
+    #[inline]
+    pub(crate) fn check(&self, key: KeyId, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
+        let shard = &self.shards[self.shard_of(key)].0;
+        let committed = {
+            let m = shard.read();
+            m.map
+                .get(&key.low())
+                .map(|tat| self.fast.commit(tat, m.raise(now), cost))
+        };
+        match committed {
+            Some(raw) => raw.map(|r| self.fast.decision(r)),
+            None => self.insert(shard, key, now, cost),
+        }
+    }
+
+    /// A check of a key not found under the shared lock.
+    #[cold]
+    fn insert(
+        &self,
+        shard: &RwLock<TatMap>,
+        key: KeyId,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Decision, CheckError> {
+        let mut m = shard.write();
+        let now = m.raise(now);
+        if let Some(tat) = m.map.get(&key.low()) {
+            return self.fast.check(tat, now, cost);
+        }
+        let (decision, tat) = self.fast.check_fresh(now, cost)?;
+        if let Some(tat) = tat {
+            m.insert(key.low(), tat, now, self.per_shard_cap);
+        }
+        Ok(decision)
+    }
+
+    /// Forgets every fully replenished key. Returns how many.
+    pub(crate) fn purge(&self, now: Nanos) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let mut m = s.0.write();
+                let now = m.raise(now);
+                let before = m.map.len();
+                m.map.retain(|_, tat| *tat.get_mut() > now);
+                before - m.map.len()
+            })
+            .sum()
+    }
+
+    /// The number of keys held.
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.0.read().map.len()).sum()
+    }
+
+    /// The most keys this table holds.
+    pub(crate) fn capacity(&self) -> usize {
+        self.per_shard_cap * self.shards.len()
+    }
+
+    /// The per-shard cap.
+    pub(crate) fn per_shard_cap(&self) -> usize {
+        self.per_shard_cap
+    }
+}
+
+/// A TAT as GCRA's state (a scale of 1: nanoseconds).
+fn state(tat: &AtomicU64) -> GcraState {
+    GcraState::from_tat(u128::from(tat.load(Ordering::Acquire)))
+}
+
+/// GCRA's state as a TAT (which [`AtomicGcra::for_gcra`] keeps within a
+/// word).
+fn word(s: &GcraState) -> u64 {
+    u64::try_from(s.tat()).unwrap_or(u64::MAX)
+}
+
+impl TatMap {
+    /// Raises the shard's latest time to `now` unless it has seen later;
+    /// returns the time to decide at.
+    #[inline]
+    fn raise(&self, now: Nanos) -> Nanos {
+        let high = self.high.load(Ordering::Relaxed);
+        if now <= high {
+            return high;
+        }
+        self.high.fetch_max(now, Ordering::Relaxed).max(now)
+    }
+
+    /// The latest time this shard has seen.
+    pub(crate) fn high(&self) -> Nanos {
+        self.high.load(Ordering::Relaxed)
+    }
+
+    /// Moves this shard's clock to `now` unless it has seen later (under
+    /// the exclusive lock).
+    pub(crate) fn advance(&mut self, now: Nanos) -> Nanos {
+        self.raise(now)
+    }
+
+    /// Checks a key without committing (under the exclusive lock).
+    pub(crate) fn peek<A: Algorithm<State = GcraState>>(
+        &self,
+        alg: &A,
+        key: KeyId,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Outcome<A::Update>, CheckError> {
+        match self.map.get(&key.low()) {
+            Some(tat) => alg.check(&state(tat), now, cost),
+            None => alg.check(&GcraState::default(), now, cost),
+        }
+    }
+
+    /// Gives back `amount` of a key's charged cost at `now`; a key not
+    /// held here is full already.
+    pub(crate) fn refund<A: Algorithm<State = GcraState>>(
+        &mut self,
+        alg: &A,
+        key: KeyId,
+        now: Nanos,
+        amount: u64,
+    ) {
+        if let Some(tat) = self.map.get(&key.low()) {
+            let mut s = state(tat);
+            alg.refund(&mut s, now, amount);
+            tat.store(word(&s), Ordering::Release);
+        }
+    }
+
+    /// Commits an update to a key (under the exclusive lock).
+    pub(crate) fn commit<A: Algorithm<State = GcraState, Update = GcraState>>(
+        &mut self,
+        alg: &A,
+        key: KeyId,
+        update: GcraState,
+        now: Nanos,
+        cap: usize,
+    ) {
+        match self.map.get(&key.low()) {
+            Some(tat) => {
+                let mut s = state(tat);
+                alg.apply(&mut s, update);
+                tat.store(word(&s), Ordering::Release);
+            }
+            None => self.insert(key.low(), word(&update), now, cap),
+        }
+    }
+
+    /// Stores a new key's TAT, first making room in a full shard: forget
+    /// replenished keys (a TAT not after now), then the eighth closest to
+    /// replenishment (erring towards admitting, as every table does).
+    fn insert(&mut self, key: u64, tat: u64, now: Nanos, cap: usize) {
+        if self.map.len() >= cap {
+            self.make_room(now, cap);
+        }
+        self.map.insert(key, AtomicU64::new(tat));
+    }
+
+    #[cold]
+    fn make_room(&mut self, now: Nanos, cap: usize) {
+        self.map.retain(|_, tat| *tat.get_mut() > now);
+        if self.map.len() < cap {
+            return;
+        }
+        let mut idle: Vec<Nanos> = self.map.values_mut().map(|t| *t.get_mut()).collect();
+        let k = (idle.len() / 8).max(1) - 1;
+        let (_, threshold, _) = idle.select_nth_unstable(k);
+        let threshold = *threshold;
+        let mut to_evict = k + 1;
+        self.map.retain(|_, tat| {
+            if to_evict > 0 && *tat.get_mut() <= threshold {
+                to_evict -= 1;
+                false
+            } else {
+                true
+            }
+        });
+    }
+}

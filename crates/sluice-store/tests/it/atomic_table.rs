@@ -1,0 +1,162 @@
+//! The memory store's GCRA table (one atomic word per key under a shared
+//! lock, for whole-nanosecond intervals) against the reference: sluice-core's
+//! GCRA on one state, at the latest time the shard has seen. Single checks,
+//! all-or-nothing pairs with a token-bucket limit, refunds and peeks, on a
+//! manual clock that also steps back; every decision must be the model's.
+
+use proptest::prelude::*;
+use sluice_core::{AlgorithmKind, Clock, Decision, LimitSpec, Limiter, Nanos, Rate, State};
+use sluice_store::{Check, KeyHasher, Limit};
+
+use crate::common::{limiter, store};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Advance(Nanos),
+    Back(Nanos),
+    One(u64),
+    Pair(u64, u64),
+    Refund(u64),
+    Peek(u64),
+}
+
+fn op(burst: u64) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..3_000_000_000u64).prop_map(Op::Advance),
+        1 => (0..2_000_000_000u64).prop_map(Op::Back),
+        4 => (0..=burst + 1).prop_map(Op::One),
+        2 => ((0..=burst + 1), (0..=4u64)).prop_map(|(a, b)| Op::Pair(a, b)),
+        1 => (0..=burst + 1).prop_map(Op::Refund),
+        1 => (0..=burst + 1).prop_map(Op::Peek),
+    ]
+}
+
+/// One limit's reference: its state for the key, and its shard's latest
+/// time.
+struct Model {
+    limiter: Limiter,
+    state: State,
+    high: Nanos,
+}
+
+impl Model {
+    fn new(limiter: Limiter) -> Self {
+        Self {
+            limiter,
+            state: State::Fresh,
+            high: 0,
+        }
+    }
+
+    fn raise(&mut self, now: Nanos) -> Nanos {
+        self.high = self.high.max(now);
+        self.high
+    }
+
+    /// A peek at `now` (already the decision time).
+    fn peek(&self, now: Nanos, cost: u64) -> Option<Decision> {
+        self.limiter
+            .check(&self.state, now, cost)
+            .ok()
+            .map(|o| o.decision)
+    }
+}
+
+fn run(rate: Rate, burst: u64, ops: &[Op]) {
+    use sluice_store::seam::{CounterDef, Store};
+    let (store, clock) = store(1_000);
+    let spec = LimitSpec {
+        algorithm: AlgorithmKind::Gcra,
+        rate,
+        burst,
+        nodelay: false,
+    };
+    let gcra = spec.build().unwrap();
+    let bucket = limiter(AlgorithmKind::TokenBucket, Rate::per_second(5), 3);
+    let a = store.limit("gcra", gcra);
+    let b = store.limit("bucket", bucket);
+    // The same state as `a`, as the seam names it (for refunds).
+    let counter = store.counter(CounterDef::new("gcra", spec).unwrap());
+    let key = KeyHasher::random().key_id("client");
+    let (mut ma, mut mb) = (Model::new(gcra), Model::new(bucket));
+    fn check(limit: &Limit, key: sluice_store::KeyId, cost: u64) -> Check<'_> {
+        Check { limit, key, cost }
+    }
+    for (step, op) in ops.iter().enumerate() {
+        let now = clock.now();
+        match *op {
+            Op::Advance(d) => clock.advance(d),
+            Op::Back(d) => clock.set(now.saturating_sub(d)),
+            Op::One(cost) => {
+                let got = store.check_one(&check(&a, key, cost)).ok();
+                let t = ma.raise(now);
+                let want = ma.limiter.check_and_apply(&mut ma.state, t, cost).ok();
+                assert_eq!(got, want, "step {step}: {op:?}");
+            }
+            Op::Pair(ca, cb) => {
+                let got = store
+                    .check(&[check(&a, key, ca), check(&b, key, cb)])
+                    .ok()
+                    .map(|c| (c.allowed, c.decisions.to_vec()));
+                let t = ma.raise(now).max(mb.raise(now));
+                (ma.high, mb.high) = (t, t);
+                let want = match (ma.peek(t, ca), mb.peek(t, cb)) {
+                    (Some(da), Some(db)) => {
+                        let allowed = da.allowed && db.allowed;
+                        let shown = |m: &mut Model, d: Decision, cost: u64| {
+                            if allowed {
+                                m.limiter.check_and_apply(&mut m.state, t, cost).unwrap()
+                            } else if d.allowed {
+                                m.peek(t, 0).unwrap()
+                            } else {
+                                d
+                            }
+                        };
+                        let da = shown(&mut ma, da, ca);
+                        let db = shown(&mut mb, db, cb);
+                        Some((allowed, vec![da, db]))
+                    }
+                    _ => None,
+                };
+                assert_eq!(got, want, "step {step}: {op:?}");
+            }
+            Op::Refund(amount) => {
+                let got = store
+                    .refund_now(&[sluice_store::seam::Check {
+                        counter: &counter,
+                        key,
+                        cost: amount,
+                        reserve: 0,
+                    }])
+                    .unwrap()
+                    .decisions[0];
+                let t = ma.raise(now);
+                ma.limiter.refund(&mut ma.state, t, amount);
+                assert_eq!(Some(got), ma.peek(t, 0), "step {step}: {op:?}");
+            }
+            Op::Peek(cost) => {
+                let got = store.peek_one(&check(&a, key, cost)).ok();
+                let t = now.max(ma.high);
+                assert_eq!(got, ma.peek(t, cost), "step {step}: {op:?}");
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_atomic_gcra_table_decides_as_gcra_does(
+        rate in prop_oneof![
+            Just(Rate::per_second(10)),
+            Just(Rate::per_second(1000)),
+            Just(Rate::per_minute(3)),
+            // Not a whole number of nanoseconds: the mutex table.
+            Just(Rate::per_second(7)),
+        ],
+        (burst, ops) in (1..12u64).prop_flat_map(|b| (Just(b), prop::collection::vec(op(b), 1..60))),
+    ) {
+        run(rate, burst, &ops);
+    }
+}
