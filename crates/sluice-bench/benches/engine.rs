@@ -58,7 +58,10 @@ fn keyed(c: &mut Criterion, group: &str, picks: &[u64]) {
         };
         // Read in place, as the tower layer does (a `match` on the answer):
         // the verdict is not moved again to be read.
-        matches!(engine.decide_now(&req), Some(Ok(v)) if v.allowed)
+        matches!(
+            engine.decide_now(&req),
+            Some(Ok(sluice_policy::Verdict { allowed: true, .. }))
+        )
     };
     for k in 0..KEYS {
         decide(ip(k));

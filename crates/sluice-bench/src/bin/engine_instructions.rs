@@ -57,7 +57,10 @@ fn main() {
         };
         // Read in place, as the tower layer does (a `match` on the answer):
         // the verdict is not moved again to be read.
-        matches!(engine.decide_now(&req), Some(Ok(v)) if v.allowed)
+        matches!(
+            engine.decide_now(&req),
+            Some(Ok(sluice_policy::Verdict { allowed: true, .. }))
+        )
     };
     let direct = RateLimiter::direct(quota);
     let governor_direct = |_: IpAddr| direct.check().is_ok();
