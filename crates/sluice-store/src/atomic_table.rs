@@ -18,8 +18,6 @@
 //! uses the latest time the shard has seen, which a shared check raises
 //! with an atomic maximum.
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluice_core::algorithms::gcra::GcraState;
@@ -28,12 +26,12 @@ use sluice_core::{Algorithm, CheckError, Decision, Gcra, Nanos, Outcome};
 use crate::atomic_gcra::AtomicGcra;
 use crate::key::KeyId;
 use crate::sync::{RwLock, RwLockWriteGuard};
-use crate::table::IdHasher;
+use crate::table::{KeyMap, make_room};
 
 /// The keys of one shard, each its TAT, and the latest time the shard has
 /// seen.
 pub(crate) struct TatMap {
-    map: HashMap<u64, AtomicU64, BuildHasherDefault<IdHasher>>,
+    map: KeyMap<AtomicU64>,
     high: AtomicU64,
 }
 
@@ -67,7 +65,7 @@ impl AtomicTable {
         let shards = (0..n)
             .map(|_| {
                 Shard(RwLock::new(TatMap {
-                    map: HashMap::default(),
+                    map: KeyMap::default(),
                     high: AtomicU64::new(0),
                 }))
             })
@@ -257,24 +255,7 @@ impl TatMap {
         self.map.insert(key, AtomicU64::new(tat));
     }
 
-    #[cold]
     fn make_room(&mut self, now: Nanos, cap: usize) {
-        self.map.retain(|_, tat| *tat.get_mut() > now);
-        if self.map.len() < cap {
-            return;
-        }
-        let mut idle: Vec<Nanos> = self.map.values_mut().map(|t| *t.get_mut()).collect();
-        let k = (idle.len() / 8).max(1) - 1;
-        let (_, threshold, _) = idle.select_nth_unstable(k);
-        let threshold = *threshold;
-        let mut to_evict = k + 1;
-        self.map.retain(|_, tat| {
-            if to_evict > 0 && *tat.get_mut() <= threshold {
-                to_evict -= 1;
-                false
-            } else {
-                true
-            }
-        });
+        make_room(&mut self.map, now, cap, |tat| *tat.get_mut());
     }
 }

@@ -2,7 +2,13 @@
 //!
 //! Each limit has its own [table](crate::table::Table) of keys, spread over
 //! many shards, each a small hash map behind its own mutex: a check locks one
-//! shard for a few nanoseconds and never a global lock. A request that meets
+//! shard for a few nanoseconds and never a global lock. A GCRA limit whose
+//! emission interval is a whole number of nanoseconds (every rate of whole
+//! requests per second, minute or hour that divides a second evenly, and
+//! most others) has the fast table instead
+//! ([`atomic_table`](crate::atomic_table)): each key one atomic word under
+//! its shard's reader-writer lock, a known key's check a shared lock and a
+//! compare-and-swap. A request that meets
 //! several limits locks the shards it needs in one global order (no
 //! deadlock), decides every limit, and commits all of them only if all allow
 //! it: a refused request consumes nothing anywhere.

@@ -34,7 +34,7 @@ impl Hasher for IdHasher {
 
 /// The keys of one shard, and the latest time it has seen.
 pub(crate) struct ShardMap<S> {
-    map: HashMap<u64, S, BuildHasherDefault<IdHasher>>,
+    map: KeyMap<S>,
     /// Time never runs backwards within a shard: decisions use
     /// `max(clock, high)`.
     high: Nanos,
@@ -232,26 +232,42 @@ impl<S: Default> ShardMap<S> {
         self.map.insert(key, s);
     }
 
-    /// Frees room in a full shard: forget replenished keys, then evict the
-    /// eighth of keys closest to replenishment.
+    /// Frees room in a full shard (see [`make_room`]).
     #[cold]
     fn make_room<A: Algorithm<State = S>>(&mut self, alg: &A, now: Nanos, cap: usize) {
-        self.map.retain(|_, s| alg.idle_at(s) > now);
-        if self.map.len() < cap {
-            return;
-        }
-        let mut idle: Vec<Nanos> = self.map.values().map(|s| alg.idle_at(s)).collect();
-        let k = (idle.len() / 8).max(1) - 1;
-        let (_, threshold, _) = idle.select_nth_unstable(k);
-        let threshold = *threshold;
-        let mut to_evict = k + 1;
-        self.map.retain(|_, s| {
-            if to_evict > 0 && alg.idle_at(s) <= threshold {
-                to_evict -= 1;
-                false
-            } else {
-                true
-            }
-        });
+        make_room(&mut self.map, now, cap, |s| alg.idle_at(s));
     }
+}
+
+/// A shard's keys, by the low half of their id.
+pub(crate) type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+
+/// Frees room in a full shard's map: forgets replenished keys (replenished
+/// at `idle_at`, not after `now`), then evicts the eighth of keys closest
+/// to replenishment (erring towards admitting: an evicted key comes back
+/// full).
+#[cold]
+pub(crate) fn make_room<V>(
+    map: &mut KeyMap<V>,
+    now: Nanos,
+    cap: usize,
+    mut idle_at: impl FnMut(&mut V) -> Nanos,
+) {
+    map.retain(|_, v| idle_at(v) > now);
+    if map.len() < cap {
+        return;
+    }
+    let mut idle: Vec<Nanos> = map.values_mut().map(&mut idle_at).collect();
+    let k = (idle.len() / 8).max(1) - 1;
+    let (_, threshold, _) = idle.select_nth_unstable(k);
+    let threshold = *threshold;
+    let mut to_evict = k + 1;
+    map.retain(|_, v| {
+        if to_evict > 0 && idle_at(v) <= threshold {
+            to_evict -= 1;
+            false
+        } else {
+            true
+        }
+    });
 }

@@ -126,12 +126,16 @@ fn replenished_keys_are_forgotten() {
 
 #[test]
 fn the_key_count_is_capped_and_eviction_favours_nearly_replenished_keys() {
+    // The mutex table (token bucket) and the atomic one (GCRA).
+    for kind in [AlgorithmKind::TokenBucket, AlgorithmKind::Gcra] {
+        capped_and_evicting(kind);
+    }
+}
+
+fn capped_and_evicting(kind: AlgorithmKind) {
     let (store, _clock) = store(64);
     let h = KeyHasher::random();
-    let l = store.limit(
-        "l",
-        limiter(AlgorithmKind::TokenBucket, Rate::per_second(1), 100),
-    );
+    let l = store.limit("l", limiter(kind, Rate::per_second(1), 100));
     // One heavy key that must survive a flood of light keys.
     let heavy = h.key_id("heavy");
     store
@@ -150,7 +154,7 @@ fn the_key_count_is_capped_and_eviction_favours_nearly_replenished_keys() {
                 cost: 1,
             }])
             .unwrap();
-        assert!(l.len() <= l.capacity());
+        assert!(l.len() <= l.capacity(), "{kind:?}");
     }
     let again = store
         .check(&[Check {
@@ -159,7 +163,10 @@ fn the_key_count_is_capped_and_eviction_favours_nearly_replenished_keys() {
             cost: 1,
         }])
         .unwrap();
-    assert!(!again.allowed, "the exhausted key was not evicted");
+    assert!(
+        !again.allowed,
+        "{kind:?}: the exhausted key was not evicted"
+    );
 }
 
 #[test]
