@@ -38,11 +38,16 @@ fn sources() -> Vec<PathBuf> {
     files
 }
 
-/// The lines before the first `#[cfg(test)]` that starts a line.
+/// The lines before the file's test module: the first `#[cfg(test)]` that
+/// starts a line and is followed by a `mod` line. (A test-only item earlier
+/// in the file, such as a counter, does not end the count.)
 fn non_test(text: &str) -> Vec<&str> {
-    text.lines()
-        .take_while(|l| !l.starts_with("#[cfg(test)]"))
-        .collect()
+    let lines: Vec<&str> = text.lines().collect();
+    let end = lines
+        .windows(2)
+        .position(|w| w[0].starts_with("#[cfg(test)]") && w[1].starts_with("mod "))
+        .unwrap_or(lines.len());
+    lines[..end].to_vec()
 }
 
 /// The name and length of each function, where its `fn` line starts one.
@@ -92,8 +97,9 @@ fn source_files_and_functions_stay_small() {
 
 #[test]
 fn the_measure_finds_functions_and_test_code() {
-    let text = "fn a() {\n    x();\n}\n\n    pub async fn b(\n        y: u8,\n    ) {\n    }\n#[cfg(test)]\nfn c() {\n}\n";
+    // A test-only item before the test module is counted; the module is not.
+    let text = "fn a() {\n    x();\n}\n\n    pub async fn b(\n        y: u8,\n    ) {\n    }\n#[cfg(test)]\nstatic N: u8 = 0;\nfn d() {\n}\n#[cfg(test)]\nmod tests {\nfn c() {\n}\n}\n";
     let lines = non_test(text);
-    assert_eq!(lines.len(), 8);
-    assert_eq!(functions(&lines), vec![("a", 3), ("b", 4)]);
+    assert_eq!(lines.len(), 12);
+    assert_eq!(functions(&lines), vec![("a", 3), ("b", 4), ("d", 2)]);
 }
