@@ -48,6 +48,11 @@ impl AtomicGcra {
         (gcra.scale() == 1 && gcra.tolerance() < 1 << 62).then(|| Self::new(gcra))
     }
 
+    /// The algorithm this is the atomic form of.
+    pub(crate) fn gcra(&self) -> &Gcra {
+        &self.gcra
+    }
+
     /// A check of a key not seen before: its decision, and the TAT to store
     /// if admitted.
     pub(crate) fn check_fresh(
@@ -86,6 +91,22 @@ impl AtomicGcra {
     /// held. [`decision`](Self::decision) computes the rest afterwards.
     #[inline(always)]
     pub(crate) fn commit(&self, tat: &AtomicU64, now: Nanos, cost: u64) -> Result<Raw, CheckError> {
+        self.commit_after(tat, now, None, cost)
+    }
+
+    /// [`commit`](Self::commit) at no earlier time than `high` holds (a
+    /// memory-store shard's latest time), read again after every load of
+    /// `tat`: a decision is then never made at a time earlier than the one
+    /// that committed the TAT it reads (whoever raised `high` did so before
+    /// its compare-and-swap, which this load acquires).
+    #[inline(always)]
+    pub(crate) fn commit_after(
+        &self,
+        tat: &AtomicU64,
+        now: Nanos,
+        high: Option<&AtomicU64>,
+        cost: u64,
+    ) -> Result<Raw, CheckError> {
         if cost > self.burst {
             return Err(CheckError::CostExceedsCapacity {
                 cost,
@@ -96,6 +117,7 @@ impl AtomicGcra {
         let increment = cost * self.interval;
         let mut current = tat.load(Ordering::Acquire);
         loop {
+            let now = high.map_or(now, |h| now.max(h.load(Ordering::Relaxed)));
             let base = current.max(now);
             let ahead = base.saturating_add(increment) - now;
             if ahead > self.cap {

@@ -40,7 +40,6 @@ struct Shard(RwLock<TatMap>);
 
 /// The state of one GCRA limit over all its keys. See the module docs.
 pub(crate) struct AtomicTable {
-    gcra: Gcra,
     fast: AtomicGcra,
     shards: Box<[Shard]>,
     mask: usize,
@@ -71,7 +70,6 @@ impl AtomicTable {
             })
             .collect();
         Some(Self {
-            gcra,
             fast,
             shards,
             mask: n - 1,
@@ -81,7 +79,7 @@ impl AtomicTable {
 
     /// The algorithm.
     pub(crate) fn algorithm(&self) -> &Gcra {
-        &self.gcra
+        self.fast.gcra()
     }
 
     /// The shard index of a key.
@@ -101,9 +99,10 @@ impl AtomicTable {
         let shard = &self.shards[self.shard_of(key)].0;
         let committed = {
             let m = shard.read();
-            m.map
-                .get(&key.low())
-                .map(|tat| self.fast.commit(tat, m.raise(now), cost))
+            m.map.get(&key.low()).map(|tat| {
+                self.fast
+                    .commit_after(tat, m.raise(now), Some(&m.high), cost)
+            })
         };
         match committed {
             Some(raw) => raw.map(|r| self.fast.decision(r)),

@@ -237,3 +237,39 @@ impl Guard<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+
+    fn gcra(rate: Rate) -> Limiter {
+        LimitSpec {
+            algorithm: AlgorithmKind::Gcra,
+            rate,
+            burst: 5,
+            nodelay: false,
+        }
+        .build()
+        .unwrap()
+    }
+
+    #[test]
+    fn gcra_of_a_whole_nanosecond_interval_gets_the_atomic_table() {
+        for rate in [
+            Rate::per_second(10),
+            Rate::per_second(1000),
+            Rate::per_minute(3),
+        ] {
+            assert!(
+                matches!(AnyTable::new(gcra(rate), 8, 100), AnyTable::AtomicGcra(_)),
+                "{rate:?}"
+            );
+        }
+        // 1/7 s is no whole number of nanoseconds: the mutex table.
+        assert!(matches!(
+            AnyTable::new(gcra(Rate::per_second(7)), 8, 100),
+            AnyTable::Gcra(_)
+        ));
+    }
+}

@@ -76,12 +76,7 @@ impl<C: Clock> MemoryStore<C> {
                 .table
                 .check(check.key, self.clock().now(), check.cost)?);
         }
-        let checked = self.decide_now(std::slice::from_ref(check))?;
-        // A group of one answers one decision (were it not: a refusal).
-        Ok(checked.decisions.first().copied().unwrap_or(Decision {
-            allowed: false,
-            ..Decision::full(0)
-        }))
+        Ok(self.decide_now(std::slice::from_ref(check))?.single())
     }
 
     /// Decides a group of checks, all or nothing (see [`Store::check`]).

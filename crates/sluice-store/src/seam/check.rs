@@ -54,6 +54,15 @@ impl Checked {
         }
     }
 
+    /// The decision of a group of one check. A store answers one decision
+    /// per check; were there none, a refusal.
+    pub fn single(&self) -> Decision {
+        self.decisions.first().copied().unwrap_or(Decision {
+            allowed: false,
+            ..Decision::full(0)
+        })
+    }
+
     /// The fallback that decided, if one did.
     pub fn fallback(&self) -> Option<Fallback> {
         match self.by {

@@ -100,12 +100,16 @@ fn an_impossible_cost_is_an_error_and_changes_nothing() {
 
 #[test]
 fn replenished_keys_are_forgotten() {
+    // The mutex table (token bucket) and the atomic one (GCRA).
+    for kind in [AlgorithmKind::TokenBucket, AlgorithmKind::Gcra] {
+        forgets_replenished(kind);
+    }
+}
+
+fn forgets_replenished(kind: AlgorithmKind) {
     let (store, clock) = store(1000);
     let h = KeyHasher::random();
-    let l = store.limit(
-        "l",
-        limiter(AlgorithmKind::TokenBucket, Rate::per_second(10), 20),
-    );
+    let l = store.limit("l", limiter(kind, Rate::per_second(10), 20));
     for i in 0..100 {
         let key = h.key_id(&format!("k{i}"));
         store
@@ -116,12 +120,12 @@ fn replenished_keys_are_forgotten() {
             }])
             .unwrap();
     }
-    assert_eq!(l.len(), 100);
+    assert_eq!(l.len(), 100, "{kind:?}");
     clock.advance(SEC / 2 - 1);
-    assert_eq!(store.purge_expired(), 0);
+    assert_eq!(store.purge_expired(), 0, "{kind:?}");
     clock.advance(1);
-    assert_eq!(store.purge_expired(), 100);
-    assert!(l.is_empty());
+    assert_eq!(store.purge_expired(), 100, "{kind:?}");
+    assert!(l.is_empty(), "{kind:?}");
 }
 
 #[test]
