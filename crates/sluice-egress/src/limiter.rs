@@ -99,12 +99,7 @@ impl EgressLimiter {
             cost: 1,
             reserve: 0,
         };
-        let checked = self.store.check(&[check]).await?;
-        // A group of one answers one decision (were it not: a refusal).
-        Ok(checked.decisions.first().copied().unwrap_or(Decision {
-            allowed: false,
-            ..Decision::full(0)
-        }))
+        Ok(self.store.check(&[check]).await?.single())
     }
 
     /// Stops calls to `target` for `pause` (the upstream said so).

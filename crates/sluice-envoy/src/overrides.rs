@@ -46,31 +46,36 @@ impl Overrides {
     ) -> Option<Arc<Rule>> {
         let unit = Unit::from_proto(o.unit)?;
         let key = (o.requests_per_unit, unit);
-        {
-            let rules = self.rules.read();
-            if let Some(rule) = rules.get(&key) {
-                return Some(rule.clone());
-            }
-            if rules.len() >= MAX_OVERRIDES {
-                drop(rules);
-                self.warn_full();
-                return None;
-            }
+        if let Some(known) = self.known(&self.rules.read(), &key) {
+            return known;
         }
         // Made outside the lock (it registers a counter with the store);
         // two calls that race make the same rule, and the first kept wins.
         let made = Arc::new(new_rule(key.0, unit, store, algorithm)?);
         let mut rules = self.rules.write();
-        if let Some(rule) = rules.get(&key) {
-            return Some(rule.clone());
-        }
-        if rules.len() >= MAX_OVERRIDES {
-            drop(rules);
-            self.warn_full();
-            return None;
+        if let Some(known) = self.known(&rules, &key) {
+            return known;
         }
         rules.insert(key, made.clone());
         Some(made)
+    }
+
+    /// What `rules` answer for `key` without a new rule: the rule kept, or
+    /// nothing (warned) when they are full; `None` when there is room for
+    /// one.
+    fn known(
+        &self,
+        rules: &HashMap<(u32, Unit), Arc<Rule>>,
+        key: &(u32, Unit),
+    ) -> Option<Option<Arc<Rule>>> {
+        if let Some(rule) = rules.get(key) {
+            return Some(Some(rule.clone()));
+        }
+        if rules.len() >= MAX_OVERRIDES {
+            self.warn_full();
+            return Some(None);
+        }
+        None
     }
 
     fn warn_full(&self) {

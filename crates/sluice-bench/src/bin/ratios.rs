@@ -92,8 +92,9 @@ const ROWS: &[Row] = &[
     },
 ];
 
-/// Rows without a floor: the store's own path (keyed by a SipHash key id the
-/// caller computes), for reference.
+/// Rows without a floor: the store's own path (keyed by the key id the
+/// caller computes with the in-memory store's random hasher), for
+/// reference.
 const INFO: &[Row] = &[
     Row {
         what: "single key: Sluice MemoryStore, one fixed key id / governor direct",
@@ -102,7 +103,7 @@ const INFO: &[Row] = &[
         floor: 0.0,
     },
     Row {
-        what: "keyed 100k uniform: Sluice MemoryStore (SipHash key id + check_one) / governor keyed",
+        what: "keyed 100k uniform: Sluice MemoryStore (keyed id + check_one) / governor keyed",
         sluice: ("keyed_uniform_100k", "sluice_store_gcra"),
         peer: ("keyed_uniform_100k", "governor_keyed"),
         floor: 0.0,

@@ -81,7 +81,14 @@ async fn the_dashboard_uses_only_exported_metrics() {
     }
     let r = send(client.get(sluice.control_url("/metrics"))).await;
     let mut text = String::from_utf8(r.body).unwrap();
+    // The store says what it is, to the metrics and the status page.
+    let status = send(client.get(sluice.control_url("/v1/status"))).await;
+    assert_eq!(status.json()["store"]["kind"], "redis", "{status:?}");
     let Some(samples) = parse(&text) else { return };
+    assert_eq!(
+        common::prom::value(&samples, "sluice_store_info", &[("store", "redis")]),
+        Some(1.0)
+    );
     let mut exported: BTreeSet<String> = samples
         .iter()
         .map(|s| s["name"].as_str().unwrap().to_owned())
