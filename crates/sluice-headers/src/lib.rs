@@ -553,7 +553,7 @@ mod tests {
     }
 
     #[test]
-    fn a_few_alternating_sets_of_limits_reuse_their_policy_values() {
+    fn alternating_sets_of_limits_reuse_each_limits_kept_item() {
         let free = vec![result("free", "10/s", 20, Decision::full(20))];
         let pro = vec![result("pro", "100/s", 300, Decision::full(300))];
         let export = vec![
@@ -575,9 +575,9 @@ mod tests {
         assert_eq!(
             writes(),
             warm,
-            "interleaved plans are served from the cache"
+            "interleaved plans reuse the items kept with their limits"
         );
-        // More sets than the cache holds: still always right.
+        // Many limits, each seen twice: always right.
         let many: Vec<_> = (0..8)
             .map(|n| vec![result(&format!("l{n}"), "1/s", 1, Decision::full(1))])
             .collect();

@@ -221,8 +221,7 @@ async fn check(
     };
     // The engine's status: 429 for a limit, 503 when the store is down and
     // its fallback refuses everything.
-    let status = StatusCode::from_u16(Outcome::of_verdict(&verdict).http_status())
-        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = Outcome::of_verdict(&verdict).status_code();
     let mut response = (status, Json(VerdictJson::new(&verdict))).into_response();
     add_headers(&verdict, response.headers_mut());
     response

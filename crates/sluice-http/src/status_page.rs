@@ -96,15 +96,16 @@ pub async fn status(Extension(state): Extension<StatusState>) -> Json<Status> {
     .into_iter()
     .map(|o| m.requests(o))
     .sum();
+    let kind = state.engine.store().kind();
     let store = match state.engine.remote_health() {
         None => StoreStatus {
-            kind: state.engine.store().kind(),
+            kind,
             breaker: "closed",
             fallback_decisions: 0,
             errors: 0,
         },
         Some(h) => StoreStatus {
-            kind: state.engine.store().kind(),
+            kind,
             breaker: h.breaker.name(),
             fallback_decisions: h.fallback_decisions,
             errors: h.store_errors + h.store_timeouts,

@@ -2,7 +2,6 @@
 //! the control API.
 
 use axum::response::{IntoResponse, Response};
-use http::StatusCode;
 use serde::Serialize;
 use sluice_policy::{DecideError, LimitResult, Outcome, Verdict};
 
@@ -133,8 +132,7 @@ pub fn refusal_response(verdict: &Verdict) -> Response {
 /// no canonical form, 500 for Sluice's own fault, whose details go only to
 /// the log).
 pub fn decide_error(e: &DecideError) -> Problem {
-    let status = StatusCode::from_u16(Outcome::of_error(e).http_status())
-        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = Outcome::of_error(e).status_code();
     let detail = match e {
         DecideError::MissingKey(m) => format!("This API needs a key: {m}."),
         DecideError::Impossible { .. } => e.to_string(),

@@ -25,7 +25,7 @@
 
 use std::hash::Hasher;
 
-use aes::Aes128;
+use aes::Aes128Enc;
 use aes::cipher::{BlockEncrypt, KeyInit};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
@@ -65,7 +65,7 @@ pub struct KeyHasher {
     k1: u64,
     /// The cipher of short keys, its round keys expanded once: for a
     /// random hasher only (see the module docs).
-    short: Option<Aes128>,
+    short: Option<Aes128Enc>,
 }
 
 impl std::fmt::Debug for KeyHasher {
@@ -85,7 +85,7 @@ impl KeyHasher {
         Self {
             k0: s.hash_one(0x5eed_u64),
             k1: s.hash_one(0xc0ffee_u64),
-            short: Some(Aes128::new(&short.to_le_bytes().into())),
+            short: Some(Aes128Enc::new(&short.to_le_bytes().into())),
         }
     }
 
@@ -151,7 +151,7 @@ impl KeyHasher {
 /// The id of a short key already in `block`, zero-padded: its length in the
 /// last byte, encrypted.
 #[inline]
-fn block_id(aes: &Aes128, mut block: [u8; 16], len: usize) -> KeyId {
+fn block_id(aes: &Aes128Enc, mut block: [u8; 16], len: usize) -> KeyId {
     block[SHORT] = len as u8;
     let mut b = block.into();
     aes.encrypt_block(&mut b);

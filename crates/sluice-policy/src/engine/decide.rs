@@ -173,7 +173,7 @@ impl<C: Clock> Engine<C> {
             };
             // As `settled`, for one limit decided by the store itself.
             if d.allowed || stands(p, &d, false) {
-                return Some(Ok(plan.verdict_one(d)));
+                return Some(Ok(plan.verdict_one(p, d)));
             }
             // Refused, and a delay or credits may yet admit it: the rest
             // of the path, from this first round.

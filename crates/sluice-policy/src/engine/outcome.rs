@@ -81,6 +81,12 @@ impl Outcome {
         }
     }
 
+    /// [`http_status`](Self::http_status) as a status code.
+    pub fn status_code(self) -> http::StatusCode {
+        http::StatusCode::from_u16(self.http_status())
+            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
     /// Whether the request was admitted.
     pub fn admitted(self) -> bool {
         matches!(self, Self::Allowed | Self::Delayed)

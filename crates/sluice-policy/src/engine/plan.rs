@@ -141,7 +141,7 @@ impl Plan<'_> {
     /// The verdict of a plan of one enforced limit and no shadowed one,
     /// decided `d` by the store itself.
     #[inline(always)]
-    pub(super) fn verdict_one(&self, d: Decision) -> Verdict {
+    pub(super) fn verdict_one(&self, p: &Planned<'_>, d: Decision) -> Verdict {
         let mut verdict = Verdict {
             allowed: d.allowed,
             fallback: None,
@@ -149,9 +149,7 @@ impl Plan<'_> {
             shadow: Vec::new(),
             style: self.style,
         };
-        if let Some(p) = self.enforced.first() {
-            verdict.results.push(p.result(d));
-        }
+        verdict.results.push(p.result(d));
         verdict
     }
 
