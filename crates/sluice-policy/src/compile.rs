@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use crate::KeySource;
 use crate::client_ip::TrustedProxies;
 use crate::compile_limit::{compile_cost_rule, compile_limit};
 use crate::config::{BucketConfig, Config, ConfigError, PlanConfig, Source};
@@ -61,7 +62,9 @@ impl Policy {
         let runtime_keys = runtime_keys(source, config)?;
         let limits = limits.defs;
         refuse_no_limits(source, config, &limits)?;
+        let alike = applies_alike(config, client_key.as_ref(), &limits, &global);
         Ok(Self {
+            alike,
             limits,
             global,
             plans,
@@ -396,4 +399,22 @@ fn runtime_keys(source: &Source, config: &Config) -> Result<Option<RuntimeKeysFi
 /// The folder files named in a config are resolved against.
 fn config_dir(source: &Source) -> &Path {
     source.file.parent().unwrap_or(Path::new(""))
+}
+
+/// Whether every request meets the same limits: no client key (so no
+/// plans), no allow or deny list, and no limit with a `match`. Such a
+/// policy resolves a request to its keys alone.
+fn applies_alike(
+    config: &Config,
+    client_key: Option<&KeySource>,
+    limits: &[LimitDef],
+    global: &[usize],
+) -> bool {
+    let a = &config.access;
+    client_key.is_none()
+        && a.allow_keys.is_empty()
+        && a.allow_cidrs.is_empty()
+        && a.deny_keys.is_empty()
+        && a.deny_cidrs.is_empty()
+        && global.iter().all(|&i| limits[i].matcher.is_any())
 }

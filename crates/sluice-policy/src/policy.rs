@@ -124,6 +124,10 @@ pub enum KeyError {
 /// The compiled policy.
 #[derive(Debug, Clone)]
 pub struct Policy {
+    /// Whether every request meets the same limits (the global ones, none
+    /// with a `match`), with no client key, plans or access lists: a
+    /// request is resolved by its keys alone.
+    pub(crate) alike: bool,
     pub(crate) limits: Vec<LimitDef>,
     pub(crate) global: Vec<usize>,
     pub(crate) plans: BTreeMap<String, Vec<usize>>,
@@ -324,6 +328,20 @@ impl Policy {
         runtime: impl Fn(&str) -> Option<&'p str>,
         mut visit: impl FnMut(&Applied<'p>) -> Result<(), E>,
     ) -> Result<(), E> {
+        if self.alike {
+            // No plan, cost rule or `match` to weigh: the global limits,
+            // each under its key.
+            for &i in &self.global {
+                let limit = &self.limits[i];
+                visit(&Applied {
+                    limit,
+                    index: i,
+                    key: self.key_for::<E>(limit, req)?,
+                    cost: req.cost.unwrap_or(limit.cost),
+                })?;
+            }
+            return Ok(());
+        }
         let client_key = match &self.client_key {
             Some(source) => key_of(source, req, &self.trusted)?,
             None => None,
@@ -356,14 +374,10 @@ impl Policy {
                 Some(cost) if limit.limit.plan.is_some() && limit.matcher.is_any() => cost,
                 _ => limit.cost,
             };
-            let key = key_of(&limit.key, req, &self.trusted)?.ok_or_else(|| MissingKey {
-                limit: limit.limit.name.to_string(),
-                from: limit.key.clone(),
-            })?;
             visit(&Applied {
                 limit,
                 index: i,
-                key,
+                key: self.key_for::<E>(limit, req)?,
                 cost: req.cost.unwrap_or(configured),
             })?;
         }
@@ -381,6 +395,44 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// The keyed hash of the key a limit counts a request by (see
+    /// [`key_for`](Self::key_for)). The usual client, an IPv4 peer with no
+    /// proxy trusted, has its address as its network and key: its text is
+    /// hashed where it is written.
+    #[inline]
+    pub(crate) fn key_id_for<E: From<MissingKey> + From<AmbiguousKey>>(
+        &self,
+        limit: &LimitDef,
+        req: &RequestInfo<'_>,
+        hasher: &sluice_store::KeyHasher,
+    ) -> Result<sluice_store::KeyId, E> {
+        if let (KeySource::Ip, Some(peer @ IpAddr::V4(_))) = (&limit.key, req.peer)
+            && self.trusted.is_empty()
+        {
+            return Ok(hasher.key_id_bytes(crate::key_text::IpText::new(peer).as_bytes()));
+        }
+        let key = self.key_for::<E>(limit, req)?;
+        Ok(hasher.key_id_bytes(key.as_bytes()))
+    }
+
+    /// The key a limit counts a request by: an error when the request
+    /// lacks it or gives it ambiguously.
+    #[inline]
+    pub(crate) fn key_for<'a, E: From<MissingKey> + From<AmbiguousKey>>(
+        &self,
+        limit: &LimitDef,
+        req: &RequestInfo<'a>,
+    ) -> Result<KeyText<'a>, E> {
+        Ok(
+            key_of(&limit.key, req, &self.trusted)?.ok_or_else(|| MissingKey {
+                limit: limit.limit.name.to_string(),
+                from: limit.key.clone(),
+            })?,
+        )
+    }
+}
+
 /// The key a source gives a request: `None` when it lacks one, an error
 /// when a key header is given twice with different values.
 fn key_of<'a>(
@@ -391,8 +443,6 @@ fn key_of<'a>(
     Ok(match source {
         KeySource::Global => Some(KeyText::Borrowed("")),
         KeySource::Ip => req.peer.map(|peer| match peer {
-            // The usual client: an IPv4 peer, no proxy trusted. Its network
-            // is its address.
             std::net::IpAddr::V4(_) if trusted.is_empty() => KeyText::ip(peer),
             _ => KeyText::net(trusted.client_net(peer, req.headers)),
         }),

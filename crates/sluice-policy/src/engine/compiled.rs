@@ -17,6 +17,9 @@ pub(super) struct Compiled {
     /// The delay queue of each `on_limit = "delay"` limit, by index: the
     /// requests it holds on this instance, which `max_queue` bounds.
     pub(super) gates: Vec<Option<Arc<DelayQueue>>>,
+    /// The policy's one limit, when it is decided alone
+    /// ([`lone`](super::lone)).
+    pub(super) lone: Option<usize>,
 }
 
 impl Compiled {
@@ -46,6 +49,7 @@ impl Compiled {
             })
             .collect();
         Self {
+            lone: super::lone::lone_limit(&policy),
             policy: Arc::new(policy),
             counters,
             gates,

@@ -2,8 +2,12 @@
 //! pass?" over every limit that applies to it, all-or-nothing, on one path
 //! whatever the store.
 //!
+//! - `current.rs`: the compiled policy in force, read through each
+//!   thread's copy;
 //! - `plan.rs`: which limits apply to a request, under which keys;
 //! - `decide.rs`: the one decision path (classes, delay, credits, shadow);
+//! - `lone.rs`: that path's steps for a policy of one limit met alike
+//!   (the usual deployment), without a plan;
 //! - `charges.rs`: limits an adapter matched itself (Envoy descriptors);
 //! - `credits.rs`: burst credits; `carry.rs`: carry-over between plans;
 //! - `verdict.rs`: what the engine answers; `outcome.rs`: how a request
@@ -13,7 +17,9 @@ mod carry;
 mod charges;
 mod compiled;
 mod credits;
+mod current;
 mod decide;
+mod lone;
 mod outcome;
 mod plan;
 mod verdict;
@@ -23,7 +29,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use sluice_core::{Clock, SystemClock};
 use sluice_store::seam::{PlansSink, RemoteHealth, RuntimeStore, Store};
 use sluice_store::{KeyHasher, KeyId, MemoryRuntime, MemoryStore, MemoryStoreConfig};
@@ -31,6 +36,7 @@ use sluice_store::{KeyHasher, KeyId, MemoryRuntime, MemoryStore, MemoryStoreConf
 use crate::policy::{Policy, RequestInfo};
 use crate::runtime::{RuntimePlans, RuntimePlansCell};
 use compiled::Compiled;
+use current::Current;
 use plan::Plan;
 
 pub use charges::Charge;
@@ -70,7 +76,7 @@ pub use verdict::{
 /// ([`Engine::replace_policy`]): each decision reads one policy from start to
 /// end, and limits whose definition did not change keep their counters.
 pub struct Engine<C: Clock = SystemClock> {
-    current: ArcSwap<Compiled>,
+    current: Current,
     /// Plans assigned at run time, by client key id; they beat the
     /// config's. With a shared runtime store, a mirror of its assignments.
     runtime_plans: RuntimePlansCell,
@@ -152,7 +158,7 @@ impl<C: Clock> Engine<C> {
         // for `decide_now` to finish what it starts.
         let at_once = store.answers_at_once() && runtime.answers_at_once();
         Self {
-            current: ArcSwap::from_pointee(compiled),
+            current: Current::new(compiled),
             runtime_plans: RuntimePlansCell::new(plans),
             store,
             runtime,
@@ -259,8 +265,13 @@ impl<C: Clock> Engine<C> {
             path: &path,
             ..*req
         };
-        // Guarded: nothing here outlives this call.
-        let current = self.current.load();
+        // This thread's copy: nothing here outlives this call.
+        let current = self.current.snapshot();
+        if let Some(i) = current.lone
+            && let Some(decided) = self.decide_lone(&current, i, req)
+        {
+            return Some(decided);
+        }
         let runtime = self.runtime_plans.in_force();
         let mut plan = Plan::new(current.policy.headers);
         if let Err(e) = self.plan(

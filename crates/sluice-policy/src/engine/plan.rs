@@ -142,15 +142,7 @@ impl Plan<'_> {
     /// decided `d` by the store itself.
     #[inline(always)]
     pub(super) fn verdict_one(&self, p: &Planned<'_>, d: Decision) -> Verdict {
-        let mut verdict = Verdict {
-            allowed: d.allowed,
-            fallback: None,
-            results: Results::new(),
-            shadow: Vec::new(),
-            style: self.style,
-        };
-        verdict.results.push(p.result(d));
-        verdict
+        Verdict::one(self.style, p.result(d))
     }
 
     /// The verdict of a decided plan: its enforced limits' results, and
@@ -235,12 +227,8 @@ impl<'p> Plan<'p> {
             self.shadowed.push(p);
             return Ok(());
         }
-        if p.cost > p.limit.spec.burst {
-            return Err(DecideError::Impossible {
-                limit: p.limit.name.to_string(),
-                cost: p.cost,
-                capacity: p.limit.spec.burst,
-            });
+        if let Some(e) = too_costly(p.limit, p.cost) {
+            return Err(e);
         }
         self.enforced.push(p);
         Ok(())
@@ -262,6 +250,17 @@ impl<'p> Plan<'p> {
         }
         Ok(())
     }
+}
+
+/// The refusal of an enforced limit's cost beyond its burst, which can never
+/// pass, on any store: the request is refused before anything is charged.
+#[inline]
+pub(super) fn too_costly(limit: &Limit, cost: u64) -> Option<DecideError> {
+    (cost > limit.spec.burst).then(|| DecideError::Impossible {
+        limit: limit.name.to_string(),
+        cost,
+        capacity: limit.spec.burst,
+    })
 }
 
 /// A request whose cost exceeds what its priority class may ever use of a

@@ -66,6 +66,20 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// The verdict of one enforced limit decided by the store itself.
+    #[inline(always)]
+    pub(crate) fn one(style: HeadersConfig, result: LimitResult) -> Self {
+        let mut verdict = Self {
+            allowed: result.decision.allowed,
+            fallback: None,
+            results: Results::new(),
+            shadow: Vec::new(),
+            style,
+        };
+        verdict.results.push(result);
+        verdict
+    }
+
     /// The limits that refused the request.
     pub fn violated(&self) -> impl Iterator<Item = &LimitResult> {
         self.results.iter().filter(|r| !r.decision.allowed)
@@ -169,6 +183,19 @@ pub enum DecideError {
         /// The limit's burst.
         capacity: u64,
     },
+}
+
+impl DecideError {
+    /// A store's refusal of an impossible check, with `limit` named where
+    /// the store named none.
+    pub(crate) fn naming(mut self, name: &str) -> Self {
+        if let Self::Impossible { limit, .. } = &mut self
+            && limit.is_empty()
+        {
+            *limit = name.to_owned();
+        }
+        self
+    }
 }
 
 impl From<sluice_store::seam::StoreError> for DecideError {
