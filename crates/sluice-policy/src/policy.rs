@@ -398,8 +398,8 @@ impl Policy {
 impl Policy {
     /// The keyed hash of the key a limit counts a request by (see
     /// [`key_for`](Self::key_for)). The usual client, an IPv4 peer with no
-    /// proxy trusted, has its address as its network and key: its text is
-    /// hashed where it is written.
+    /// proxy trusted, has its address as its network and key: it is hashed
+    /// from its bytes, without its text.
     #[inline]
     pub(crate) fn key_id_for<E: From<MissingKey> + From<AmbiguousKey>>(
         &self,
@@ -407,10 +407,10 @@ impl Policy {
         req: &RequestInfo<'_>,
         hasher: &sluice_store::KeyHasher,
     ) -> Result<sluice_store::KeyId, E> {
-        if let (KeySource::Ip, Some(peer @ IpAddr::V4(_))) = (&limit.key, req.peer)
+        if let (KeySource::Ip, Some(IpAddr::V4(v4))) = (&limit.key, req.peer)
             && self.trusted.is_empty()
         {
-            return Ok(hasher.key_id_bytes(crate::key_text::IpText::new(peer).as_bytes()));
+            return Ok(hasher.key_id_v4(v4));
         }
         let key = self.key_for::<E>(limit, req)?;
         Ok(hasher.key_id_bytes(key.as_bytes()))

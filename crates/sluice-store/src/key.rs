@@ -22,8 +22,16 @@
 //!   of its key. With AES-NI (detected at run time) it costs a few dozen
 //!   instructions, where SipHash's rounds cost over a hundred; the usual
 //!   key (a client address) is this short. Longer keys are SipHash's.
+//!
+//!   An IPv4 address's text in its one canonical form (`192.0.2.1`: four
+//!   decimal octets, no leading zeros) is the block of its four bytes,
+//!   tagged in the last byte with a value no length has: so a client's
+//!   peer address is named without writing its text
+//!   ([`KeyHasher::key_id_v4`]), and its text, given as a key, names the
+//!   same client.
 
 use std::hash::Hasher;
+use std::net::Ipv4Addr;
 
 use aes::Aes128Enc;
 use aes::cipher::{BlockEncrypt, KeyInit};
@@ -32,6 +40,9 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 /// The longest key whose id is one AES block (the block's last byte holds
 /// the length).
 const SHORT: usize = 15;
+
+/// The last byte of an IPv4 address's block: above any short key's length.
+const V4: u8 = 0x80;
 
 /// The identity of one client key under one limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -132,6 +143,16 @@ impl KeyHasher {
         }
     }
 
+    /// The identity of an IPv4 address's text (`a.b.c.d`), without writing
+    /// it where the id is a block of the address's bytes.
+    #[inline]
+    pub fn key_id_v4(&self, ip: Ipv4Addr) -> KeyId {
+        match &self.short {
+            Some(aes) => encrypt(aes, v4_block(ip)),
+            None => self.key_id(&ip.to_string()),
+        }
+    }
+
     /// The identity of a client key given as bytes.
     #[inline]
     pub fn key_id_bytes(&self, key: &[u8]) -> KeyId {
@@ -148,14 +169,59 @@ impl KeyHasher {
     }
 }
 
-/// The id of a short key already in `block`, zero-padded: its length in the
-/// last byte, encrypted.
+/// The id of a short key already in `block`, zero-padded: an IPv4
+/// address's text in canonical form as its address's block, else its length
+/// in the last byte; encrypted.
 #[inline]
 fn block_id(aes: &Aes128Enc, mut block: [u8; 16], len: usize) -> KeyId {
+    if let Some(ip) = canonical_v4(&block[..len]) {
+        return encrypt(aes, v4_block(ip));
+    }
     block[SHORT] = len as u8;
+    encrypt(aes, block)
+}
+
+/// An IPv4 address's block: its four bytes, tagged.
+#[inline]
+fn v4_block(ip: Ipv4Addr) -> [u8; 16] {
+    let mut block = [0u8; 16];
+    block[..4].copy_from_slice(&ip.octets());
+    block[SHORT] = V4;
+    block
+}
+
+#[inline]
+fn encrypt(aes: &Aes128Enc, block: [u8; 16]) -> KeyId {
     let mut b = block.into();
     aes.encrypt_block(&mut b);
     KeyId(u128::from_le_bytes(b.into()))
+}
+
+/// The address whose canonical text `text` is: `None` for any other text,
+/// `01.2.3.4` and `1.2.3` included. Most keys that are not addresses stop
+/// at the first test.
+#[inline]
+fn canonical_v4(text: &[u8]) -> Option<Ipv4Addr> {
+    if text.len() < 7 || !text[0].is_ascii_digit() {
+        return None;
+    }
+    let mut octets = [0u8; 4];
+    let mut parts = text.split(|&b| b == b'.');
+    for octet in &mut octets {
+        let part = parts.next()?;
+        if part.is_empty() || part.len() > 3 || (part.len() > 1 && part[0] == b'0') {
+            return None;
+        }
+        let mut value = 0u16;
+        for &d in part {
+            if !d.is_ascii_digit() {
+                return None;
+            }
+            value = value * 10 + u16::from(d - b'0');
+        }
+        *octet = u8::try_from(value).ok()?;
+    }
+    parts.next().is_none().then_some(Ipv4Addr::from(octets))
 }
 
 #[cfg(test)]
@@ -224,6 +290,78 @@ mod tests {
             h.key_id("10.0.0.1").to_hex(),
             "12af740c749c28bb533ff34894aedae0"
         );
+    }
+
+    #[test]
+    fn an_address_and_its_text_are_one_key() {
+        for h in [KeyHasher::random(), KeyHasher::from_secret(b"s3cret")] {
+            for ip in ["0.0.0.0", "192.0.2.1", "10.255.0.9", "255.255.255.255"] {
+                let addr: Ipv4Addr = ip.parse().unwrap();
+                assert_eq!(h.key_id_v4(addr), h.key_id(ip), "{ip}");
+                let (a, b) = ip.split_at(3);
+                assert_eq!(h.key_id_pieces([a.as_bytes(), b.as_bytes()]), h.key_id(ip));
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_canonical_text_is_an_address() {
+        let h = KeyHasher::random();
+        let one = h.key_id("1.2.3.4");
+        // Spellings that are not the address's one text are other keys.
+        for other in [
+            "01.2.3.4",
+            "1.2.3.04",
+            "1.2.3",
+            "1.2.3.4.",
+            " 1.2.3.4",
+            "1.2.3.256",
+        ] {
+            assert_ne!(h.key_id(other), one, "{other}");
+        }
+        // The address's block is no padded key's: the bytes 1, 2, 3, 4 as a
+        // key of their own, and padded to 15 bytes, are other keys.
+        assert_ne!(h.key_id_bytes(&[1, 2, 3, 4]), one);
+        let mut padded = [0u8; 15];
+        padded[..4].copy_from_slice(&[1, 2, 3, 4]);
+        assert_ne!(h.key_id_bytes(&padded), one);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn an_address_is_read_from_its_text_alone(
+            bits: u32,
+            text in proptest::collection::vec(
+                proptest::sample::select(b"0123456789.a".to_vec()), 0..16),
+        ) {
+            let ip = Ipv4Addr::from(bits);
+            proptest::prop_assert_eq!(canonical_v4(ip.to_string().as_bytes()), Some(ip));
+            let read = canonical_v4(&text);
+            let exact = std::str::from_utf8(&text)
+                .ok()
+                .and_then(|t| t.parse::<Ipv4Addr>().ok())
+                .filter(|ip| ip.to_string().as_bytes() == text.as_slice());
+            proptest::prop_assert_eq!(read, exact);
+        }
+
+        #[test]
+        fn near_addresses_are_read_only_when_canonical(
+            octets in proptest::array::uniform4(0u16..300),
+            zeros in proptest::array::uniform4(proptest::bool::weighted(0.2)),
+        ) {
+            let text: Vec<String> = octets
+                .iter()
+                .zip(zeros)
+                .map(|(o, z)| if z { format!("0{o}") } else { o.to_string() })
+                .collect();
+            let text = text.join(".");
+            let canonical = octets.iter().all(|&o| o < 256) && !zeros.contains(&true);
+            let read = canonical_v4(text.as_bytes());
+            proptest::prop_assert_eq!(read.is_some(), canonical, "{}", text);
+            if let Some(ip) = read {
+                proptest::prop_assert_eq!(ip.to_string(), text);
+            }
+        }
     }
 
     #[test]
