@@ -21,7 +21,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use http::{HeaderMap, Method};
-use sluice_bench::engine_workload::{KEYS, ONE_LIMIT, ip};
+use sluice_bench::engine_workload::{KEYS, ONE_GLOBAL, ONE_LIMIT, ip};
 use sluice_bench::{uniform_keys, zipf_keys};
 use sluice_policy::{Engine, Policy, RequestInfo};
 
@@ -85,7 +85,6 @@ fn single_key(c: &mut Criterion) {
     g.bench_function("governor_direct", |b| {
         b.iter(|| black_box(gov.check().is_ok()))
     });
-    let engine = Engine::new(Policy::from_toml("bench.toml", ONE_LIMIT).unwrap());
     let (method, headers) = (Method::GET, HeaderMap::new());
     let req = RequestInfo {
         method: &method,
@@ -94,8 +93,16 @@ fn single_key(c: &mut Criterion) {
         peer: Some(ip(7)),
         cost: None,
     };
+    // One limit for every request: one key, as governor's direct limiter
+    // is one state.
+    let global = Engine::new(Policy::from_toml("bench.toml", ONE_GLOBAL).unwrap());
     g.bench_function("sluice_engine", |b| {
-        b.iter(|| black_box(matches!(engine.decide_now(&req), Some(Ok(_)))))
+        b.iter(|| black_box(matches!(global.decide_now(&req), Some(Ok(_)))))
+    });
+    // One client of the per-IP limit: its key hashed on every request.
+    let per_ip = Engine::new(Policy::from_toml("bench.toml", ONE_LIMIT).unwrap());
+    g.bench_function("sluice_engine_one_client", |b| {
+        b.iter(|| black_box(matches!(per_ip.decide_now(&req), Some(Ok(_)))))
     });
     g.finish();
 }

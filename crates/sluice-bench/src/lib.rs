@@ -46,6 +46,17 @@ rate = "1000/s"
 burst = 1000
 "#;
 
+    /// One limit for every request together (one key): what governor's
+    /// direct limiter is, with the same rate and burst.
+    pub const ONE_GLOBAL: &str = r#"
+[[limits]]
+name = "everyone"
+key = "global"
+algorithm = "gcra"
+rate = "1000/s"
+burst = 1000
+"#;
+
     /// The number of distinct clients.
     pub const KEYS: u64 = 100_000;
 

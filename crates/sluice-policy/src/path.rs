@@ -63,10 +63,16 @@ pub enum PathError {
 /// The canonical form of `raw`, a request's path without its query.
 /// Borrowed when `raw` is canonical already (the usual case: one scan, no
 /// allocation).
+#[inline]
 pub fn canonical(raw: &str) -> Result<Cow<'_, str>, PathError> {
     if is_canonical(raw.as_bytes()) || raw == "*" {
         return Ok(Cow::Borrowed(raw));
     }
+    rewritten(raw)
+}
+
+/// The canonical form of a path that is not canonical already.
+fn rewritten(raw: &str) -> Result<Cow<'_, str>, PathError> {
     if raw.is_empty() {
         return Ok(Cow::Borrowed("/"));
     }

@@ -8,7 +8,9 @@
 //!     target/release/engine_instructions WORKLOAD
 //! ```
 //!
-//! WORKLOAD is `governor_direct`, `engine_single`, `governor_keyed`,
+//! WORKLOAD is `governor_direct`, `engine_global` (one limit for every
+//! request: one key), `engine_single` (one client of the per-IP limit),
+//! `governor_keyed`,
 //! `engine_keyed` (100,000 IPv4 clients, uniform), or `keyed_limiter`:
 //! the standalone `KeyedLimiter` on the same clients, the store part of
 //! a decision alone, for comparison. Each does 100,000
@@ -22,7 +24,7 @@ use std::num::NonZeroU32;
 
 use governor::{Quota, RateLimiter};
 use http::{HeaderMap, Method};
-use sluice_bench::engine_workload::{KEYS, ONE_LIMIT, ip};
+use sluice_bench::engine_workload::{KEYS, ONE_GLOBAL, ONE_LIMIT, ip};
 use sluice_bench::uniform_keys;
 use sluice_policy::{Engine, Policy, RequestInfo};
 
@@ -62,6 +64,20 @@ fn main() {
             Some(Ok(sluice_policy::Verdict { allowed: true, .. }))
         )
     };
+    let global = Engine::new(Policy::from_toml("bench.toml", ONE_GLOBAL).expect("config"));
+    let engine_global = |peer: IpAddr| {
+        let req = RequestInfo {
+            method: &method,
+            path: "/",
+            headers: &headers,
+            peer: Some(peer),
+            cost: None,
+        };
+        matches!(
+            global.decide_now(&req),
+            Some(Ok(sluice_policy::Verdict { allowed: true, .. }))
+        )
+    };
     let direct = RateLimiter::direct(quota);
     let governor_direct = |_: IpAddr| direct.check().is_ok();
     let by_key = RateLimiter::keyed(quota);
@@ -78,13 +94,14 @@ fn main() {
 
     let (decide, seq): (&dyn Fn(IpAddr) -> bool, &[IpAddr]) = match workload.as_str() {
         "governor_direct" => (&governor_direct, &single),
+        "engine_global" => (&engine_global, &single),
         "engine_single" => (&engine_decide, &single),
         "governor_keyed" => (&governor_keyed, &keyed),
         "engine_keyed" => (&engine_decide, &keyed),
         "keyed_limiter" => (&keyed_limiter, &keyed),
         _ => {
             eprintln!(
-                "usage: engine_instructions governor_direct|engine_single|governor_keyed|engine_keyed|keyed_limiter"
+                "usage: engine_instructions governor_direct|engine_global|engine_single|governor_keyed|engine_keyed|keyed_limiter"
             );
             std::process::exit(2);
         }

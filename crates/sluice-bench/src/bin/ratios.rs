@@ -25,7 +25,7 @@ struct Row {
 
 const ROWS: &[Row] = &[
     Row {
-        what: "engine path, one key: Engine::decide_now / governor direct",
+        what: "engine path, one key (a global limit): Engine::decide_now / governor direct",
         sluice: ("engine_single_key", "sluice_engine"),
         peer: ("engine_single_key", "governor_direct"),
         floor: 1.2,

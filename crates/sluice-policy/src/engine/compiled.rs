@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use sluice_store::KeyHasher;
 use sluice_store::seam::{Counter, Store};
 
 use crate::delay_queue::DelayQueue;
@@ -19,7 +20,7 @@ pub(super) struct Compiled {
     pub(super) gates: Vec<Option<Arc<DelayQueue>>>,
     /// The policy's one limit, when it is decided alone
     /// ([`lone`](super::lone)).
-    pub(super) lone: Option<usize>,
+    pub(super) lone: Option<super::lone::Lone>,
 }
 
 impl Compiled {
@@ -27,7 +28,12 @@ impl Compiled {
     /// whose identity is unchanged from `old` carry over with the requests
     /// they hold. A limit whose identity is unchanged keeps its counts (the
     /// store gives the same state to the same definition while it lives).
-    pub(super) fn new(policy: Policy, store: &dyn Store, old: Option<&Compiled>) -> Self {
+    pub(super) fn new(
+        policy: Policy,
+        store: &dyn Store,
+        hasher: &KeyHasher,
+        old: Option<&Compiled>,
+    ) -> Self {
         let counters = policy
             .limits()
             .iter()
@@ -49,7 +55,7 @@ impl Compiled {
             })
             .collect();
         Self {
-            lone: super::lone::lone_limit(&policy),
+            lone: super::lone::Lone::of(&policy, hasher),
             policy: Arc::new(policy),
             counters,
             gates,

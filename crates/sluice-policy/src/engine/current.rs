@@ -126,7 +126,13 @@ mod tests {
     fn compiled(name: &str) -> Compiled {
         let toml = format!("[[limits]]\nname = \"{name}\"\nkey = \"ip\"\nrate = \"1/s\"\n");
         let store = MemoryStore::new(Default::default());
-        Compiled::new(Policy::from_toml("c.toml", &toml).unwrap(), &store, None)
+        let hasher = sluice_store::KeyHasher::random();
+        Compiled::new(
+            Policy::from_toml("c.toml", &toml).unwrap(),
+            &store,
+            &hasher,
+            None,
+        )
     }
 
     fn name(c: &Current) -> String {

@@ -11,42 +11,59 @@
 
 use sluice_core::Clock;
 use sluice_store::seam::Check;
+use sluice_store::{KeyHasher, KeyId};
 
 use super::Engine;
 use super::compiled::Compiled;
 use super::plan::too_costly;
 use super::verdict::{DecideError, LimitResult, Verdict};
+use crate::KeySource;
 use crate::policy::{Policy, RequestInfo};
 
-/// The index of a policy's one limit, when the policy is decided alone.
-pub(super) fn lone_limit(policy: &Policy) -> Option<usize> {
-    let [i] = policy.global[..] else {
-        return None;
-    };
-    let def = &policy.limits[i];
-    let alone = policy.alike
-        && !def.shadow
-        && def.enforce_percent >= 100
-        && def.limit.delay.is_none()
-        && def.limit.plan.is_none();
-    alone.then_some(i)
+/// A policy's one limit, when the policy is decided alone.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Lone {
+    /// The limit's index in the policy.
+    index: usize,
+    /// The one key of a `global` limit, hashed once.
+    key: Option<KeyId>,
+}
+
+impl Lone {
+    /// The policy's one limit, if the policy is decided alone.
+    pub(super) fn of(policy: &Policy, hasher: &KeyHasher) -> Option<Self> {
+        let [index] = policy.global[..] else {
+            return None;
+        };
+        let def = &policy.limits[index];
+        let alone = policy.alike
+            && !def.shadow
+            && def.enforce_percent >= 100
+            && def.limit.delay.is_none()
+            && def.limit.plan.is_none();
+        let key = (def.key == KeySource::Global).then(|| hasher.key_id(""));
+        alone.then_some(Self { index, key })
+    }
 }
 
 impl<C: Clock> Engine<C> {
-    /// Decides a request under a policy's lone limit `i`, on a store that
+    /// Decides a request under a policy's lone limit, on a store that
     /// answers at once: `None` if it did not.
     #[inline(always)]
     pub(super) fn decide_lone(
         &self,
         current: &Compiled,
-        i: usize,
+        lone: &Lone,
         req: &RequestInfo<'_>,
     ) -> Option<Result<Verdict, DecideError>> {
-        let policy = &current.policy;
+        let (policy, i) = (&current.policy, lone.index);
         let def = &policy.limits[i];
-        let key = match policy.key_id_for::<DecideError>(def, req, &self.hasher) {
-            Ok(key) => key,
-            Err(e) => return Some(Err(e)),
+        let key = match lone.key {
+            Some(key) => key,
+            None => match policy.key_id_for::<DecideError>(def, req, &self.hasher) {
+                Ok(key) => key,
+                Err(e) => return Some(Err(e)),
+            },
         };
         let cost = req.cost.unwrap_or(def.cost);
         if let Some(e) = too_costly(&def.limit, cost) {
@@ -109,7 +126,7 @@ mod tests {
         let (alone, general) = (engine(), engine());
         assert!(alone.current.load().lone.is_some(), "{toml}: decided alone");
         let policy = Policy::from_toml("lone.toml", &text).unwrap();
-        let mut compiled = Compiled::new(policy, general.store.as_ref(), None);
+        let mut compiled = Compiled::new(policy, general.store.as_ref(), &general.hasher, None);
         compiled.lone = None;
         general.current.store(Arc::new(compiled));
         (alone, general, clock)
@@ -201,7 +218,7 @@ mod tests {
     fn only_a_policy_met_alike_is_decided_alone() {
         let lone = |toml: &str| {
             let policy = Policy::from_toml("lone.toml", toml).unwrap();
-            super::lone_limit(&policy).is_some()
+            super::Lone::of(&policy, &KeyHasher::random()).is_some()
         };
         let one = "[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"1/s\"\n";
         assert!(lone(one));

@@ -153,7 +153,7 @@ impl<C: Clock> Engine<C> {
             .as_ref()
             .map(|r| RuntimePlans::from_keys(&r.loaded, &hasher))
             .unwrap_or_default();
-        let compiled = Compiled::new(policy, store.as_ref(), None);
+        let compiled = Compiled::new(policy, store.as_ref(), &hasher, None);
         // A decision may spend credits: both stores must answer at once
         // for `decide_now` to finish what it starts.
         let at_once = store.answers_at_once() && runtime.answers_at_once();
@@ -221,7 +221,7 @@ impl<C: Clock> Engine<C> {
     /// starts fresh.
     pub fn replace_policy(&self, policy: Policy) {
         let old = self.current.load_full();
-        let compiled = Compiled::new(policy, self.store.as_ref(), Some(&old));
+        let compiled = Compiled::new(policy, self.store.as_ref(), &self.hasher, Some(&old));
         self.current.store(Arc::new(compiled));
     }
 
@@ -261,17 +261,18 @@ impl<C: Clock> Engine<C> {
             Ok(p) => p,
             Err(e) => return Some(Err(e.into())),
         };
+        // This thread's copy: nothing here outlives this call.
+        let current = self.current.snapshot();
+        // A lone limit has no `match`: the path was only checked.
+        if let Some(lone) = &current.lone
+            && let Some(decided) = self.decide_lone(&current, lone, req)
+        {
+            return Some(decided);
+        }
         let req = &RequestInfo {
             path: &path,
             ..*req
         };
-        // This thread's copy: nothing here outlives this call.
-        let current = self.current.snapshot();
-        if let Some(i) = current.lone
-            && let Some(decided) = self.decide_lone(&current, i, req)
-        {
-            return Some(decided);
-        }
         let runtime = self.runtime_plans.in_force();
         let mut plan = Plan::new(current.policy.headers);
         if let Err(e) = self.plan(
