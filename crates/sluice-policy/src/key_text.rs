@@ -12,6 +12,7 @@ use std::net::IpAddr;
 use std::ops::Deref;
 
 use ipnet::IpNet;
+use sluice_store::{KeyHasher, KeyId};
 
 /// The longest text form of an IP address or network: a full IPv6 address
 /// with an embedded IPv4 (`ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255`),
@@ -51,6 +52,16 @@ impl<'a> KeyText<'a> {
 }
 
 impl KeyText<'_> {
+    /// The key's keyed hash: an IPv4 address's from its bytes (the same as
+    /// from its text: [`KeyHasher::key_id_v4`]).
+    #[inline]
+    pub fn id(&self, hasher: &KeyHasher) -> KeyId {
+        match self {
+            Self::Ip(IpText { v4: Some(v4), .. }) => hasher.key_id_v4(*v4),
+            _ => hasher.key_id_bytes(self.as_bytes()),
+        }
+    }
+
     /// The text's bytes (what a key's hash is made from), without the
     /// UTF-8 check that `&str` would need for an IP's buffer.
     pub fn as_bytes(&self) -> &[u8] {
@@ -121,6 +132,8 @@ const OCTETS: [([u8; 4], u8); 256] = {
 pub struct IpText {
     buf: [u8; IP_TEXT_MAX],
     len: u8,
+    /// The address, when the text is an IPv4 address's (and nothing more).
+    v4: Option<std::net::Ipv4Addr>,
 }
 
 impl IpText {
@@ -130,9 +143,11 @@ impl IpText {
         let mut text = Self {
             buf: [0; IP_TEXT_MAX],
             len: 0,
+            v4: None,
         };
         match ip {
             IpAddr::V4(v4) => {
+                text.v4 = Some(v4);
                 // At most 15 bytes: `255.255.255.255`. Each octet's digits
                 // come from a table, written four bytes at a time (the
                 // fourth is the dot, or is overwritten).
@@ -172,6 +187,8 @@ impl fmt::Write for IpText {
         let end = start + s.len();
         let slot = self.buf.get_mut(start..end).ok_or(fmt::Error)?;
         slot.copy_from_slice(s.as_bytes());
+        // No longer an address alone.
+        self.v4 = None;
         self.len = u8::try_from(end).map_err(|_| fmt::Error)?;
         Ok(())
     }
@@ -219,6 +236,12 @@ mod tests {
         fn ipv4_text_is_display(bits: u32) {
             let ip = IpAddr::V4(Ipv4Addr::from(bits));
             prop_assert_eq!(&*KeyText::ip(ip), ip.to_string());
+            // Its id is its text's, whichever way the hasher makes it.
+            for h in [KeyHasher::random(), KeyHasher::from_secret(b"s")] {
+                prop_assert_eq!(KeyText::ip(ip).id(&h), h.key_id(&ip.to_string()));
+                let net = KeyText::net(IpNet::from(ip));
+                prop_assert_eq!(net.id(&h), h.key_id(&ip.to_string()));
+            }
         }
 
         #[test]

@@ -412,8 +412,7 @@ impl Policy {
         {
             return Ok(hasher.key_id_v4(v4));
         }
-        let key = self.key_for::<E>(limit, req)?;
-        Ok(hasher.key_id_bytes(key.as_bytes()))
+        Ok(self.key_for::<E>(limit, req)?.id(hasher))
     }
 
     /// The key a limit counts a request by: an error when the request

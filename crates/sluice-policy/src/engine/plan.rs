@@ -189,7 +189,7 @@ impl<C: Clock> Engine<C> {
             let key = match ids.iter().find(|(source, _)| **source == a.limit.key) {
                 Some((_, id)) => *id,
                 None => {
-                    let id = self.hasher.key_id_bytes(a.key.as_bytes());
+                    let id = a.key.id(&self.hasher);
                     ids.push((&a.limit.key, id));
                     id
                 }
