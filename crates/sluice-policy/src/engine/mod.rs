@@ -2,8 +2,6 @@
 //! pass?" over every limit that applies to it, all-or-nothing, on one path
 //! whatever the store.
 //!
-//! - `current.rs`: the compiled policy in force, read through each
-//!   thread's copy;
 //! - `plan.rs`: which limits apply to a request, under which keys;
 //! - `decide.rs`: the one decision path (classes, delay, credits, shadow);
 //! - `lone.rs`: that path's steps for a policy of one limit met alike
@@ -17,7 +15,6 @@ mod carry;
 mod charges;
 mod compiled;
 mod credits;
-mod current;
 mod decide;
 mod lone;
 mod outcome;
@@ -29,6 +26,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
+
 use sluice_core::{Clock, SystemClock};
 use sluice_store::seam::{PlansSink, RemoteHealth, RuntimeStore, Store};
 use sluice_store::{KeyHasher, KeyId, MemoryRuntime, MemoryStore, MemoryStoreConfig};
@@ -36,7 +35,6 @@ use sluice_store::{KeyHasher, KeyId, MemoryRuntime, MemoryStore, MemoryStoreConf
 use crate::policy::{Policy, RequestInfo};
 use crate::runtime::{RuntimePlans, RuntimePlansCell};
 use compiled::Compiled;
-use current::Current;
 use plan::Plan;
 
 pub use charges::Charge;
@@ -76,7 +74,7 @@ pub use verdict::{
 /// ([`Engine::replace_policy`]): each decision reads one policy from start to
 /// end, and limits whose definition did not change keep their counters.
 pub struct Engine<C: Clock = SystemClock> {
-    current: Current,
+    current: ArcSwap<Compiled>,
     /// Plans assigned at run time, by client key id; they beat the
     /// config's. With a shared runtime store, a mirror of its assignments.
     runtime_plans: RuntimePlansCell,
@@ -158,7 +156,7 @@ impl<C: Clock> Engine<C> {
         // for `decide_now` to finish what it starts.
         let at_once = store.answers_at_once() && runtime.answers_at_once();
         Self {
-            current: Current::new(compiled),
+            current: ArcSwap::from_pointee(compiled),
             runtime_plans: RuntimePlansCell::new(plans),
             store,
             runtime,
@@ -247,11 +245,12 @@ impl<C: Clock> Engine<C> {
         self.decide_plan(&plan).await
     }
 
-    /// `decide.rs`(Self::decide), done now, when the store answers at once
+    /// [`decide`](Self::decide), done now, when the store answers at once
     /// (the memory store): `None` when it does not, and nothing was
     /// decided. For callers that avoid a future where they can (the tower
-    /// layer), and synchronous ones (the simulator). The same path as
-    /// `decide`, polled once.
+    /// layer), and synchronous ones (the simulator). The same steps as
+    /// `decide`, without a future; a policy of one limit that every request
+    /// meets alike takes them without a plan (`lone.rs`).
     #[inline]
     pub fn decide_now(&self, req: &RequestInfo<'_>) -> Option<Result<Verdict, DecideError>> {
         if !self.at_once {
@@ -261,8 +260,8 @@ impl<C: Clock> Engine<C> {
             Ok(p) => p,
             Err(e) => return Some(Err(e.into())),
         };
-        // This thread's copy: nothing here outlives this call.
-        let current = self.current.snapshot();
+        // Guarded: nothing here outlives this call.
+        let current = self.current.load();
         // A lone limit has no `match`: the path was only checked.
         if let Some(lone) = &current.lone
             && let Some(decided) = self.decide_lone(&current, lone, req)

@@ -8,6 +8,7 @@ mod at_once;
 mod config_errors;
 mod plan_features;
 mod quickstart_policy;
+mod reload;
 mod rollout;
 
 /// An engine call on the memory store, which answers at once.
