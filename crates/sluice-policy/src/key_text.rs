@@ -57,7 +57,7 @@ impl KeyText<'_> {
     #[inline]
     pub fn id(&self, hasher: &KeyHasher) -> KeyId {
         match self {
-            Self::Ip(IpText { v4: Some(v4), .. }) => hasher.key_id_v4(*v4),
+            Self::Ip(ip @ IpText { v4: Some(v4), .. }) => hasher.key_id_v4(*v4, || ip.as_bytes()),
             _ => hasher.key_id_bytes(self.as_bytes()),
         }
     }
@@ -178,6 +178,12 @@ impl IpText {
     pub fn as_str(&self) -> &str {
         // Only ASCII is ever written.
         std::str::from_utf8(self.as_bytes()).unwrap_or_default()
+    }
+}
+
+impl AsRef<[u8]> for IpText {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
     }
 }
 

@@ -398,8 +398,8 @@ impl Policy {
 impl Policy {
     /// The keyed hash of the key a limit counts a request by (see
     /// [`key_for`](Self::key_for)). The usual client, an IPv4 peer with no
-    /// proxy trusted, has its address as its network and key: it is hashed
-    /// from its bytes, without its text.
+    /// proxy trusted, has its address as its network and key: under a
+    /// random hasher it is hashed from its bytes, without its text.
     #[inline]
     pub(crate) fn key_id_for<E: From<MissingKey> + From<AmbiguousKey>>(
         &self,
@@ -410,7 +410,7 @@ impl Policy {
         if let (KeySource::Ip, Some(IpAddr::V4(v4))) = (&limit.key, req.peer)
             && self.trusted.is_empty()
         {
-            return Ok(hasher.key_id_v4(v4));
+            return Ok(hasher.key_id_v4(v4, || crate::key_text::IpText::new(IpAddr::V4(v4))));
         }
         Ok(self.key_for::<E>(limit, req)?.id(hasher))
     }

@@ -143,13 +143,21 @@ impl KeyHasher {
         }
     }
 
-    /// The identity of an IPv4 address's text (`a.b.c.d`), without writing
-    /// it where the id is a block of the address's bytes.
+    /// The identity of an IPv4 address's text (`a.b.c.d`), which `text`
+    /// gives: a random hasher names the address by its bytes and never
+    /// calls it; a hasher keyed by a secret hashes the text.
+    ///
+    /// ```
+    /// use std::net::Ipv4Addr;
+    /// let h = sluice_store::KeyHasher::from_secret(b"s3cret");
+    /// let ip = Ipv4Addr::new(192, 0, 2, 1);
+    /// assert_eq!(h.key_id_v4(ip, || ip.to_string()), h.key_id("192.0.2.1"));
+    /// ```
     #[inline]
-    pub fn key_id_v4(&self, ip: Ipv4Addr) -> KeyId {
+    pub fn key_id_v4<T: AsRef<[u8]>>(&self, ip: Ipv4Addr, text: impl FnOnce() -> T) -> KeyId {
         match &self.short {
             Some(aes) => encrypt(aes, v4_block(ip)),
-            None => self.key_id(&ip.to_string()),
+            None => self.key_id_bytes(text().as_ref()),
         }
     }
 
@@ -297,7 +305,7 @@ mod tests {
         for h in [KeyHasher::random(), KeyHasher::from_secret(b"s3cret")] {
             for ip in ["0.0.0.0", "192.0.2.1", "10.255.0.9", "255.255.255.255"] {
                 let addr: Ipv4Addr = ip.parse().unwrap();
-                assert_eq!(h.key_id_v4(addr), h.key_id(ip), "{ip}");
+                assert_eq!(h.key_id_v4(addr, || ip), h.key_id(ip), "{ip}");
                 let (a, b) = ip.split_at(3);
                 assert_eq!(h.key_id_pieces([a.as_bytes(), b.as_bytes()]), h.key_id(ip));
             }
