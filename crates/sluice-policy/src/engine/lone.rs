@@ -5,8 +5,8 @@
 //! ([`decide_plan_now`](super::Engine::decide_plan_now)) takes for such a
 //! policy, without building the lists it needs for many limits.
 //!
-//! The usual deployment (one limit per client IP, or one per API key) is
-//! such a policy. A test decides random requests through both paths and
+//! The usual small deployment (one limit per client IP, or one keyed by a
+//! header with no `[client] key`) is such a policy. A test decides random requests through both paths and
 //! compares every verdict.
 
 use sluice_core::Clock;
@@ -111,17 +111,25 @@ mod tests {
         "key = \"global\"\nalgorithm = \"leaky_bucket\"\nrate = \"2/s\"\nburst = 2",
         "key = \"global\"\nalgorithm = \"leaky_bucket\"\nrate = \"2/s\"\nburst = 2\nnodelay = true",
         "key = \"ip\"\nalgorithm = \"sliding_log\"\nrate = \"2/s\"\nburst = 2",
+        // The client behind a trusted proxy: its key from X-Forwarded-For.
+        "key = \"ip\"\nrate = \"2/s\"\nburst = 2\n[client]\ntrusted_proxies = [\"192.0.2.0/24\"]",
     ];
 
-    /// Two engines on one clock and one secret: one decides `toml`'s lone
+    /// Two engines on one clock and one hasher (the in-memory store's
+    /// random one, or one keyed by a secret): one decides `toml`'s lone
     /// limit alone, the other through the general path.
-    fn pair(toml: &str) -> (Engine<ManualClock>, Engine<ManualClock>, ManualClock) {
+    fn pair(toml: &str, random: bool) -> (Engine<ManualClock>, Engine<ManualClock>, ManualClock) {
         let text = format!("[[limits]]\nname = \"one\"\n{toml}\n");
         let clock = ManualClock::new(1 << 40);
+        let hasher = if random {
+            KeyHasher::random()
+        } else {
+            KeyHasher::from_secret(b"lone")
+        };
         let engine = || {
             let store = MemoryStore::with_clock(MemoryStoreConfig::default(), clock.clone());
             let policy = Policy::from_toml("lone.toml", &text).unwrap();
-            Engine::with_store(policy, Arc::new(store), KeyHasher::from_secret(b"lone"))
+            Engine::with_store(policy, Arc::new(store), hasher.clone())
         };
         let (alone, general) = (engine(), engine());
         assert!(alone.current.load().lone.is_some(), "{toml}: decided alone");
@@ -133,7 +141,7 @@ mod tests {
     }
 
     /// One request: its peer, its key header (none, one, or two that
-    /// disagree), its cost, and the time before it.
+    /// disagree) and forwarded-for chain, its cost, and the time before it.
     #[derive(Debug, Clone)]
     struct Step {
         peer: Option<u8>,
@@ -172,6 +180,7 @@ mod tests {
             0 => {}
             1 => {
                 h.insert("x-api-key", "alice".parse().unwrap());
+                h.insert("x-forwarded-for", "198.51.100.7".parse().unwrap());
             }
             2 => {
                 h.insert("x-api-key", "bob".parse().unwrap());
@@ -179,6 +188,10 @@ mod tests {
             _ => {
                 h.append("x-api-key", "alice".parse().unwrap());
                 h.append("x-api-key", "bob".parse().unwrap());
+                h.insert(
+                    "x-forwarded-for",
+                    "198.51.100.7, 2001:db8::9".parse().unwrap(),
+                );
             }
         }
         h
@@ -190,9 +203,10 @@ mod tests {
         #[test]
         fn a_lone_limit_decides_as_the_general_path(
             which in 0..LONE.len(),
+            random in any::<bool>(),
             steps in proptest::collection::vec(step(), 1..40),
         ) {
-            let (alone, general, clock) = pair(LONE[which]);
+            let (alone, general, clock) = pair(LONE[which], random);
             for s in &steps {
                 clock.advance(s.after_ms * 1_000_000);
                 let h = headers(s.key);
