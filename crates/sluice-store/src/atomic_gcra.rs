@@ -1,12 +1,16 @@
-//! GCRA on one atomic word: the lock-free path of [`DirectLimiter`] and of
-//! [`KeyedLimiter`]'s GCRA-equivalent limits.
+//! GCRA on one atomic word: the lock-free path of [`DirectLimiter`], of
+//! [`KeyedLimiter`]'s GCRA-equivalent limits and of the memory store's
+//! atomic table. The word is any [`AtomicWord`]: `std`'s `AtomicU64`, or
+//! under `cfg(shuttle)` also the atomic table's shuttle one (`crate::sync`).
 //!
 //! [`DirectLimiter`]: crate::DirectLimiter
 //! [`KeyedLimiter`]: crate::KeyedLimiter
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use sluice_core::{AlgorithmKind, CheckError, Decision, Gcra, LimitSpec, Nanos};
+
+use crate::sync::AtomicWord;
 
 /// GCRA on one atomic TAT in nanoseconds (a scale of 1): the same
 /// decisions as [`Gcra::check_nanos`], with the admission decided in the
@@ -78,9 +82,9 @@ impl AtomicGcra {
     /// admitted; when another check moves `tat` first, decides again from
     /// its value.
     #[inline(always)]
-    pub(crate) fn check(
+    pub(crate) fn check<W: AtomicWord>(
         &self,
-        tat: &AtomicU64,
+        tat: &W,
         now: Nanos,
         cost: u64,
     ) -> Result<Decision, CheckError> {
@@ -90,8 +94,13 @@ impl AtomicGcra {
     /// The admission and commit alone: what must happen while the entry is
     /// held. [`decision`](Self::decision) computes the rest afterwards.
     #[inline(always)]
-    pub(crate) fn commit(&self, tat: &AtomicU64, now: Nanos, cost: u64) -> Result<Raw, CheckError> {
-        self.commit_after(tat, now, None, cost)
+    pub(crate) fn commit<W: AtomicWord>(
+        &self,
+        tat: &W,
+        now: Nanos,
+        cost: u64,
+    ) -> Result<Raw, CheckError> {
+        self.commit_after(tat, now, None::<&W>, cost)
     }
 
     /// [`commit`](Self::commit) at no earlier time than `high` holds (a
@@ -100,11 +109,11 @@ impl AtomicGcra {
     /// that committed the TAT it reads (whoever raised `high` did so before
     /// its compare-and-swap, which this load acquires).
     #[inline(always)]
-    pub(crate) fn commit_after(
+    pub(crate) fn commit_after<W: AtomicWord>(
         &self,
-        tat: &AtomicU64,
+        tat: &W,
         now: Nanos,
-        high: Option<&AtomicU64>,
+        high: Option<&W>,
         cost: u64,
     ) -> Result<Raw, CheckError> {
         if cost > self.burst {

@@ -17,15 +17,19 @@
 //! table does. Time never runs backwards within a shard: every decision
 //! uses the latest time the shard has seen, which a shared check raises
 //! with an atomic maximum.
+//!
+//! The words are [`crate::sync`]'s `AtomicU64`: `std`'s, or shuttle's in the
+//! model check, which then controls their interleavings as it does the
+//! locks'.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use sluice_core::algorithms::gcra::GcraState;
 use sluice_core::{Algorithm, CheckError, Decision, Gcra, Nanos, Outcome};
 
 use crate::atomic_gcra::AtomicGcra;
 use crate::key::KeyId;
-use crate::sync::{RwLock, RwLockWriteGuard};
+use crate::sync::{AtomicU64, RwLock, RwLockWriteGuard};
 use crate::table::{KeyMap, make_room};
 
 /// The keys of one shard, each its TAT, and the latest time the shard has

@@ -1,15 +1,71 @@
-//! The locks the store's tables use.
+//! The locks and atomics the store's tables use.
 //!
-//! Normally these are `parking_lot`'s. Built with `--cfg shuttle` (the model
-//! check in `tests/model_check.rs`), they are `shuttle`'s instead, so that
-//! shuttle controls every interleaving of the shard locks and reports a
-//! deadlock instead of hanging. Normal builds never see shuttle.
+//! Normally these are `parking_lot`'s locks and `std`'s atomics. Built with
+//! `--cfg shuttle` (the model check in `tests/model_check.rs`), they are
+//! `shuttle`'s instead, so that shuttle controls every interleaving of the
+//! shard locks and of the atomic table's words (each key's TAT and each
+//! shard's latest time), and reports a deadlock instead of hanging. Normal
+//! builds never see shuttle. `Ordering` is `std`'s in both: shuttle's
+//! atomics take it too.
+
+use std::sync::atomic::Ordering;
 
 #[cfg(not(shuttle))]
 pub(crate) use parking_lot::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
+#[cfg(not(shuttle))]
+pub(crate) use std::sync::atomic::AtomicU64;
 
 #[cfg(shuttle)]
 pub(crate) use self::model::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
+#[cfg(shuttle)]
+pub(crate) use shuttle::sync::atomic::AtomicU64;
+
+/// A word holding a TAT, as [`AtomicGcra`](crate::atomic_gcra::AtomicGcra)
+/// decides on it: [`std::sync::atomic::AtomicU64`] (the only implementation
+/// in a normal build, so that its generic callers compile to exactly the
+/// calls on `std`'s atomic) and, under `cfg(shuttle)`, shuttle's too: the
+/// memory store's atomic table then holds shuttle's while the other
+/// lock-free limiters (`DirectLimiter`, `KeyedLimiter`) keep `std`'s.
+pub(crate) trait AtomicWord {
+    /// The atomic's own `load`.
+    fn load(&self, order: Ordering) -> u64;
+
+    /// The atomic's own `compare_exchange_weak`.
+    fn compare_exchange_weak(
+        &self,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u64, u64>;
+}
+
+/// Forwards an atomic type's own methods.
+macro_rules! atomic_word {
+    ($t:ty) => {
+        impl AtomicWord for $t {
+            #[inline(always)]
+            fn load(&self, order: Ordering) -> u64 {
+                <$t>::load(self, order)
+            }
+
+            #[inline(always)]
+            fn compare_exchange_weak(
+                &self,
+                current: u64,
+                new: u64,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<u64, u64> {
+                <$t>::compare_exchange_weak(self, current, new, success, failure)
+            }
+        }
+    };
+}
+
+atomic_word!(std::sync::atomic::AtomicU64);
+#[cfg(shuttle)]
+atomic_word!(shuttle::sync::atomic::AtomicU64);
 
 #[cfg(shuttle)]
 mod model {

@@ -1,14 +1,17 @@
 //! Model check of the memory store's locking with shuttle.
 //!
 //! Built only with `RUSTFLAGS="--cfg shuttle"` (see `scripts/test`): the
-//! store's shard locks are then shuttle's (`src/sync.rs`), and shuttle runs
-//! each small model below under thousands of schedules, chosen at random and
-//! by PCT, switching threads at every lock. A lock-order bug shows up as a
-//! deadlock, which shuttle reports as a failure; a lost update or a commit on
-//! refusal shows up as a wrong count. A failure prints a schedule that
+//! store's shard locks and the atomic table's words are then shuttle's
+//! (`src/sync.rs`), and shuttle runs each small model below under thousands
+//! of schedules, chosen at random and by PCT, switching threads at every lock
+//! and every atomic operation. A lock-order bug shows up as a deadlock, which
+//! shuttle reports as a failure; a lost update or a commit on refusal shows
+//! up as a wrong count; a decision made at the wrong time shows up as one no
+//! sequential GCRA run explains ([`Race`]). A failure prints a schedule that
 //! `shuttle::replay` reproduces.
 //!
-//! The clock is frozen, so nothing replenishes and every count is exact.
+//! In the [`Model`]s the clock is frozen, so nothing replenishes and every
+//! count is exact. In the [`Race`]s each thread checks at its own times.
 
 #![cfg(shuttle)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -17,11 +20,12 @@
 #[path = "it/common/mod.rs"]
 mod common;
 
+use std::cell::Cell;
 use std::sync::Arc;
 
-use common::{assert_all_or_nothing, checks, key_in_shard, limiter, shard, store};
-use sluice_core::{AlgorithmKind, Rate};
-use sluice_store::{KeyHasher, KeyId, Limit};
+use common::{SEC, SHARDS, assert_all_or_nothing, checks, key_in_shard, limiter, shard, store};
+use sluice_core::{AlgorithmKind, Clock, Decision, Gcra, Limiter, Nanos, Rate};
+use sluice_store::{Check, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
 
 /// Schedules tried per model and per scheduler.
 const SCHEDULES: usize = 2_000;
@@ -168,6 +172,205 @@ fn the_fast_path_on_one_key() {
         patterns: vec![vec![(0, k1)]],
         threads: vec![vec![0, 0], vec![0, 0], vec![0, 0]],
         admitted: 4,
+    }
+    .check();
+}
+
+shuttle::thread_local! {
+    /// The time of the calling model thread's next check.
+    static NOW: Cell<Nanos> = const { Cell::new(0) };
+}
+
+/// A clock that tells each model thread its own time ([`NOW`]): checks of
+/// one key then race at different times whatever the schedule.
+struct ThreadClock;
+
+impl Clock for ThreadClock {
+    fn now(&self) -> Nanos {
+        NOW.with(Cell::get)
+    }
+}
+
+/// A check of `cost` for `key`, made at `t` by the calling thread.
+fn at(limit: &Limit, key: KeyId, t: Nanos, cost: u64) -> Check<'_> {
+    NOW.with(|now| now.set(t));
+    Check { limit, key, cost }
+}
+
+/// The start of the [`Race`]s' times (a whole number of seconds).
+const T: Nanos = 100_000 * SEC;
+
+/// Concurrent checks of one key, each of cost 1 at its own time, on a GCRA
+/// limit of 1/s: a whole-nanosecond emission interval, so the store gives
+/// it the atomic table and a known key takes the shared lock and the
+/// compare-and-swap loop (`AtomicGcra::commit_after`).
+///
+/// What that loop guarantees: every check decides at a time the shard has
+/// seen (its `high`), no earlier than its own, than its thread's previous
+/// check's, or than the time of the check that committed the TAT it
+/// decides on; and decides exactly as [`Gcra::check_nanos`] at that time on
+/// that TAT. So the admitted checks form a chain of commits at times that
+/// never go back, each refused check reads the chain at some point, and
+/// [`Race::explains`] asserts that some such run of sequential GCRA (each
+/// thread's checks in order, each at one of the times the shard saw) shows
+/// every decision the threads were shown, field for field, and leaves the
+/// TAT the store holds at the end.
+#[derive(Clone)]
+struct Race {
+    burst: u64,
+    /// Checks made before the threads start, in order (through the
+    /// exclusive lock, as the key is new: they only set the TAT up).
+    seed: Vec<Nanos>,
+    /// Each thread's checks, by time, in order.
+    threads: Vec<Vec<Nanos>>,
+}
+
+/// One execution's outcome, for [`Race::explains`].
+struct Shown<'a> {
+    gcra: Gcra,
+    /// Every time the shard may decide at.
+    times: Vec<Nanos>,
+    shown: &'a [Vec<Decision>],
+    /// A cost-0 peek at the latest time, after every thread ended.
+    end: Decision,
+}
+
+impl Race {
+    /// One execution: a fresh store, the seed checks, the threads, then the
+    /// invariant.
+    fn run(&self) {
+        let cfg = MemoryStoreConfig {
+            max_keys: 1_000,
+            shards: SHARDS,
+        };
+        let store = Arc::new(MemoryStore::with_clock(cfg, ThreadClock));
+        let spec = limiter(AlgorithmKind::Gcra, Rate::per_second(1), self.burst);
+        let limit = store.limit("race", spec);
+        let Limiter::Gcra(gcra) = limit.limiter() else {
+            unreachable!("a GCRA limit")
+        };
+        // `AtomicGcra::for_gcra`'s condition: the atomic table.
+        assert!(gcra.scale() == 1 && gcra.tolerance() < 1 << 62);
+        let key = KeyHasher::from_secret(b"model").key_id("race");
+        let mut tat = 0;
+        for &t in &self.seed {
+            let (want, next) = gcra.check_nanos(tat, t, 1).unwrap();
+            assert_eq!(store.check_one(&at(&limit, key, t, 1)).unwrap(), want);
+            tat = next.unwrap_or(tat);
+        }
+        let handles: Vec<_> = self
+            .threads
+            .iter()
+            .map(|times| {
+                let (store, limit, times) = (store.clone(), limit.clone(), times.clone());
+                shuttle::thread::spawn(move || {
+                    times
+                        .into_iter()
+                        .map(|t| store.check_one(&at(&limit, key, t, 1)).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let shown: Vec<Vec<Decision>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let mut times: Vec<Nanos> = self
+            .seed
+            .iter()
+            .chain(self.threads.iter().flatten())
+            .copied()
+            .collect();
+        times.sort_unstable();
+        times.dedup();
+        let last = *times.last().unwrap();
+        let end = store.peek_one(&at(&limit, key, last, 0)).unwrap();
+        let floor = self.seed.iter().copied().max().unwrap_or(0);
+        let run = Shown {
+            gcra,
+            times,
+            shown: &shown,
+            end,
+        };
+        let n = shown.len();
+        assert!(
+            self.explains(&run, tat, floor, &mut vec![0; n], &mut vec![0; n]),
+            "no sequential GCRA run at the shard's times explains {shown:#?}, \
+             ending in {end:?}, for the checks at {:?} after {:?}",
+            self.threads,
+            self.seed,
+        );
+    }
+
+    /// Whether the rest of a sequential run explains `run`: the TAT is
+    /// `tat`, committed at `floor`; thread `j` has shown its first `next[j]`
+    /// decisions, the last at `last[j]`. Tries every thread's next check at
+    /// every time the shard may decide it at.
+    fn explains(
+        &self,
+        run: &Shown<'_>,
+        tat: Nanos,
+        floor: Nanos,
+        next: &mut [usize],
+        last: &mut [Nanos],
+    ) -> bool {
+        let mut done = true;
+        for j in 0..self.threads.len() {
+            let Some(&t) = self.threads[j].get(next[j]) else {
+                continue;
+            };
+            done = false;
+            let (shown, earliest, before) =
+                (run.shown[j][next[j]], t.max(floor).max(last[j]), last[j]);
+            for &at in run.times.iter().filter(|&&at| at >= earliest) {
+                let (decision, new_tat) = run.gcra.check_nanos(tat, at, 1).unwrap();
+                if decision != shown {
+                    continue;
+                }
+                (next[j], last[j]) = (next[j] + 1, at);
+                let explained = match new_tat {
+                    Some(new_tat) => self.explains(run, new_tat, at, next, last),
+                    None => self.explains(run, tat, floor, next, last),
+                };
+                (next[j], last[j]) = (next[j] - 1, before);
+                if explained {
+                    return true;
+                }
+            }
+        }
+        let last_time = *run.times.last().unwrap();
+        done && run.gcra.check_nanos(tat, last_time, 0).unwrap().0 == run.end
+    }
+
+    fn check(self) {
+        let race = Arc::new(self);
+        let r = race.clone();
+        shuttle::check_random(move || r.run(), SCHEDULES);
+        shuttle::check_pct(move || race.run(), SCHEDULES, 3);
+    }
+}
+
+/// Two checks of one key a second apart, racing: whichever commits first,
+/// both pass (burst 2, one unit used at `T`, one replenished by `T + 1s`).
+/// A check that decided at its own earlier time on the TAT the later one
+/// committed would refuse: at `T`, a TAT of `T + 2s` leaves no room.
+#[test]
+fn a_check_decides_no_earlier_than_the_tat_it_reads() {
+    Race {
+        burst: 2,
+        seed: vec![T],
+        threads: vec![vec![T], vec![T + SEC]],
+    }
+    .check();
+}
+
+/// Three threads at three times, one checking twice (the second time
+/// earlier than its first: the shard's time never goes back), on a burst
+/// of 3 with two units used: some checks pass and some are refused,
+/// depending on the order they commit in.
+#[test]
+fn checks_of_one_key_at_three_times() {
+    Race {
+        burst: 3,
+        seed: vec![T, T],
+        threads: vec![vec![T + SEC, T], vec![T + SEC / 2], vec![T]],
     }
     .check();
 }
