@@ -10,7 +10,8 @@
 //!
 //! WORKLOAD is `governor_direct`, `engine_global` (one limit for every
 //! request: one key), `engine_single` (one client of the per-IP limit),
-//! `governor_keyed`,
+//! `governor_keyed`, `governor_zipf`, `engine_zipf` (the same clients
+//! picked Zipf-like),
 //! `engine_keyed` (100,000 IPv4 clients, uniform), or `keyed_limiter`:
 //! the standalone `KeyedLimiter` on the same clients, the store part of
 //! a decision alone, for comparison. Each does 100,000
@@ -25,7 +26,7 @@ use std::num::NonZeroU32;
 use governor::{Quota, RateLimiter};
 use http::{HeaderMap, Method};
 use sluice_bench::engine_workload::{KEYS, ONE_GLOBAL, ONE_LIMIT, ip};
-use sluice_bench::uniform_keys;
+use sluice_bench::{uniform_keys, zipf_keys};
 use sluice_policy::{Engine, Policy, RequestInfo};
 
 const COUNTED: usize = 200_000;
@@ -41,6 +42,10 @@ fn main() {
     let quota = Quota::per_second(NonZeroU32::new(1000).unwrap_or(NonZeroU32::MIN))
         .allow_burst(NonZeroU32::new(1000).unwrap_or(NonZeroU32::MIN));
     let keyed: Vec<IpAddr> = uniform_keys(KEYS, COUNTED, 42)
+        .into_iter()
+        .map(ip)
+        .collect();
+    let zipf: Vec<IpAddr> = zipf_keys(KEYS, COUNTED, 1.0, 42)
         .into_iter()
         .map(ip)
         .collect();
@@ -98,10 +103,12 @@ fn main() {
         "engine_single" => (&engine_decide, &single),
         "governor_keyed" => (&governor_keyed, &keyed),
         "engine_keyed" => (&engine_decide, &keyed),
+        "governor_zipf" => (&governor_keyed, &zipf),
+        "engine_zipf" => (&engine_decide, &zipf),
         "keyed_limiter" => (&keyed_limiter, &keyed),
         _ => {
             eprintln!(
-                "usage: engine_instructions governor_direct|engine_global|engine_single|governor_keyed|engine_keyed|keyed_limiter"
+                "usage: engine_instructions governor_direct|engine_global|engine_single|governor_keyed|engine_keyed|governor_zipf|engine_zipf|keyed_limiter"
             );
             std::process::exit(2);
         }
