@@ -14,7 +14,8 @@
 //! picked Zipf-like),
 //! `engine_keyed` (100,000 IPv4 clients, uniform), or `keyed_limiter`:
 //! the standalone `KeyedLimiter` on the same clients, the store part of
-//! a decision alone, for comparison. Each does 100,000
+//! a decision alone, for comparison; or `memory_store`: the memory
+//! store's check of one key id (the address's keyed id, then the table). Each does 100,000
 //! warm-up decisions (every key once) outside the counted function, then
 //! 200,000 inside it: the instructions per decision are callgrind's total
 //! over 200,000.
@@ -96,6 +97,21 @@ fn main() {
     let standalone =
         sluice_store::KeyedLimiter::<IpAddr>::new(&spec, 1_000_000).expect("a valid limit");
     let keyed_limiter = |ip: IpAddr| standalone.check(&ip, 1).is_ok_and(|d| d.allowed);
+    let store = sluice_store::MemoryStore::new(sluice_store::MemoryStoreConfig::default());
+    let limit = store.limit("bench", spec.build().expect("a valid limit"));
+    let hasher = sluice_store::KeyHasher::random();
+    let memory_store = |ip: IpAddr| {
+        let key = match ip {
+            IpAddr::V4(v4) => hasher.key_id_v4(v4, || ip.to_string()),
+            IpAddr::V6(_) => hasher.key_id(&ip.to_string()),
+        };
+        let check = sluice_store::Check {
+            limit: &limit,
+            key,
+            cost: 1,
+        };
+        store.check_one(&check).is_ok_and(|d| d.allowed)
+    };
 
     let (decide, seq): (&dyn Fn(IpAddr) -> bool, &[IpAddr]) = match workload.as_str() {
         "governor_direct" => (&governor_direct, &single),
@@ -106,9 +122,10 @@ fn main() {
         "governor_zipf" => (&governor_keyed, &zipf),
         "engine_zipf" => (&engine_decide, &zipf),
         "keyed_limiter" => (&keyed_limiter, &keyed),
+        "memory_store" => (&memory_store, &keyed),
         _ => {
             eprintln!(
-                "usage: engine_instructions governor_direct|engine_global|engine_single|governor_keyed|engine_keyed|governor_zipf|engine_zipf|keyed_limiter"
+                "usage: engine_instructions governor_direct|engine_global|engine_single|governor_keyed|engine_keyed|governor_zipf|engine_zipf|keyed_limiter|memory_store"
             );
             std::process::exit(2);
         }

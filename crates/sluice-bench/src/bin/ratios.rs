@@ -92,10 +92,16 @@ const ROWS: &[Row] = &[
     },
 ];
 
-/// Rows without a floor: the store's own path (keyed by the key id the
-/// caller computes with the in-memory store's random hasher), for
-/// reference.
+/// Rows without a floor, for reference: one client of a per-IP limit
+/// through the engine, and the store's own path (keyed by the key id the
+/// caller computes with the in-memory store's random hasher).
 const INFO: &[Row] = &[
+    Row {
+        what: "engine path, one client of the per-IP limit (its key hashed each time) / governor direct",
+        sluice: ("engine_single_key", "sluice_engine_one_client"),
+        peer: ("engine_single_key", "governor_direct"),
+        floor: 0.0,
+    },
     Row {
         what: "single key: Sluice MemoryStore, one fixed key id / governor direct",
         sluice: ("single_key", "sluice_gcra"),
