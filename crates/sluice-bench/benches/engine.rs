@@ -21,7 +21,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use http::{HeaderMap, Method};
-use sluice_bench::engine_workload::{KEYS, ONE_GLOBAL, ONE_LIMIT, ip};
+use sluice_bench::engine_workload::{KEYS, ONE_GLOBAL, ONE_LIMIT, admits, ip};
 use sluice_bench::{uniform_keys, zipf_keys};
 use sluice_policy::{Engine, Policy, RequestInfo};
 
@@ -47,22 +47,8 @@ fn keyed(c: &mut Criterion, group: &str, picks: &[u64]) {
     });
 
     let engine = Engine::new(Policy::from_toml("bench.toml", ONE_LIMIT).unwrap());
-    let (method, headers) = (Method::GET, HeaderMap::new());
-    let decide = |peer: IpAddr| {
-        let req = RequestInfo {
-            method: &method,
-            path: "/",
-            headers: &headers,
-            peer: Some(peer),
-            cost: None,
-        };
-        // Read in place, as the tower layer does (a `match` on the answer):
-        // the verdict is not moved again to be read.
-        matches!(
-            engine.decide_now(&req),
-            Some(Ok(sluice_policy::Verdict { allowed: true, .. }))
-        )
-    };
+    let headers = HeaderMap::new();
+    let decide = |peer: IpAddr| admits(&engine, &headers, peer);
     for k in 0..KEYS {
         decide(ip(k));
     }

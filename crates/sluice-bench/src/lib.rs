@@ -60,6 +60,24 @@ burst = 1000
     /// The number of distinct clients.
     pub const KEYS: u64 = 100_000;
 
+    /// Whether `engine` admits a `GET /` from `peer` with `headers`: its
+    /// public decision call, the answer read in place as the tower layer
+    /// does (a `match` on it: the verdict is not moved again to be read).
+    #[inline(always)]
+    pub fn admits(engine: &sluice_policy::Engine, headers: &http::HeaderMap, peer: IpAddr) -> bool {
+        let req = sluice_policy::RequestInfo {
+            method: &http::Method::GET,
+            path: "/",
+            headers,
+            peer: Some(peer),
+            cost: None,
+        };
+        matches!(
+            engine.decide_now(&req),
+            Some(Ok(sluice_policy::Verdict { allowed: true, .. }))
+        )
+    }
+
     /// Client `k`'s address: 10.0.0.0/8 holds 2^24 addresses, every key
     /// its own.
     pub fn ip(k: u64) -> IpAddr {

@@ -25,10 +25,10 @@ use std::net::IpAddr;
 use std::num::NonZeroU32;
 
 use governor::{Quota, RateLimiter};
-use http::{HeaderMap, Method};
-use sluice_bench::engine_workload::{KEYS, ONE_GLOBAL, ONE_LIMIT, ip};
+use http::HeaderMap;
+use sluice_bench::engine_workload::{KEYS, ONE_GLOBAL, ONE_LIMIT, admits, ip};
 use sluice_bench::{uniform_keys, zipf_keys};
-use sluice_policy::{Engine, Policy, RequestInfo};
+use sluice_policy::{Engine, Policy};
 
 const COUNTED: usize = 200_000;
 
@@ -54,36 +54,10 @@ fn main() {
     let warm: Vec<IpAddr> = (0..KEYS).map(ip).collect();
 
     let engine = Engine::new(Policy::from_toml("bench.toml", ONE_LIMIT).expect("config"));
-    let (method, headers) = (Method::GET, HeaderMap::new());
-    let engine_decide = |peer: IpAddr| {
-        let req = RequestInfo {
-            method: &method,
-            path: "/",
-            headers: &headers,
-            peer: Some(peer),
-            cost: None,
-        };
-        // Read in place, as the tower layer does (a `match` on the answer):
-        // the verdict is not moved again to be read.
-        matches!(
-            engine.decide_now(&req),
-            Some(Ok(sluice_policy::Verdict { allowed: true, .. }))
-        )
-    };
+    let headers = HeaderMap::new();
+    let engine_decide = |peer: IpAddr| admits(&engine, &headers, peer);
     let global = Engine::new(Policy::from_toml("bench.toml", ONE_GLOBAL).expect("config"));
-    let engine_global = |peer: IpAddr| {
-        let req = RequestInfo {
-            method: &method,
-            path: "/",
-            headers: &headers,
-            peer: Some(peer),
-            cost: None,
-        };
-        matches!(
-            global.decide_now(&req),
-            Some(Ok(sluice_policy::Verdict { allowed: true, .. }))
-        )
-    };
+    let engine_global = |peer: IpAddr| admits(&global, &headers, peer);
     let direct = RateLimiter::direct(quota);
     let governor_direct = |_: IpAddr| direct.check().is_ok();
     let by_key = RateLimiter::keyed(quota);
