@@ -18,9 +18,9 @@ pub(super) struct Compiled {
     /// The delay queue of each `on_limit = "delay"` limit, by index: the
     /// requests it holds on this instance, which `max_queue` bounds.
     pub(super) gates: Vec<Option<Arc<DelayQueue>>>,
-    /// The policy's one limit, when it is decided alone
-    /// ([`lone`](super::lone)).
-    pub(super) lone: Option<super::lone::Lone>,
+    /// The policy's limits, when every request meets them alike
+    /// ([`alike`](super::alike)).
+    pub(super) alike: Option<super::alike::Alike>,
 }
 
 impl Compiled {
@@ -55,7 +55,7 @@ impl Compiled {
             })
             .collect();
         Self {
-            lone: super::lone::Lone::of(&policy, hasher),
+            alike: super::alike::Alike::of(&policy, hasher),
             policy: Arc::new(policy),
             counters,
             gates,

@@ -4,19 +4,19 @@
 //!
 //! - `plan.rs`: which limits apply to a request, under which keys;
 //! - `decide.rs`: the one decision path (classes, delay, credits, shadow);
-//! - `lone.rs`: that path's steps for a policy of one limit met alike
-//!   (the usual deployment), without a plan;
+//! - `alike.rs`: that path's steps for a policy whose limits every
+//!   request meets alike (the usual small deployment), without a plan;
 //! - `charges.rs`: limits an adapter matched itself (Envoy descriptors);
 //! - `credits.rs`: burst credits; `carry.rs`: carry-over between plans;
 //! - `verdict.rs`: what the engine answers; `outcome.rs`: how a request
 //!   ends.
 
+mod alike;
 mod carry;
 mod charges;
 mod compiled;
 mod credits;
 mod decide;
-mod lone;
 mod outcome;
 mod plan;
 mod verdict;
@@ -250,7 +250,7 @@ impl<C: Clock> Engine<C> {
     /// decided. For callers that avoid a future where they can (the tower
     /// layer), and synchronous ones (the simulator). The same steps as
     /// `decide`, without a future; a policy of one limit that every request
-    /// meets alike takes them without a plan (`lone.rs`).
+    /// meets alike takes them without a plan (`alike.rs`).
     #[inline]
     pub fn decide_now(&self, req: &RequestInfo<'_>) -> Option<Result<Verdict, DecideError>> {
         if !self.at_once {
@@ -262,24 +262,34 @@ impl<C: Clock> Engine<C> {
         };
         // Guarded: nothing here outlives this call.
         let current = self.current.load();
-        // A lone limit has no `match`: the path was only checked.
-        if let Some(lone) = &current.lone
-            && let Some(decided) = self.decide_lone(&current, lone, req)
+        // A limit met alike has no `match`: the path was only checked.
+        if let Some(alike::Alike::One(met)) = &current.alike
+            && let Some(decided) = self.decide_one_alike(&current, met, req)
         {
             return Some(decided);
         }
-        let req = &RequestInfo {
-            path: &path,
-            ..*req
-        };
+        self.decide_planned_now(&current, &path, req)
+    }
+
+    /// The rest of [`decide_now`](Self::decide_now): several limits met
+    /// alike, or a plan. Out of line, so that the usual request's frame
+    /// holds one answer.
+    #[inline(never)]
+    fn decide_planned_now(
+        &self,
+        current: &Compiled,
+        path: &str,
+        req: &RequestInfo<'_>,
+    ) -> Option<Result<Verdict, DecideError>> {
+        if let Some(alike::Alike::All(all)) = &current.alike
+            && let Some(decided) = self.decide_all_alike(current, all, req)
+        {
+            return Some(decided);
+        }
+        let req = &RequestInfo { path, ..*req };
         let runtime = self.runtime_plans.in_force();
         let mut plan = Plan::new(current.policy.headers);
-        if let Err(e) = self.plan(
-            &current,
-            runtime.as_deref().map(Arc::as_ref),
-            req,
-            &mut plan,
-        ) {
+        if let Err(e) = self.plan(current, runtime.as_deref().map(Arc::as_ref), req, &mut plan) {
             return Some(Err(e));
         }
         self.decide_plan_now(&plan)
