@@ -400,7 +400,7 @@ impl Policy {
     /// [`key_for`](Self::key_for)). The usual client, an IPv4 peer with no
     /// proxy trusted, has its address as its network and key: under a
     /// random hasher it is hashed from its bytes, without its text.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn key_id_for<E: From<MissingKey> + From<AmbiguousKey>>(
         &self,
         limit: &LimitDef,

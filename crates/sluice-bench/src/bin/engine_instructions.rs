@@ -12,7 +12,9 @@
 //! request: one key), `engine_single` (one client of the per-IP limit),
 //! `governor_keyed`, `governor_zipf`, `engine_zipf` (the same clients
 //! picked Zipf-like),
-//! `engine_keyed` (100,000 IPv4 clients, uniform), or `keyed_limiter`:
+//! `engine_keyed` (100,000 IPv4 clients, uniform), `engine_two` (the
+//! same clients under the tower-layer benchmark's two limits, per IP and
+//! per API key, one key for all), or `keyed_limiter`:
 //! the standalone `KeyedLimiter` on the same clients, the store part of
 //! a decision alone, for comparison; or `memory_store`: the memory
 //! store's check of one key id (the address's keyed id, then the table). Each does 100,000
@@ -58,6 +60,14 @@ fn main() {
     let engine_decide = |peer: IpAddr| admits(&engine, &headers, peer);
     let global = Engine::new(Policy::from_toml("bench.toml", ONE_GLOBAL).expect("config"));
     let engine_global = |peer: IpAddr| admits(&global, &headers, peer);
+    // Two limits, as the tower layer's benchmark has them: per client IP
+    // and per API key (every request with the same key).
+    let two = Engine::new(
+        Policy::from_toml("bench.toml", sluice_bench::layer_configs::TWO_LIMITS).expect("config"),
+    );
+    let mut with_key = HeaderMap::new();
+    with_key.insert("x-api-key", http::HeaderValue::from_static("bench-key"));
+    let engine_two = |peer: IpAddr| admits(&two, &with_key, peer);
     let direct = RateLimiter::direct(quota);
     let governor_direct = |_: IpAddr| direct.check().is_ok();
     let by_key = RateLimiter::keyed(quota);
@@ -93,13 +103,14 @@ fn main() {
         "engine_single" => (&engine_decide, &single),
         "governor_keyed" => (&governor_keyed, &keyed),
         "engine_keyed" => (&engine_decide, &keyed),
+        "engine_two" => (&engine_two, &keyed),
         "governor_zipf" => (&governor_keyed, &zipf),
         "engine_zipf" => (&engine_decide, &zipf),
         "keyed_limiter" => (&keyed_limiter, &keyed),
         "memory_store" => (&memory_store, &keyed),
         _ => {
             eprintln!(
-                "usage: engine_instructions governor_direct|engine_global|engine_single|governor_keyed|engine_keyed|governor_zipf|engine_zipf|keyed_limiter|memory_store"
+                "usage: engine_instructions governor_direct|engine_global|engine_single|governor_keyed|engine_keyed|engine_two|governor_zipf|engine_zipf|keyed_limiter|memory_store"
             );
             std::process::exit(2);
         }
