@@ -40,6 +40,38 @@ fn measured(seq: &[IpAddr], decide: &dyn Fn(IpAddr) -> bool) -> usize {
     seq.iter().filter(|&&ip| decide(black_box(ip))).count()
 }
 
+/// The store part of a decision alone, on the same limit: the standalone
+/// `KeyedLimiter`, and the memory store's check of the address's keyed id.
+type Check = Box<dyn Fn(IpAddr) -> bool>;
+
+fn store_checks() -> (Check, Check) {
+    let spec = sluice_core::LimitSpec {
+        algorithm: sluice_core::AlgorithmKind::Gcra,
+        rate: sluice_core::Rate::per_second(1000),
+        burst: 1000,
+        nodelay: false,
+    };
+    let standalone =
+        sluice_store::KeyedLimiter::<IpAddr>::new(&spec, 1_000_000).expect("a valid limit");
+    let keyed_limiter = move |ip: IpAddr| standalone.check(&ip, 1).is_ok_and(|d| d.allowed);
+    let store = sluice_store::MemoryStore::new(sluice_store::MemoryStoreConfig::default());
+    let limit = store.limit("bench", spec.build().expect("a valid limit"));
+    let hasher = sluice_store::KeyHasher::random();
+    let memory_store = move |ip: IpAddr| {
+        let key = match ip {
+            IpAddr::V4(v4) => hasher.key_id_v4(v4, || ip.to_string()),
+            IpAddr::V6(_) => hasher.key_id(&ip.to_string()),
+        };
+        let check = sluice_store::Check {
+            limit: &limit,
+            key,
+            cost: 1,
+        };
+        store.check_one(&check).is_ok_and(|d| d.allowed)
+    };
+    (Box::new(keyed_limiter), Box::new(memory_store))
+}
+
 fn main() {
     let workload = std::env::args().nth(1).unwrap_or_default();
     let quota = Quota::per_second(NonZeroU32::new(1000).unwrap_or(NonZeroU32::MIN))
@@ -72,30 +104,7 @@ fn main() {
     let governor_direct = |_: IpAddr| direct.check().is_ok();
     let by_key = RateLimiter::keyed(quota);
     let governor_keyed = |ip: IpAddr| by_key.check_key(&ip).is_ok();
-    let spec = sluice_core::LimitSpec {
-        algorithm: sluice_core::AlgorithmKind::Gcra,
-        rate: sluice_core::Rate::per_second(1000),
-        burst: 1000,
-        nodelay: false,
-    };
-    let standalone =
-        sluice_store::KeyedLimiter::<IpAddr>::new(&spec, 1_000_000).expect("a valid limit");
-    let keyed_limiter = |ip: IpAddr| standalone.check(&ip, 1).is_ok_and(|d| d.allowed);
-    let store = sluice_store::MemoryStore::new(sluice_store::MemoryStoreConfig::default());
-    let limit = store.limit("bench", spec.build().expect("a valid limit"));
-    let hasher = sluice_store::KeyHasher::random();
-    let memory_store = |ip: IpAddr| {
-        let key = match ip {
-            IpAddr::V4(v4) => hasher.key_id_v4(v4, || ip.to_string()),
-            IpAddr::V6(_) => hasher.key_id(&ip.to_string()),
-        };
-        let check = sluice_store::Check {
-            limit: &limit,
-            key,
-            cost: 1,
-        };
-        store.check_one(&check).is_ok_and(|d| d.allowed)
-    };
+    let (keyed_limiter, memory_store) = store_checks();
 
     let (decide, seq): (&dyn Fn(IpAddr) -> bool, &[IpAddr]) = match workload.as_str() {
         "governor_direct" => (&governor_direct, &single),
@@ -106,8 +115,8 @@ fn main() {
         "engine_two" => (&engine_two, &keyed),
         "governor_zipf" => (&governor_keyed, &zipf),
         "engine_zipf" => (&engine_decide, &zipf),
-        "keyed_limiter" => (&keyed_limiter, &keyed),
-        "memory_store" => (&memory_store, &keyed),
+        "keyed_limiter" => (&*keyed_limiter, &keyed),
+        "memory_store" => (&*memory_store, &keyed),
         _ => {
             eprintln!(
                 "usage: engine_instructions governor_direct|engine_global|engine_single|governor_keyed|engine_keyed|engine_two|governor_zipf|engine_zipf|keyed_limiter|memory_store"
