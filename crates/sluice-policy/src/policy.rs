@@ -328,20 +328,6 @@ impl Policy {
         runtime: impl Fn(&str) -> Option<&'p str>,
         mut visit: impl FnMut(&Applied<'p>) -> Result<(), E>,
     ) -> Result<(), E> {
-        if self.alike {
-            // No plan, cost rule or `match` to weigh: the global limits,
-            // each under its key.
-            for &i in &self.global {
-                let limit = &self.limits[i];
-                visit(&Applied {
-                    limit,
-                    index: i,
-                    key: self.key_for::<E>(limit, req)?,
-                    cost: req.cost.unwrap_or(limit.cost),
-                })?;
-            }
-            return Ok(());
-        }
         let client_key = match &self.client_key {
             Some(source) => key_of(source, req, &self.trusted)?,
             None => None,
@@ -398,8 +384,9 @@ impl Policy {
 impl Policy {
     /// The keyed hash of the key a limit counts a request by (see
     /// [`key_for`](Self::key_for)). The usual client, an IPv4 peer with no
-    /// proxy trusted, has its address as its network and key: under a
-    /// random hasher it is hashed from its bytes, without its text.
+    /// proxy trusted, has its address as its network and key (as `key_of`
+    /// says): under a random hasher it is hashed from its bytes, without
+    /// its text.
     #[inline(always)]
     pub(crate) fn key_id_for<E: From<MissingKey> + From<AmbiguousKey>>(
         &self,
@@ -442,6 +429,9 @@ fn key_of<'a>(
     Ok(match source {
         KeySource::Global => Some(KeyText::Borrowed("")),
         KeySource::Ip => req.peer.map(|peer| match peer {
+            // The usual client: an IPv4 peer, no proxy trusted. Its network
+            // is its address (the rule `Policy::key_id_for` takes a short
+            // cut by).
             std::net::IpAddr::V4(_) if trusted.is_empty() => KeyText::ip(peer),
             _ => KeyText::net(trusted.client_net(peer, req.headers)),
         }),

@@ -67,9 +67,7 @@ impl Alike {
 
 impl<C: Clock> Engine<C> {
     /// Decides a request under a policy's one limit met alike, on a store
-    /// that answers at once: `None` if it did not. The steps of
-    /// [`check_of`](Self::check_of), written out: its `Result` would be
-    /// moved on the usual request.
+    /// that answers at once: `None` if it did not.
     #[inline(always)]
     pub(super) fn decide_one_alike(
         &self,
@@ -77,31 +75,17 @@ impl<C: Clock> Engine<C> {
         met: &Met,
         req: &RequestInfo<'_>,
     ) -> Option<Result<Verdict, DecideError>> {
-        let policy = &current.policy;
-        let def = &policy.limits[met.index];
-        let key = match met.key {
-            Some(key) => key,
-            None => match policy.key_id_for::<DecideError>(def, req, &self.hasher) {
-                Ok(key) => key,
-                Err(e) => return Some(Err(e)),
-            },
-        };
-        let cost = req.cost.unwrap_or(def.cost);
-        if let Some(e) = too_costly(&def.limit, cost) {
-            return Some(Err(e));
-        }
-        let check = Check {
-            counter: &current.counters[met.index],
-            key,
-            cost,
-            reserve: 0,
+        let def = &current.policy.limits[met.index];
+        let check = match self.check_of(current, met, req) {
+            Ok(check) => check,
+            Err(e) => return Some(Err(e)),
         };
         Some(match self.store.check_one_now(&check)? {
             Ok(d) => Ok(Verdict::one(
-                policy.headers,
-                LimitResult::of(&def.limit, key, d),
+                current.policy.headers,
+                LimitResult::of(&def.limit, check.key, d),
             )),
-            Err(e) => Err(DecideError::from(e).naming(&def.limit.name)),
+            Err(e) => Err(DecideError::from_store(e, [(&def.limit, check.cost)])),
         })
     }
 
@@ -130,12 +114,8 @@ impl<C: Clock> Engine<C> {
         let checked = match pending.ready_mut()? {
             Ok(c) => c,
             Err(e) => {
-                // Named as the general path names it: the first limit asked
-                // for more than its bucket.
-                let over = (0..checks.len())
-                    .find(|&i| checks[i].cost > limit(i).counter().spec().burst)
-                    .map_or("", |i| &*limit(i).name);
-                return Some(Err(DecideError::from(e.clone()).naming(over)));
+                let asked = (0..checks.len()).map(|i| (limit(i), checks[i].cost));
+                return Some(Err(DecideError::from_store(e.clone(), asked)));
             }
         };
         let mut results = Results::new();

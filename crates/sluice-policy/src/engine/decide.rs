@@ -173,7 +173,7 @@ impl<C: Clock> Engine<C> {
             };
             // As `settled`, for one limit decided by the store itself.
             if d.allowed || stands(p, &d, false) {
-                return Some(Ok(plan.verdict_one(p, d)));
+                return Some(Ok(Verdict::one(plan.style, p.result(d))));
             }
             // Refused, and a delay or credits may yet admit it: the rest
             // of the path, from this first round.
@@ -339,16 +339,6 @@ pub(super) fn named(
     plan: &Plan<'_>,
     asked: impl Fn(usize) -> u64,
 ) -> DecideError {
-    let mut err = DecideError::from(e);
-    if let DecideError::Impossible { limit, .. } = &mut err
-        && limit.is_empty()
-        && let Some((_, p)) = plan
-            .enforced
-            .iter()
-            .enumerate()
-            .find(|(i, p)| asked(*i) > p.limit.counter().spec().burst)
-    {
-        *limit = p.limit.name.to_string();
-    }
-    err
+    let limits = plan.enforced.iter().enumerate();
+    DecideError::from_store(e, limits.map(|(i, p)| (p.limit, asked(i))))
 }

@@ -138,13 +138,6 @@ impl Plan<'_> {
         self.verdict_of(&checked, shadow)
     }
 
-    /// The verdict of a plan of one enforced limit and no shadowed one,
-    /// decided `d` by the store itself.
-    #[inline(always)]
-    pub(super) fn verdict_one(&self, p: &Planned<'_>, d: Decision) -> Verdict {
-        Verdict::one(self.style, p.result(d))
-    }
-
     /// The verdict of a decided plan: its enforced limits' results, and
     /// its shadowed ones'.
     #[inline(always)]

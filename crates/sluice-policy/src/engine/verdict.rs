@@ -186,15 +186,23 @@ pub enum DecideError {
 }
 
 impl DecideError {
-    /// A store's refusal of an impossible check, with `limit` named where
-    /// the store named none.
-    pub(crate) fn naming(mut self, name: &str) -> Self {
-        if let Self::Impossible { limit, .. } = &mut self
+    /// A store's refusal of checks it can never admit, with the limit named
+    /// where the store named none: the first of `asked` (each limit, with
+    /// the cost asked of it and its reserve) asked for more than its bucket.
+    pub(crate) fn from_store<'l>(
+        e: sluice_store::seam::StoreError,
+        asked: impl IntoIterator<Item = (&'l crate::limit::Limit, u64)>,
+    ) -> Self {
+        let mut err = Self::from(e);
+        if let Self::Impossible { limit, .. } = &mut err
             && limit.is_empty()
+            && let Some((l, _)) = asked
+                .into_iter()
+                .find(|(l, cost)| *cost > l.counter().spec().burst)
         {
-            *limit = name.to_owned();
+            *limit = l.name.to_string();
         }
-        self
+        err
     }
 }
 
