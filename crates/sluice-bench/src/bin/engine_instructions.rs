@@ -17,7 +17,8 @@
 //! per API key, one key for all), or `keyed_limiter`:
 //! the standalone `KeyedLimiter` on the same clients, the store part of
 //! a decision alone, for comparison; or `memory_store`: the memory
-//! store's check of one key id (the address's keyed id, then the table). Each does 100,000
+//! store's check of one key id as the engine asks it (the address's keyed
+//! id, then `Store::check_one_now` on a registered counter). Each does 100,000
 //! warm-up decisions (every key once) outside the counted function, then
 //! 200,000 inside it: the instructions per decision are callgrind's total
 //! over 200,000.
@@ -54,20 +55,25 @@ fn store_checks() -> (Check, Check) {
     let standalone =
         sluice_store::KeyedLimiter::<IpAddr>::new(&spec, 1_000_000).expect("a valid limit");
     let keyed_limiter = move |ip: IpAddr| standalone.check(&ip, 1).is_ok_and(|d| d.allowed);
+    // Through the seam, as the engine asks it: a registered counter and
+    // `check_one_now`.
     let store = sluice_store::MemoryStore::new(sluice_store::MemoryStoreConfig::default());
-    let limit = store.limit("bench", spec.build().expect("a valid limit"));
+    let def = sluice_store::seam::CounterDef::new("bench", spec).expect("a valid limit");
+    let counter = sluice_store::seam::Store::counter(&store, def);
     let hasher = sluice_store::KeyHasher::random();
     let memory_store = move |ip: IpAddr| {
         let key = match ip {
             IpAddr::V4(v4) => hasher.key_id_v4(v4, || ip.to_string()),
             IpAddr::V6(_) => hasher.key_id(&ip.to_string()),
         };
-        let check = sluice_store::Check {
-            limit: &limit,
+        let check = sluice_store::seam::Check {
+            counter: &counter,
             key,
             cost: 1,
+            reserve: 0,
         };
-        store.check_one(&check).is_ok_and(|d| d.allowed)
+        let answer = sluice_store::seam::Store::check_one_now(&store, &check);
+        matches!(answer, Some(Ok(d)) if d.allowed)
     };
     (Box::new(keyed_limiter), Box::new(memory_store))
 }
