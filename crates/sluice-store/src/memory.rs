@@ -199,11 +199,30 @@ impl<C: Clock> MemoryStore<C> {
         if let Some(limit) = existing.filter(|l| l.limiter() == limiter) {
             return limit;
         }
+        Self::create(&mut reg, id, limiter, self.shards, self.config.max_keys)
+    }
+
+    /// A new state for the limit with identity `id`, empty even while an
+    /// earlier one lives: from now on [`limit`](Self::limit) gives this
+    /// one for `id`. A reload takes it for a limit the replaced policy did
+    /// not have, so that no leftover handle brings old counts back.
+    pub fn fresh_limit(&self, id: &str, limiter: Limiter) -> Arc<Limit> {
+        let mut reg = self.limits.lock();
+        Self::create(&mut reg, id, limiter, self.shards, self.config.max_keys)
+    }
+
+    fn create(
+        reg: &mut Registry,
+        id: &str,
+        limiter: Limiter,
+        shards: usize,
+        max_keys: usize,
+    ) -> Arc<Limit> {
         reg.next_serial += 1;
         let limit = Arc::new(Limit {
             id: id.to_owned(),
             serial: reg.next_serial,
-            table: AnyTable::new(limiter, self.shards, self.config.max_keys),
+            table: AnyTable::new(limiter, shards, max_keys),
         });
         reg.by_id.retain(|_, w| w.strong_count() > 0);
         reg.by_id.insert(id.to_owned(), Arc::downgrade(&limit));

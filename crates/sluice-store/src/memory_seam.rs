@@ -21,6 +21,11 @@ impl<C: Clock + Send + Sync + 'static> Store for MemoryStore<C> {
         Counter::new(def, Slot::new(limit))
     }
 
+    fn fresh_counter(&self, def: CounterDef) -> Counter {
+        let limit = self.fresh_limit(def.id(), *def.limiter());
+        Counter::new(def, Slot::new(limit))
+    }
+
     #[inline]
     fn check<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>> {
         Pending::ready(self.decide_now(checks))

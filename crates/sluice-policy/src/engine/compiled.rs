@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use sluice_store::KeyHasher;
-use sluice_store::seam::{Counter, Store};
+use sluice_store::seam::{Counter, CounterDef, Store};
 
 use crate::delay_queue::DelayQueue;
 use crate::policy::Policy;
@@ -24,10 +24,11 @@ pub(super) struct Compiled {
 }
 
 impl Compiled {
-    /// Registers a policy's limits with `store`; delay queues of limits
-    /// whose identity is unchanged from `old` carry over with the requests
-    /// they hold. A limit whose identity is unchanged keeps its counts (the
-    /// store gives the same state to the same definition while it lives).
+    /// Registers a policy's limits with `store`; the counters and delay
+    /// queues of limits whose identity is unchanged from `old` carry over
+    /// with their counts and the requests they hold. The others start
+    /// fresh, even if a copy of an earlier policy still holds them
+    /// ([`current`](super::current)).
     pub(super) fn new(
         policy: Policy,
         store: &dyn Store,
@@ -37,7 +38,7 @@ impl Compiled {
         let counters = policy
             .limits()
             .iter()
-            .map(|def| store.counter(def.limit.counter().clone()))
+            .map(|def| counter(store, def.limit.counter(), old))
             .collect();
         let gates = policy
             .limits()
@@ -60,5 +61,18 @@ impl Compiled {
             counters,
             gates,
         }
+    }
+}
+
+/// The counter of limit `def`: `old`'s own if it has one of it; else new,
+/// on a reload, or the store's, for a first policy (which shares the
+/// state of engines on the same store).
+fn counter(store: &dyn Store, def: &CounterDef, old: Option<&Compiled>) -> Counter {
+    let Some(old) = old else {
+        return store.counter(def.clone());
+    };
+    match old.counters.iter().find(|c| c.def() == def) {
+        Some(kept) => kept.clone(),
+        None => store.fresh_counter(def.clone()),
     }
 }

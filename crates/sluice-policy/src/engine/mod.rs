@@ -16,6 +16,7 @@ mod carry;
 mod charges;
 mod compiled;
 mod credits;
+mod current;
 mod decide;
 mod outcome;
 mod plan;
@@ -25,8 +26,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-
-use arc_swap::ArcSwap;
 
 use sluice_core::{Clock, SystemClock};
 use sluice_store::seam::{PlansSink, RemoteHealth, RuntimeStore, Store};
@@ -74,7 +73,7 @@ pub use verdict::{
 /// ([`Engine::replace_policy`]): each decision reads one policy from start to
 /// end, and limits whose definition did not change keep their counters.
 pub struct Engine<C: Clock = SystemClock> {
-    current: ArcSwap<Compiled>,
+    current: current::Current,
     /// Plans assigned at run time, by client key id; they beat the
     /// config's. With a shared runtime store, a mirror of its assignments.
     runtime_plans: RuntimePlansCell,
@@ -156,7 +155,7 @@ impl<C: Clock> Engine<C> {
         // for `decide_now` to finish what it starts.
         let at_once = store.answers_at_once() && runtime.answers_at_once();
         Self {
-            current: ArcSwap::from_pointee(compiled),
+            current: current::Current::new(compiled),
             runtime_plans: RuntimePlansCell::new(plans),
             store,
             runtime,
@@ -218,9 +217,8 @@ impl<C: Clock> Engine<C> {
     /// and definition) is unchanged keeps its counters; a new or changed one
     /// starts fresh.
     pub fn replace_policy(&self, policy: Policy) {
-        let old = self.current.load_full();
-        let compiled = Compiled::new(policy, self.store.as_ref(), &self.hasher, Some(&old));
-        self.current.store(Arc::new(compiled));
+        self.current
+            .replace(|old| Compiled::new(policy, self.store.as_ref(), &self.hasher, Some(old)));
     }
 
     /// Decides a request over every limit that applies to it.
@@ -260,15 +258,16 @@ impl<C: Clock> Engine<C> {
             Ok(p) => p,
             Err(e) => return Some(Err(e.into())),
         };
-        // Guarded: nothing here outlives this call.
-        let current = self.current.load();
-        // A limit met alike has no `match`: the path was only checked.
-        if let Some(alike::Alike::One(met)) = &current.alike
-            && let Some(decided) = self.decide_one_alike(&current, met, req)
-        {
-            return Some(decided);
-        }
-        self.decide_planned_now(&current, &path, req)
+        // This thread's copy: nothing here outlives this call.
+        self.current.with(|current| {
+            // A limit met alike has no `match`: the path was only checked.
+            if let Some(alike::Alike::One(met)) = &current.alike
+                && let Some(decided) = self.decide_one_alike(current, met, req)
+            {
+                return Some(decided);
+            }
+            self.decide_planned_now(current, &path, req)
+        })
     }
 
     /// The rest of [`decide_now`](Self::decide_now): several limits met

@@ -42,3 +42,59 @@ fn a_limit_changed_and_changed_back_starts_fresh() {
     assert!(allowed(&e), "the limit brought back starts fresh");
     assert!(!allowed(&e));
 }
+
+#[test]
+fn a_limit_brought_back_starts_fresh_while_another_thread_holds_the_old_policy() {
+    let store = MemoryStore::with_clock(MemoryStoreConfig::default(), ManualClock::new(1 << 50));
+    let e = Arc::new(Engine::with_store(
+        policy(ONE),
+        Arc::new(store),
+        KeyHasher::random(),
+    ));
+    assert!(allowed(&e));
+    // Another thread decides on the first policy, then waits: its copy of
+    // that policy lives on while the policy is replaced twice.
+    let (decided, go_on) = (
+        std::sync::mpsc::channel::<()>(),
+        std::sync::mpsc::channel::<()>(),
+    );
+    let other = {
+        let e = Arc::clone(&e);
+        std::thread::spawn(move || {
+            assert!(!allowed(&e), "the burst of one is spent");
+            decided.0.send(()).unwrap();
+            go_on.1.recv().unwrap();
+            // Its next decision reads the policy in force now.
+            allowed(&e)
+        })
+    };
+    decided.1.recv().unwrap();
+    e.replace_policy(policy(&ONE.replace("1/min", "2/min")));
+    e.replace_policy(policy(ONE));
+    assert!(allowed(&e), "the limit brought back starts fresh");
+    go_on.0.send(()).unwrap();
+    assert!(
+        !other.join().unwrap(),
+        "the other thread decides on the new counts"
+    );
+}
+
+#[test]
+fn engines_deciding_on_one_thread_each_keep_their_own_policy() {
+    let engine = |toml: &str| {
+        let store =
+            MemoryStore::with_clock(MemoryStoreConfig::default(), ManualClock::new(1 << 50));
+        Engine::with_store(policy(toml), Arc::new(store), KeyHasher::random())
+    };
+    let (one, three) = (engine(ONE), engine(&ONE.replace("burst = 1", "burst = 3")));
+    let mut admitted = (0, 0);
+    for _ in 0..5 {
+        admitted.0 += usize::from(allowed(&one));
+        admitted.1 += usize::from(allowed(&three));
+    }
+    assert_eq!(admitted, (1, 3));
+    // A reload of one is seen by it, on this thread, at once.
+    one.replace_policy(policy(&ONE.replace("burst = 1", "burst = 2")));
+    let again = (0..5).filter(|_| allowed(&one)).count();
+    assert_eq!(again, 2, "a changed limit starts fresh, with its new burst");
+}

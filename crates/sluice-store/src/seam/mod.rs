@@ -69,6 +69,16 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// gets the same state (a reload keeps unchanged limits' counts).
     fn counter(&self, def: CounterDef) -> Counter;
 
+    /// Registers a counter whose state is new: never an earlier
+    /// registration's, even one still alive. A reload registers so the
+    /// limits the policy it replaces did not have (a removed limit may
+    /// live on for a while in a copy a thread keeps), and takes the others
+    /// from that policy. A store whose state is named by the definition
+    /// alone (Redis) gives what [`counter`](Self::counter) gives.
+    fn fresh_counter(&self, def: CounterDef) -> Counter {
+        self.counter(def)
+    }
+
     /// Decides every check together, all or nothing.
     fn check<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>>;
 
