@@ -116,6 +116,38 @@ impl AtomicGcra {
         high: Option<&W>,
         cost: u64,
     ) -> Result<Raw, CheckError> {
+        let increment = self.increment(cost)?;
+        let mut current = tat.load(Ordering::Acquire);
+        loop {
+            let now = high.map_or(now, |h| now.max(h.load(Ordering::Relaxed)));
+            let raw = self.turn(current, now, increment);
+            if !raw.allowed || cost == 0 {
+                return Ok(raw);
+            }
+            match tat.compare_exchange_weak(
+                current,
+                now + raw.ahead,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(raw),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// The admission of `cost` at `now` on a TAT of `current` (0 for a key
+    /// not held) that no one else can move (under an exclusive lock):
+    /// [`commit`](Self::commit)'s decision, with nothing committed. An
+    /// admitted request's TAT is then [`Raw::tat`].
+    #[inline(always)]
+    pub(crate) fn decide(&self, current: Nanos, now: Nanos, cost: u64) -> Result<Raw, CheckError> {
+        Ok(self.turn(current, now, self.increment(cost)?))
+    }
+
+    /// How far `cost` moves the TAT; a cost beyond the burst is an error.
+    #[inline(always)]
+    fn increment(&self, cost: u64) -> Result<u64, CheckError> {
         if cost > self.burst {
             return Err(CheckError::CostExceedsCapacity {
                 cost,
@@ -123,40 +155,26 @@ impl AtomicGcra {
             });
         }
         // cost <= burst, so cost * interval <= cap: no overflow.
-        let increment = cost * self.interval;
-        let mut current = tat.load(Ordering::Acquire);
-        loop {
-            let now = high.map_or(now, |h| now.max(h.load(Ordering::Relaxed)));
-            let base = current.max(now);
-            let ahead = base.saturating_add(increment) - now;
-            if ahead > self.cap {
-                return Ok(Raw {
-                    allowed: false,
-                    used: base - now,
-                    ahead,
-                });
+        Ok(cost * self.interval)
+    }
+
+    /// One turn of the decision: admitted if the TAT moved by `increment`
+    /// stays within `cap` of now.
+    #[inline(always)]
+    fn turn(&self, current: Nanos, now: Nanos, increment: u64) -> Raw {
+        let base = current.max(now);
+        let ahead = base.saturating_add(increment) - now;
+        if ahead > self.cap {
+            Raw {
+                allowed: false,
+                used: base - now,
+                ahead,
             }
-            if cost == 0 {
-                return Ok(Raw {
-                    allowed: true,
-                    used: 0,
-                    ahead,
-                });
-            }
-            match tat.compare_exchange_weak(
-                current,
-                now + ahead,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    return Ok(Raw {
-                        allowed: true,
-                        used: 0,
-                        ahead,
-                    });
-                }
-                Err(actual) => current = actual,
+        } else {
+            Raw {
+                allowed: true,
+                used: 0,
+                ahead,
             }
         }
     }
@@ -194,4 +212,18 @@ pub(crate) struct Raw {
     used: Nanos,
     /// How far the TAT would be (or is, once admitted) ahead of now.
     ahead: Nanos,
+}
+
+impl Raw {
+    /// Whether the request was admitted.
+    #[inline(always)]
+    pub(crate) fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The TAT of an admitted request decided at `now`.
+    #[inline(always)]
+    pub(crate) fn tat(&self, now: Nanos) -> Nanos {
+        now + self.ahead
+    }
 }

@@ -27,7 +27,7 @@ use std::sync::atomic::Ordering;
 use sluice_core::algorithms::gcra::GcraState;
 use sluice_core::{Algorithm, CheckError, Decision, Gcra, Nanos, Outcome};
 
-use crate::atomic_gcra::AtomicGcra;
+use crate::atomic_gcra::{AtomicGcra, Raw};
 use crate::key::KeyId;
 use crate::sync::{AtomicU64, RwLock, RwLockWriteGuard};
 use crate::table::{KeyMap, make_room};
@@ -165,6 +165,52 @@ impl AtomicTable {
     }
 }
 
+/// One of two checks decided together on GCRA tables, with its shard held
+/// exclusively: the table, its shard, the key and the cost.
+pub(crate) type Held<'a, 'g> = (&'a AtomicTable, &'g mut TatMap, KeyId, u64);
+
+/// Two checks on GCRA tables (on different shards) decided together, all
+/// or nothing, at `now`, with both shards held exclusively (the caller
+/// takes the locks in order and advances both to `now`): the steps of the
+/// memory store's group decision (each peeked, both committed if both
+/// admit, else each answered as it stands), on the words themselves.
+/// Returns whether the request was admitted and each check's decision.
+pub(crate) fn decide_pair(
+    a: Held<'_, '_>,
+    b: Held<'_, '_>,
+    now: Nanos,
+) -> Result<(bool, Decision, Decision), CheckError> {
+    let ra = a.0.fast.decide(a.1.tat_of(a.2), now, a.3)?;
+    let rb = b.0.fast.decide(b.1.tat_of(b.2), now, b.3)?;
+    let allowed = ra.allowed() && rb.allowed();
+    Ok((
+        allowed,
+        settle(a, ra, allowed, now),
+        settle(b, rb, allowed, now),
+    ))
+}
+
+/// One check's decision once its group's fate is known: committed when
+/// the request is admitted; when it is not, the refusal, or (for a check
+/// that would have admitted it) the key as it stands, uncharged.
+fn settle(held: Held<'_, '_>, raw: Raw, allowed: bool, now: Nanos) -> Decision {
+    let (table, map, key, cost) = held;
+    if allowed {
+        if cost > 0 {
+            map.store_tat(key.low(), raw.tat(now), now, table.per_shard_cap);
+        }
+        table.fast.decision(raw)
+    } else if raw.allowed() {
+        // Cost 0 is within every burst.
+        table
+            .fast
+            .decide(map.tat_of(key), now, 0)
+            .map_or_else(|_| table.fast.decision(raw), |r| table.fast.decision(r))
+    } else {
+        table.fast.decision(raw)
+    }
+}
+
 /// A TAT as GCRA's state (a scale of 1: nanoseconds).
 fn state(tat: &AtomicU64) -> GcraState {
     GcraState::from_tat(u128::from(tat.load(Ordering::Acquire)))
@@ -245,6 +291,24 @@ impl TatMap {
                 tat.store(word(&s), Ordering::Release);
             }
             None => self.insert(key.low(), word(&update), now, cap),
+        }
+    }
+
+    /// A key's TAT under the exclusive lock: 0 (long past) for a key not
+    /// held.
+    #[inline]
+    fn tat_of(&self, key: KeyId) -> Nanos {
+        self.map
+            .get(&key.low())
+            .map_or(0, |tat| tat.load(Ordering::Relaxed))
+    }
+
+    /// Stores an admitted request's TAT (under the exclusive lock).
+    #[inline]
+    fn store_tat(&mut self, key: u64, tat: Nanos, now: Nanos, cap: usize) {
+        match self.map.get(&key) {
+            Some(word) => word.store(tat, Ordering::Release),
+            None => self.insert(key, tat, now, cap),
         }
     }
 

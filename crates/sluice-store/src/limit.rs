@@ -6,8 +6,8 @@ use sluice_core::algorithms::gcra::GcraState;
 use sluice_core::algorithms::sliding_log::SlidingLogState;
 use sluice_core::algorithms::sliding_window::SlidingWindowState;
 use sluice_core::{
-    CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, Nanos, Outcome, SlidingLog,
-    SlidingWindow, TokenBucket, Update,
+    Algorithm, CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, Nanos, Outcome, Rate,
+    SlidingLog, SlidingWindow, TokenBucket, Update,
 };
 
 use crate::atomic_table::{AtomicTable, TatMap};
@@ -36,6 +36,9 @@ pub struct Limit {
     pub(crate) id: String,
     /// Orders locks across limits.
     pub(crate) serial: u64,
+    /// The algorithm it was registered with (its table may run an
+    /// equivalent one: [`AnyTable::new`]).
+    pub(crate) limiter: Limiter,
     pub(crate) table: AnyTable,
 }
 
@@ -47,7 +50,14 @@ impl Limit {
 
     /// The algorithm and parameters.
     pub fn limiter(&self) -> Limiter {
-        self.table.limiter()
+        self.limiter
+    }
+
+    /// Whether a check of one known key takes the fast design: one atomic
+    /// word per key under a shared lock (GCRA, and the algorithms that
+    /// decide as it does, with a whole-nanosecond emission interval).
+    pub fn is_lock_free(&self) -> bool {
+        matches!(self.table, AnyTable::AtomicGcra(_))
     }
 
     /// The number of keys held.
@@ -66,6 +76,18 @@ impl Limit {
     }
 }
 
+/// The GCRA that decides as `limiter` does, if it is GCRA or one of the
+/// algorithms equivalent to it.
+fn as_gcra(limiter: &Limiter) -> Option<Gcra> {
+    let (rate, burst) = match limiter {
+        Limiter::Gcra(g) => return Some(*g),
+        Limiter::TokenBucket(t) => (t.reduced_rate(), t.capacity()),
+        Limiter::LeakyBucket(l) if l.nodelay() => (l.reduced_rate(), l.capacity()),
+        _ => return None,
+    };
+    Gcra::new(Rate::new(rate.0, rate.1)?, burst).ok()
+}
+
 /// A table of any algorithm.
 #[derive(Debug)]
 pub(crate) enum AnyTable {
@@ -81,29 +103,21 @@ pub(crate) enum AnyTable {
 }
 
 impl AnyTable {
+    /// The table of `limiter`. GCRA, and the algorithms that decide
+    /// exactly as it does (the token bucket, the leaky bucket with
+    /// `nodelay`), take the fast design when their emission interval is a
+    /// whole number of nanoseconds ([`AtomicTable`]).
     pub(crate) fn new(limiter: Limiter, shards: usize, max_keys: usize) -> Self {
+        if let Some(t) = as_gcra(&limiter).and_then(|g| AtomicTable::new(g, shards, max_keys)) {
+            return Self::AtomicGcra(t);
+        }
         match limiter {
             Limiter::FixedWindow(a) => Self::FixedWindow(Table::new(a, shards, max_keys)),
             Limiter::SlidingLog(a) => Self::SlidingLog(Table::new(a, shards, max_keys)),
             Limiter::SlidingWindow(a) => Self::SlidingWindow(Table::new(a, shards, max_keys)),
             Limiter::TokenBucket(a) => Self::TokenBucket(Table::new(a, shards, max_keys)),
             Limiter::LeakyBucket(a) => Self::LeakyBucket(Table::new(a, shards, max_keys)),
-            Limiter::Gcra(a) => match AtomicTable::new(a, shards, max_keys) {
-                Some(t) => Self::AtomicGcra(t),
-                None => Self::Gcra(Table::new(a, shards, max_keys)),
-            },
-        }
-    }
-
-    pub(crate) fn limiter(&self) -> Limiter {
-        match self {
-            Self::FixedWindow(t) => Limiter::FixedWindow(*t.algorithm()),
-            Self::SlidingLog(t) => Limiter::SlidingLog(*t.algorithm()),
-            Self::SlidingWindow(t) => Limiter::SlidingWindow(*t.algorithm()),
-            Self::TokenBucket(t) => Limiter::TokenBucket(*t.algorithm()),
-            Self::LeakyBucket(t) => Limiter::LeakyBucket(*t.algorithm()),
-            Self::Gcra(t) => Limiter::Gcra(*t.algorithm()),
-            Self::AtomicGcra(t) => Limiter::Gcra(*t.algorithm()),
+            Limiter::Gcra(a) => Self::Gcra(Table::new(a, shards, max_keys)),
         }
     }
 

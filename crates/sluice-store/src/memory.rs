@@ -222,6 +222,7 @@ impl<C: Clock> MemoryStore<C> {
         let limit = Arc::new(Limit {
             id: id.to_owned(),
             serial: reg.next_serial,
+            limiter,
             table: AnyTable::new(limiter, shards, max_keys),
         });
         reg.by_id.retain(|_, w| w.strong_count() > 0);
@@ -293,6 +294,21 @@ impl<C: Clock> MemoryStore<C> {
         let now = self.clock.now().max(g1.high()).max(g2.high());
         g1.advance(now);
         g2.advance(now);
+        if let (Guard::AtomicGcra(t1, m1), Guard::AtomicGcra(t2, m2)) = (&mut g1, &mut g2) {
+            // Two GCRA limits (an IP guard and a key's token bucket, say):
+            // the same steps on the words themselves.
+            let (allowed, d1, d2) = crate::atomic_table::decide_pair(
+                (t1, m1, first.key, first.cost),
+                (t2, m2, second.key, second.cost),
+                now,
+            )?;
+            let decisions = if swapped {
+                smallvec::smallvec![d2, d1]
+            } else {
+                smallvec::smallvec![d1, d2]
+            };
+            return Ok(Checked { allowed, decisions });
+        }
         let o1 = g1.peek(first.key, now, first.cost)?;
         let o2 = g2.peek(second.key, now, second.cost)?;
         let allowed = o1.decision.allowed && o2.decision.allowed;

@@ -1,6 +1,8 @@
 //! The memory store's GCRA table (one atomic word per key under a shared
-//! lock, for whole-nanosecond intervals) against the reference: sluice-core's
-//! GCRA on one state, at the latest time the shard has seen. Single checks,
+//! lock, for whole-nanosecond intervals), which also runs the algorithms
+//! that decide as GCRA does (the token bucket, the leaky bucket with
+//! `nodelay`), against the reference: sluice-core's algorithm of the limit
+//! on one state, at the latest time the shard has seen. Single checks,
 //! all-or-nothing pairs with a token-bucket limit, refunds and peeks, on a
 //! manual clock that also steps back; every decision must be the model's.
 
@@ -8,7 +10,7 @@ use proptest::prelude::*;
 use sluice_core::{AlgorithmKind, Clock, Decision, LimitSpec, Limiter, Nanos, Rate, State};
 use sluice_store::{Check, KeyHasher, Limit};
 
-use crate::common::{limiter, store};
+use crate::common::{limiter, lock_free_cases, store};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -62,14 +64,14 @@ impl Model {
     }
 }
 
-fn run(rate: Rate, burst: u64, ops: &[Op]) {
+fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, ops: &[Op]) {
     use sluice_store::seam::{CounterDef, Store};
     let (store, clock) = store(1_000);
     let spec = LimitSpec {
-        algorithm: AlgorithmKind::Gcra,
+        algorithm,
         rate,
         burst,
-        nodelay: false,
+        nodelay: algorithm == AlgorithmKind::LeakyBucket,
     };
     let gcra = spec.build().unwrap();
     let bucket = limiter(AlgorithmKind::TokenBucket, Rate::per_second(5), 3);
@@ -143,11 +145,30 @@ fn run(rate: Rate, burst: u64, ops: &[Op]) {
     }
 }
 
+#[test]
+fn gcra_equivalents_with_whole_nanosecond_intervals_take_the_atomic_table() {
+    let (store, _) = store(100);
+    for (i, (s, lock_free)) in lock_free_cases().into_iter().enumerate() {
+        let limit = store.limit(&format!("limit-{i}"), s.build().unwrap());
+        assert_eq!(limit.is_lock_free(), lock_free, "{s:?}");
+        assert_eq!(
+            limit.limiter(),
+            s.build().unwrap(),
+            "reported as registered"
+        );
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn the_atomic_gcra_table_decides_as_gcra_does(
+    fn the_atomic_gcra_table_decides_as_the_limits_algorithm_does(
+        algorithm in prop_oneof![
+            Just(AlgorithmKind::Gcra),
+            Just(AlgorithmKind::TokenBucket),
+            Just(AlgorithmKind::LeakyBucket),
+        ],
         rate in prop_oneof![
             Just(Rate::per_second(10)),
             Just(Rate::per_second(1000)),
@@ -157,6 +178,6 @@ proptest! {
         ],
         (burst, ops) in (1..12u64).prop_flat_map(|b| (Just(b), prop::collection::vec(op(b), 1..60))),
     ) {
-        run(rate, burst, &ops);
+        run(algorithm, rate, burst, &ops);
     }
 }
