@@ -18,9 +18,16 @@
 //! The ledger is bounded: at most `max` (limit, key) entries. When it is
 //! full, admissions for new pairs are not recorded and are counted as
 //! dropped (`dropped`); a pair already owed keeps adding up.
+//!
+//! An entry taken to be charged is *out* until its charge ends: a refund of
+//! the key meanwhile is forgiven from it (up to its cost), and the charge
+//! then gives the store back what it took beyond what is still owed, or,
+//! if it failed, what is put back is owed less what was forgiven. Taken
+//! entries are held in [`Taken`], which puts back whatever was not charged
+//! however the charging ends (a timeout, or a dropped request).
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -49,10 +56,12 @@ impl Owed {
 /// docs.
 #[derive(Debug)]
 pub(crate) struct Ledger {
-    owed: Mutex<HashMap<(u64, KeyId), Owed>>,
+    state: Mutex<State>,
     /// Whether anything is owed: the one load a decision pays while nothing
     /// is.
     any: AtomicBool,
+    /// Whether any entry is out (taken to be charged).
+    any_out: AtomicBool,
     max: usize,
     /// Admissions not recorded because the ledger was full.
     pub(crate) dropped: AtomicU64,
@@ -60,19 +69,40 @@ pub(crate) struct Ledger {
     pub(crate) settled: AtomicU64,
 }
 
+/// The ledger's entries: owed, and out being charged.
+#[derive(Debug, Default)]
+struct State {
+    owed: HashMap<(u64, KeyId), Owed>,
+    out: HashMap<(u64, KeyId), Out>,
+}
+
+/// An entry out being charged: its cost, and how much of it refunds have
+/// forgiven since it was taken.
+#[derive(Debug, Clone, Copy)]
+struct Out {
+    cost: u64,
+    forgiven: u64,
+}
+
+/// The (limit tag, key) pair an entry is owed for.
+fn pair(o: &Owed) -> (u64, KeyId) {
+    (o.counter.def().tag(), o.key)
+}
+
 impl Ledger {
     /// An empty ledger of at most `max` (limit, key) entries.
     pub(crate) fn new(max: usize) -> Self {
         Self {
-            owed: Mutex::new(HashMap::new()),
+            state: Mutex::new(State::default()),
             any: AtomicBool::new(false),
+            any_out: AtomicBool::new(false),
             max: max.max(1),
             dropped: AtomicU64::new(0),
             settled: AtomicU64::new(0),
         }
     }
 
-    /// Whether anything is owed.
+    /// Whether anything is owed (entries out being charged aside).
     pub(crate) fn is_empty(&self) -> bool {
         !self.any.load(Ordering::Acquire)
     }
@@ -80,15 +110,21 @@ impl Ledger {
     /// Records what the fallback admitted: `(remote counter, key, cost)`
     /// for each check of a request.
     pub(crate) fn owe<'a>(&self, admitted: impl IntoIterator<Item = (&'a Counter, KeyId, u64)>) {
-        let mut owed = self.owed.lock();
+        let mut state = self.state.lock();
         for (counter, key, cost) in admitted.into_iter().filter(|(_, _, cost)| *cost > 0) {
-            self.add(&mut owed, cost, || Owed {
+            self.add(&mut state.owed, cost, || Owed {
                 counter: counter.clone(),
                 key,
                 cost: 0,
             });
         }
-        self.any.store(!owed.is_empty(), Ordering::Release);
+        self.publish(&state);
+    }
+
+    /// Sets the flags from the entries.
+    fn publish(&self, state: &State) {
+        self.any.store(!state.owed.is_empty(), Ordering::Release);
+        self.any_out.store(!state.out.is_empty(), Ordering::Release);
     }
 
     /// Adds `cost` to a pair's entry (made by `entry` if new), or counts it
@@ -96,7 +132,7 @@ impl Ledger {
     fn add(&self, owed: &mut HashMap<(u64, KeyId), Owed>, cost: u64, entry: impl FnOnce() -> Owed) {
         let new = entry();
         let full = owed.len() >= self.max;
-        match owed.entry((new.counter.def().tag(), new.key)) {
+        match owed.entry(pair(&new)) {
             Entry::Occupied(mut e) => {
                 let o = e.get_mut();
                 o.cost = o.cost.saturating_add(cost);
@@ -110,58 +146,107 @@ impl Ledger {
         }
     }
 
-    /// Takes what is owed for these (limit tag, key) pairs.
-    pub(crate) fn take_for(&self, pairs: impl IntoIterator<Item = (u64, KeyId)>) -> Vec<Owed> {
-        let mut owed = self.owed.lock();
-        let taken = pairs.into_iter().filter_map(|p| owed.remove(&p)).collect();
-        self.any.store(!owed.is_empty(), Ordering::Release);
-        taken
+    /// Takes what is owed for these (limit tag, key) pairs, out to be
+    /// charged; a pair out already stays owed until that charge ends.
+    pub(crate) fn take_for(&self, pairs: impl IntoIterator<Item = (u64, KeyId)>) -> Taken<'_> {
+        let mut state = self.state.lock();
+        let mut taken = VecDeque::new();
+        for p in pairs {
+            if !state.out.contains_key(&p)
+                && let Some(o) = state.owed.remove(&p)
+            {
+                taken.push_back(o);
+            }
+        }
+        self.take_out(state, taken)
     }
 
-    /// Takes up to `n` owed entries, any of them.
-    pub(crate) fn take_some(&self, n: usize) -> Vec<Owed> {
-        let mut owed = self.owed.lock();
-        let keys: Vec<(u64, KeyId)> = owed.keys().take(n).copied().collect();
+    /// Takes up to `n` owed entries, any of them (see [`take_for`](Self::take_for)).
+    pub(crate) fn take_some(&self, n: usize) -> Taken<'_> {
+        let mut state = self.state.lock();
+        let State { owed, out } = &mut *state;
+        let keys: Vec<(u64, KeyId)> = owed
+            .keys()
+            .filter(|k| !out.contains_key(k))
+            .take(n)
+            .copied()
+            .collect();
         let taken = keys.iter().filter_map(|k| owed.remove(k)).collect();
-        self.any.store(!owed.is_empty(), Ordering::Release);
-        taken
+        self.take_out(state, taken)
+    }
+
+    /// Marks `taken` out, and hands it over.
+    fn take_out(
+        &self,
+        mut state: parking_lot::MutexGuard<'_, State>,
+        taken: VecDeque<Owed>,
+    ) -> Taken<'_> {
+        for o in &taken {
+            let out = Out {
+                cost: o.cost,
+                forgiven: 0,
+            };
+            state.out.insert(pair(o), out);
+        }
+        self.publish(&state);
+        Taken {
+            ledger: self,
+            owed: taken,
+        }
     }
 
     /// Forgives up to `amount` of what is owed for (`tag`, `key`): a
     /// refund of cost the fallback admitted, which the store then need not
     /// be charged. Returns the part of `amount` that was not owed.
     pub(crate) fn forgive(&self, tag: u64, key: KeyId, amount: u64) -> u64 {
-        if self.is_empty() {
+        if self.is_empty() && !self.any_out.load(Ordering::Acquire) {
             return amount;
         }
-        let mut owed = self.owed.lock();
-        let left = match owed.get_mut(&(tag, key)) {
-            Some(o) => {
-                let forgiven = o.cost.min(amount);
-                o.cost -= forgiven;
-                if o.cost == 0 {
-                    owed.remove(&(tag, key));
-                }
-                amount - forgiven
+        let mut state = self.state.lock();
+        let mut left = amount;
+        if let Some(o) = state.owed.get_mut(&(tag, key)) {
+            let forgiven = o.cost.min(left);
+            o.cost -= forgiven;
+            left -= forgiven;
+            if o.cost == 0 {
+                state.owed.remove(&(tag, key));
             }
-            None => amount,
-        };
-        self.any.store(!owed.is_empty(), Ordering::Release);
+        }
+        if let Some(o) = state.out.get_mut(&(tag, key)) {
+            let forgiven = (o.cost - o.forgiven).min(left);
+            o.forgiven += forgiven;
+            left -= forgiven;
+        }
+        self.publish(&state);
         left
     }
 
-    /// Puts back what could not be charged (the store failed again).
-    pub(crate) fn put_back(&self, entries: Vec<Owed>) {
-        let mut owed = self.owed.lock();
-        for o in entries {
-            self.add(&mut owed, o.cost, || o);
+    /// Ends the charge of an entry out: returns how much of its cost
+    /// refunds forgave meanwhile.
+    pub(crate) fn charged(&self, o: &Owed) -> u64 {
+        let mut state = self.state.lock();
+        let forgiven = state.out.remove(&pair(o)).map_or(0, |out| out.forgiven);
+        self.publish(&state);
+        forgiven
+    }
+
+    /// Puts back what could not be charged (the store failed again), less
+    /// what refunds forgave while it was out.
+    fn put_back(&self, entries: impl IntoIterator<Item = Owed>) {
+        let mut state = self.state.lock();
+        for mut o in entries {
+            let forgiven = state.out.remove(&pair(&o)).map_or(0, |out| out.forgiven);
+            o.cost = o.cost.saturating_sub(forgiven);
+            if o.cost > 0 {
+                self.add(&mut state.owed, o.cost, || o);
+            }
         }
-        self.any.store(!owed.is_empty(), Ordering::Release);
+        self.publish(&state);
     }
 
     /// How many (limit, key) pairs are owed.
     pub(crate) fn len(&self) -> usize {
-        self.owed.lock().len()
+        self.state.lock().owed.len()
     }
 
     /// Pairs owed now, cost settled since start, and pairs dropped.
@@ -171,6 +256,36 @@ impl Ledger {
             self.settled.load(Ordering::Relaxed),
             self.dropped.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// Entries taken out of the ledger to be charged: those still here when
+/// it is dropped were not charged, and are owed again (see the module
+/// docs).
+#[derive(Debug)]
+pub(crate) struct Taken<'l> {
+    ledger: &'l Ledger,
+    /// The entries not charged yet, in the order they are charged.
+    pub(crate) owed: VecDeque<Owed>,
+}
+
+impl Taken<'_> {
+    /// Whether nothing was taken.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.owed.is_empty()
+    }
+
+    /// The ledger the entries were taken from.
+    pub(crate) fn ledger(&self) -> &Ledger {
+        self.ledger
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if !self.owed.is_empty() {
+            self.ledger.put_back(self.owed.drain(..));
+        }
     }
 }
 
@@ -200,12 +315,14 @@ mod tests {
         l.owe([(&c, KeyId(1), 3), (&c, KeyId(2), 1)]);
         assert!(!l.is_empty());
         let taken = l.take_for([(tag, KeyId(1))]);
-        assert_eq!(taken.len(), 1);
-        assert_eq!(taken[0].cost, 5);
+        assert_eq!(taken.owed.len(), 1);
+        assert_eq!(taken.owed[0].cost, 5);
         assert!(l.take_for([(tag, KeyId(1))]).is_empty(), "taken once");
-        assert_eq!(l.take_some(10).len(), 1);
+        let rest = l.take_some(10);
+        assert_eq!(rest.owed.len(), 1);
         assert!(l.is_empty());
-        l.put_back(taken);
+        // Not charged: owed again.
+        drop(taken);
         assert_eq!(l.len(), 1);
         assert!(!l.is_empty());
     }
@@ -234,6 +351,6 @@ mod tests {
         // A pair already owed still adds up.
         l.owe([(&c, KeyId(0), 4)]);
         let all = l.take_some(10);
-        assert_eq!(all.iter().map(|o| o.cost).sum::<u64>(), 6);
+        assert_eq!(all.owed.iter().map(|o| o.cost).sum::<u64>(), 6);
     }
 }

@@ -14,8 +14,10 @@
 //!   memory while the store cannot decide (or `allow`, or `deny`);
 //! - [`ledger`]: what the fallback admitted, charged to the store when it
 //!   is back ([`recovery`]);
-//! - refunds (`Store::refund`) forgive what the ledger owes first, then go
-//!   to the store, or to the local share while the store cannot take them.
+//! - refunds (`Store::refund`) forgive what the ledger owes first (also
+//!   while it is being charged: the charge then gives the store back what
+//!   it took beyond what is still owed), then go to the store, or to the
+//!   local share while the store cannot take them.
 //!
 //! None of it knows a network client: the remote store's own crate
 //! implements [`Remote`].

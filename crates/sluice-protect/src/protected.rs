@@ -284,17 +284,14 @@ impl<R: Remote> Protected<R> {
         deadline: tokio::time::Instant,
     ) -> Result<Checked, RemoteError> {
         if !self.ledger.is_empty() {
-            let owed = self
+            let mut taken = self
                 .ledger
                 .take_for(checks.iter().map(|c| (c.counter.def().tag(), c.key)));
-            if !owed.is_empty() {
-                // What was not charged, on a failure or a timeout, is owed
-                // again (see `settle`).
-                let mut owed = std::collections::VecDeque::from(owed);
-                let settled = tokio::time::timeout_at(deadline, self.settle(&mut owed)).await;
-                if !owed.is_empty() {
-                    self.ledger.put_back(owed.into());
-                }
+            if !taken.is_empty() {
+                // What was not charged, on a failure, a timeout or a
+                // dropped request, is owed again (see `settle`).
+                let settled = tokio::time::timeout_at(deadline, self.settle(&mut taken)).await;
+                drop(taken);
                 match settled {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(e),
@@ -517,7 +514,7 @@ mod tests {
         assert_eq!(refunded.fallback(), Some(Fallback::Local));
         // Of the 3 owed, 2 were forgiven.
         let owed = this.ledger.take_for([(counter.def().tag(), key)]);
-        assert_eq!(owed.iter().map(|o| o.cost).sum::<u64>(), 1);
+        assert_eq!(owed.owed.iter().map(|o| o.cost).sum::<u64>(), 1);
         assert!(
             this.check(&at(2)).await.unwrap().allowed,
             "the share has 2 again"

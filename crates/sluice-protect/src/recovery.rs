@@ -1,7 +1,6 @@
 //! Coming back from an outage: connecting in the background, and charging
 //! the store for what the fallback admitted while it could not decide.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -9,7 +8,7 @@ use std::time::Duration;
 use sluice_store::seam::Check;
 
 use crate::breaker::BreakerState;
-use crate::ledger::Owed;
+use crate::ledger::{Owed, Taken};
 use crate::{Protected, Remote, RemoteError};
 
 /// Owed entries charged per round of the background settling.
@@ -27,23 +26,50 @@ pub(crate) fn spawn<R: Remote>(this: &Arc<Protected<R>>) {
 impl<R: Remote> Protected<R> {
     /// Charges owed costs to the store, each clamped at what its limit has
     /// left: the whole cost if it fits, else what is left. An entry leaves
-    /// `owed` only once it is charged, so what is left there when this
+    /// `taken` only once it is charged, so what is left there when this
     /// fails, or is dropped on a timeout, is what was not charged (and at
     /// most the one entry in flight, which the store may or may not have
     /// taken: charging it twice errs towards refusing, never admitting).
-    pub(crate) async fn settle(&self, owed: &mut VecDeque<Owed>) -> Result<(), RemoteError> {
-        while let Some(o) = owed.front() {
-            match self.settle_one(o).await {
-                Ok(charged) => {
-                    self.ledger.settled.fetch_add(charged, Ordering::Relaxed);
-                }
+    /// What refunds forgave of an entry while it was being charged is given
+    /// back to the store after its charge.
+    pub(crate) async fn settle(&self, taken: &mut Taken<'_>) -> Result<(), RemoteError> {
+        while let Some(o) = taken.owed.front() {
+            let charged = match self.settle_one(o).await {
+                Ok(charged) => charged,
                 // A cost the store can never take: nothing to charge.
-                Err(RemoteError::Refused(_)) => {}
+                Err(RemoteError::Refused(_)) => 0,
                 Err(e) => return Err(e),
+            };
+            let forgiven = taken.ledger().charged(o);
+            let Some(o) = taken.owed.pop_front() else {
+                break;
+            };
+            // What the store took beyond what is still owed: the refunds
+            // of this key while it was out.
+            let excess = charged.saturating_sub(o.cost.saturating_sub(forgiven));
+            self.ledger
+                .settled
+                .fetch_add(charged - excess, Ordering::Relaxed);
+            if excess > 0 {
+                self.give_back_excess(&o, excess).await;
             }
-            owed.pop_front();
         }
         Ok(())
+    }
+
+    /// Gives the store back what a charge took beyond what was owed once
+    /// refunds had been forgiven; not retried if it fails (the key errs
+    /// towards refusing).
+    async fn give_back_excess(&self, o: &Owed, excess: u64) {
+        let check = Check {
+            counter: &o.counter,
+            key: o.key,
+            cost: excess,
+            reserve: 0,
+        };
+        if let Err(e) = self.remote.try_refund(&[check]).await {
+            tracing::debug!(error = %e, "a refund made while its key was settled was not given back");
+        }
     }
 
     /// Charges one owed cost; returns what was charged.
@@ -82,13 +108,11 @@ impl<R: Remote> Protected<R> {
         if self.ledger.is_empty() || self.breaker.state() != BreakerState::Closed {
             return;
         }
-        let mut owed = VecDeque::from(self.ledger.take_some(SETTLE_BATCH));
+        let mut taken = self.ledger.take_some(SETTLE_BATCH);
         let timeout = self.opts.timeout.max(Duration::from_millis(100)) * 4;
-        // Whatever ends the round, what was not charged is owed again.
-        let _ = tokio::time::timeout(timeout, self.settle(&mut owed)).await;
-        if !owed.is_empty() {
-            self.ledger.put_back(owed.into());
-        }
+        // Whatever ends the round, what was not charged is owed again
+        // (when `taken` is dropped).
+        let _ = tokio::time::timeout(timeout, self.settle(&mut taken)).await;
     }
 }
 
@@ -217,5 +241,155 @@ mod tests {
             charged <= owed + rounds,
             "{charged} charged for {owed} owed in {rounds} rounds"
         );
+    }
+
+    /// A store of one key whose checks wait for the test to open a gate,
+    /// then fail or admit. It keeps what the key has used, which a refund
+    /// takes down but never below nothing (a full bucket takes no refund).
+    #[derive(Debug, Default)]
+    struct Gated {
+        gate: tokio::sync::Notify,
+        fails: bool,
+        used: AtomicU64,
+    }
+
+    impl Remote for Gated {
+        fn slot(&self, _def: &CounterDef) -> Slot {
+            Slot::empty()
+        }
+        fn try_check<'a>(
+            &'a self,
+            checks: &'a [Check<'a>],
+        ) -> Pending<'a, Result<Checked, RemoteError>> {
+            Pending::waiting(async move {
+                self.gate.notified().await;
+                if self.fails {
+                    return Err(RemoteError::Failed("down again".into()));
+                }
+                for c in checks {
+                    self.used.fetch_add(c.cost, Ordering::Relaxed);
+                }
+                let decisions = checks.iter().map(|_| Decision::full(1_000)).collect();
+                Ok(Checked::by_store(true, decisions))
+            })
+        }
+        fn try_refund<'a>(
+            &'a self,
+            checks: &'a [Check<'a>],
+        ) -> Pending<'a, Result<Checked, RemoteError>> {
+            for c in checks {
+                let _ = self
+                    .used
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                        Some(u.saturating_sub(c.cost))
+                    });
+            }
+            let decisions = checks.iter().map(|_| Decision::full(1_000)).collect();
+            Pending::ready(Ok(Checked::by_store(true, decisions)))
+        }
+        fn connect(&self, _within: Duration) -> Pending<'_, Result<(), RemoteError>> {
+            Pending::ready(Ok(()))
+        }
+        fn is_connected(&self) -> bool {
+            true
+        }
+        fn kind(&self) -> &'static str {
+            "test"
+        }
+        fn address(&self) -> String {
+            "gated".into()
+        }
+    }
+
+    /// 3 owed for a key; a refund of 2 for it arrives while the 3 are being
+    /// charged. Returns the store and what is owed afterwards. Before, the
+    /// refund found nothing owed (the entry was out) and was lost: it went
+    /// to the store ahead of the charge, where the key's bucket was full,
+    /// and the store was charged, or owed again, the whole 3.
+    async fn refund_while_settling(fails: bool) -> (Arc<Gated>, u64) {
+        use sluice_store::seam::Store;
+        let remote = Arc::new(Gated {
+            fails,
+            ..Gated::default()
+        });
+        let this = Protected::start(remote.clone(), ProtectOptions::default());
+        let spec = LimitSpec {
+            algorithm: AlgorithmKind::Gcra,
+            rate: Rate::per_second(10),
+            burst: 10,
+            nodelay: true,
+        };
+        let counter = this.counter(CounterDef::new("t", spec).unwrap());
+        let key = KeyId(7);
+        let check = |cost| Check {
+            counter: &counter,
+            key,
+            cost,
+            reserve: 0,
+        };
+        let pairs = crate::protected::pairs_of(&[check(0)]).unwrap();
+        this.ledger.owe([(&pairs[0].remote, key, 3)]);
+        let refund = async {
+            // The settling has taken the entry and waits on the store.
+            tokio::task::yield_now().await;
+            this.refund(&[check(2)]).await.unwrap();
+            remote.gate.notify_one();
+        };
+        tokio::join!(this.settle_some(), refund);
+        let owed = this.ledger.take_for([(counter.def().tag(), key)]);
+        let left = owed.owed.iter().map(|o| o.cost).sum();
+        (remote, left)
+    }
+
+    #[tokio::test]
+    async fn a_refund_while_its_key_is_charged_in_vain_is_owed_less() {
+        let (remote, owed) = refund_while_settling(true).await;
+        assert_eq!(owed, 1, "3 owed, 2 refunded");
+        assert_eq!(remote.used.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_refund_while_its_key_is_charged_is_given_back_after() {
+        let (remote, owed) = refund_while_settling(false).await;
+        assert_eq!(owed, 0);
+        assert_eq!(
+            remote.used.load(Ordering::Relaxed),
+            1,
+            "3 charged, the 2 refunded given back after"
+        );
+    }
+
+    /// A request that settles its key's debt first, dropped while the
+    /// store is charged (its client went away): what it took is owed
+    /// again. Before, it was lost.
+    #[tokio::test]
+    async fn a_request_dropped_while_its_key_is_charged_leaves_it_owed() {
+        use sluice_store::seam::Store;
+        let remote = Arc::new(Gated::default());
+        let this = Protected::start(remote.clone(), ProtectOptions::default());
+        let spec = LimitSpec {
+            algorithm: AlgorithmKind::Gcra,
+            rate: Rate::per_second(10),
+            burst: 10,
+            nodelay: true,
+        };
+        let counter = this.counter(CounterDef::new("t", spec).unwrap());
+        let key = KeyId(7);
+        let checks = [Check {
+            counter: &counter,
+            key,
+            cost: 1,
+            reserve: 0,
+        }];
+        let pairs = crate::protected::pairs_of(&checks).unwrap();
+        this.ledger.owe([(&pairs[0].remote, key, 3)]);
+        let dropped = tokio::time::timeout(Duration::from_millis(5), async {
+            this.check(&checks).await
+        })
+        .await;
+        assert!(dropped.is_err(), "the store never answered");
+        assert_eq!(this.ledger.len(), 1, "owed again");
+        let owed = this.ledger.take_for([(counter.def().tag(), key)]);
+        assert_eq!(owed.owed.iter().map(|o| o.cost).sum::<u64>(), 3);
     }
 }
