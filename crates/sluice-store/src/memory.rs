@@ -287,6 +287,22 @@ impl<C: Clock> MemoryStore<C> {
     /// (limit, shard) slots: the same two locks in the same global order,
     /// the same peeks and commits, without the lists.
     fn check_pair(&self, a: &Check<'_>, b: &Check<'_>) -> Result<Checked, CheckError> {
+        let (allowed, da, db) = self.pair(a, b)?;
+        Ok(Checked {
+            allowed,
+            decisions: smallvec::smallvec![da, db],
+        })
+    }
+
+    /// Two checks on different (limit, shard) slots decided together, all
+    /// or nothing: whether the request is admitted, and each check's
+    /// decision, in the order given.
+    #[inline]
+    pub(crate) fn pair(
+        &self,
+        a: &Check<'_>,
+        b: &Check<'_>,
+    ) -> Result<(bool, Decision, Decision), CheckError> {
         let swapped = slot(b) < slot(a);
         let (first, second) = if swapped { (b, a) } else { (a, b) };
         let mut g1 = first.limit.table.lock(slot(first).1);
@@ -294,32 +310,30 @@ impl<C: Clock> MemoryStore<C> {
         let now = self.clock.now().max(g1.high()).max(g2.high());
         g1.advance(now);
         g2.advance(now);
-        if let (Guard::AtomicGcra(t1, m1), Guard::AtomicGcra(t2, m2)) = (&mut g1, &mut g2) {
+        let (allowed, d1, d2) = match (&mut g1, &mut g2) {
             // Two GCRA limits (an IP guard and a key's token bucket, say):
             // the same steps on the words themselves.
-            let (allowed, d1, d2) = crate::atomic_table::decide_pair(
-                (t1, m1, first.key, first.cost),
-                (t2, m2, second.key, second.cost),
-                now,
-            )?;
-            let decisions = if swapped {
-                smallvec::smallvec![d2, d1]
-            } else {
-                smallvec::smallvec![d1, d2]
-            };
-            return Ok(Checked { allowed, decisions });
-        }
-        let o1 = g1.peek(first.key, now, first.cost)?;
-        let o2 = g2.peek(second.key, now, second.cost)?;
-        let allowed = o1.decision.allowed && o2.decision.allowed;
-        let d1 = settle(&mut g1, first, o1, allowed, now)?;
-        let d2 = settle(&mut g2, second, o2, allowed, now)?;
-        let decisions = if swapped {
-            smallvec::smallvec![d2, d1]
-        } else {
-            smallvec::smallvec![d1, d2]
+            (Guard::AtomicGcra(t1, m1), Guard::AtomicGcra(t2, m2)) => {
+                crate::atomic_table::decide_pair(
+                    (t1, m1, first.key, first.cost),
+                    (t2, m2, second.key, second.cost),
+                    now,
+                )?
+            }
+            _ => {
+                let o1 = g1.peek(first.key, now, first.cost)?;
+                let o2 = g2.peek(second.key, now, second.cost)?;
+                let allowed = o1.decision.allowed && o2.decision.allowed;
+                let d1 = settle(&mut g1, first, o1, allowed, now)?;
+                let d2 = settle(&mut g2, second, o2, allowed, now)?;
+                (allowed, d1, d2)
+            }
         };
-        Ok(Checked { allowed, decisions })
+        Ok(if swapped {
+            (allowed, d2, d1)
+        } else {
+            (allowed, d1, d2)
+        })
     }
 
     fn check_many(&self, checks: &[Check<'_>]) -> Result<Checked, CheckError> {

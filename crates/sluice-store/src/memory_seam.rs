@@ -61,6 +61,17 @@ impl<C: Clock + Send + Sync + 'static> Store for MemoryStore<C> {
     }
 }
 
+/// A check as the store's tables take it: its counter's table, key and
+/// cost.
+#[inline]
+fn plain<'a>(check: &Check<'a>) -> Result<TableCheck<'a>, StoreError> {
+    Ok(TableCheck {
+        limit: table(check)?,
+        key: check.key,
+        cost: check.cost,
+    })
+}
+
 /// The table a check's counter names in this store.
 #[inline]
 fn table<'a>(check: &Check<'a>) -> Result<&'a Limit, StoreError> {
@@ -93,13 +104,21 @@ impl<C: Clock> MemoryStore<C> {
             let d = self.decide_one(one)?;
             return Ok(Checked::by_store(d.allowed, smallvec::smallvec![d]));
         }
+        if let [a, b] = checks
+            && a.reserve == 0
+            && b.reserve == 0
+        {
+            // Two limits, the usual group: decided as a pair, its two
+            // decisions placed once.
+            let (a, b) = (plain(a)?, plain(b)?);
+            if slot(&a) != slot(&b) {
+                let (allowed, da, db) = self.pair(&a, &b)?;
+                return Ok(Checked::by_store(allowed, smallvec::smallvec![da, db]));
+            }
+        }
         let mut plain: SmallVec<[TableCheck<'_>; 4]> = SmallVec::with_capacity(checks.len());
         for c in checks {
-            plain.push(TableCheck {
-                limit: table(c)?,
-                key: c.key,
-                cost: c.cost,
-            });
+            plain.push(self::plain(c)?);
         }
         if checks.iter().all(|c| c.reserve == 0) {
             let checked = self.check(&plain)?;
