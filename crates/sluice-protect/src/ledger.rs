@@ -60,8 +60,9 @@ pub(crate) struct Ledger {
     /// Whether anything is owed: the one load a decision pays while nothing
     /// is.
     any: AtomicBool,
-    /// Whether any entry is out (taken to be charged).
-    any_out: AtomicBool,
+    /// Whether anything is owed or out being charged: one flag, so that a
+    /// refund never misses an entry moving between the two.
+    any_at_all: AtomicBool,
     max: usize,
     /// Admissions not recorded because the ledger was full.
     pub(crate) dropped: AtomicU64,
@@ -95,7 +96,7 @@ impl Ledger {
         Self {
             state: Mutex::new(State::default()),
             any: AtomicBool::new(false),
-            any_out: AtomicBool::new(false),
+            any_at_all: AtomicBool::new(false),
             max: max.max(1),
             dropped: AtomicU64::new(0),
             settled: AtomicU64::new(0),
@@ -124,7 +125,8 @@ impl Ledger {
     /// Sets the flags from the entries.
     fn publish(&self, state: &State) {
         self.any.store(!state.owed.is_empty(), Ordering::Release);
-        self.any_out.store(!state.out.is_empty(), Ordering::Release);
+        let at_all = !state.owed.is_empty() || !state.out.is_empty();
+        self.any_at_all.store(at_all, Ordering::Release);
     }
 
     /// Adds `cost` to a pair's entry (made by `entry` if new), or counts it
@@ -199,7 +201,7 @@ impl Ledger {
     /// refund of cost the fallback admitted, which the store then need not
     /// be charged. Returns the part of `amount` that was not owed.
     pub(crate) fn forgive(&self, tag: u64, key: KeyId, amount: u64) -> u64 {
-        if self.is_empty() && !self.any_out.load(Ordering::Acquire) {
+        if !self.any_at_all.load(Ordering::Acquire) {
             return amount;
         }
         let mut state = self.state.lock();

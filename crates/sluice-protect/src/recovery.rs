@@ -58,8 +58,10 @@ impl<R: Remote> Protected<R> {
     }
 
     /// Gives the store back what a charge took beyond what was owed once
-    /// refunds had been forgiven; not retried if it fails (the key errs
-    /// towards refusing).
+    /// refunds had been forgiven, within the store's timeout; not retried
+    /// if it fails or the settling is dropped meanwhile (the key errs
+    /// towards refusing). The over-limit cache forgets the key's refusals,
+    /// as for any refund.
     async fn give_back_excess(&self, o: &Owed, excess: u64) {
         let check = Check {
             counter: &o.counter,
@@ -67,8 +69,22 @@ impl<R: Remote> Protected<R> {
             cost: excess,
             reserve: 0,
         };
-        if let Err(e) = self.remote.try_refund(&[check]).await {
-            tracing::debug!(error = %e, "a refund made while its key was settled was not given back");
+        let given = tokio::time::timeout(self.opts.timeout, self.remote.try_refund(&[check])).await;
+        if let Some(cache) = &self.cache {
+            cache.forget(o.counter.def().tag(), o.key);
+        }
+        match given {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                self.counts.store_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(error = %e, "a refund made while its key was settled was not given back");
+            }
+            Err(_) => {
+                self.counts.store_timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    "a refund made while its key was settled was not given back in time"
+                );
+            }
         }
     }
 
