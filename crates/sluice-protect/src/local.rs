@@ -42,6 +42,12 @@ impl LocalFallback {
         self.store.counter(def.share(self.instances))
     }
 
+    /// [`share`](Self::share), its state new (see
+    /// [`Store::fresh_counter`](sluice_store::seam::Store::fresh_counter)).
+    pub(crate) fn fresh_share(&self, def: &CounterDef) -> Counter {
+        self.store.fresh_counter(def.share(self.instances))
+    }
+
     /// Decides every check together on the local shares, all or nothing:
     /// `checks[i]` on `shares[i]`. `retry` is the retry time of a cost no
     /// share can ever admit.

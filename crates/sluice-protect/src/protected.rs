@@ -359,6 +359,16 @@ impl<R: Remote> Store for Protected<R> {
         Counter::new(def, Slot::new(Arc::new(pair)))
     }
 
+    fn fresh_counter(&self, def: CounterDef) -> Counter {
+        // The remote's state is named by the definition; the local share's
+        // starts anew.
+        let pair = Pair {
+            remote: Counter::new(def.clone(), self.remote.slot(&def)),
+            local: self.local.fresh_share(&def),
+        };
+        Counter::new(def, Slot::new(Arc::new(pair)))
+    }
+
     fn check<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>> {
         Pending::waiting(self.decide(checks))
     }

@@ -1,6 +1,7 @@
 //! A policy compiled against a store: its limits' counters and gates,
 //! swapped as one on reload.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use sluice_store::KeyHasher;
@@ -21,7 +22,17 @@ pub(super) struct Compiled {
     /// The policy's limits, when every request meets them alike
     /// ([`alike`](super::alike)).
     pub(super) alike: Option<super::alike::Alike>,
+    /// The identities of limits an earlier policy of this engine had and a
+    /// later one dropped (at most [`RETIRED`]): one brought back starts
+    /// fresh.
+    retired: HashSet<Arc<str>>,
 }
+
+/// The most retired identities remembered. Past it the set starts again:
+/// a limit brought back after that many others were dropped may find its
+/// old counts, and only while a thread still holds a copy of a policy
+/// that had it.
+const RETIRED: usize = 4096;
 
 impl Compiled {
     /// Registers a policy's limits with `store`; the counters and delay
@@ -35,10 +46,11 @@ impl Compiled {
         hasher: &KeyHasher,
         old: Option<&Compiled>,
     ) -> Self {
+        let retired = retired(&policy, old);
         let counters = policy
             .limits()
             .iter()
-            .map(|def| counter(store, def.limit.counter(), old))
+            .map(|def| counter(store, def.limit.counter(), old, &retired))
             .collect();
         let gates = policy
             .limits()
@@ -60,19 +72,58 @@ impl Compiled {
             policy: Arc::new(policy),
             counters,
             gates,
+            retired,
         }
     }
 }
 
-/// The counter of limit `def`: `old`'s own if it has one of it; else new,
-/// on a reload, or the store's, for a first policy (which shares the
-/// state of engines on the same store).
-fn counter(store: &dyn Store, def: &CounterDef, old: Option<&Compiled>) -> Counter {
+/// The identities retired once `policy` replaces `old`: `old`'s, and those
+/// of its limits `policy` drops (a limit brought back is taken out when it
+/// is registered anew, below).
+fn retired(policy: &Policy, old: Option<&Compiled>) -> HashSet<Arc<str>> {
     let Some(old) = old else {
-        return store.counter(def.clone());
+        return HashSet::new();
     };
-    match old.counters.iter().find(|c| c.def() == def) {
-        Some(kept) => kept.clone(),
-        None => store.fresh_counter(def.clone()),
+    let mut retired = if old.retired.len() >= RETIRED {
+        HashSet::new()
+    } else {
+        old.retired.clone()
+    };
+    let kept: HashSet<&str> = policy
+        .limits()
+        .iter()
+        .map(|d| d.limit.counter().id())
+        .collect();
+    for c in &old.counters {
+        if !kept.contains(c.def().id()) {
+            retired.insert(c.def().id().into());
+        }
+    }
+    for id in kept {
+        retired.remove(id);
+    }
+    retired
+}
+
+/// The counter of limit `def`: `old`'s own if it has one of it; else new if
+/// an earlier policy of this engine had it (a thread may still hold that
+/// policy: its counts must not come back), or the store's (which shares
+/// the state of engines on the same store).
+fn counter(
+    store: &dyn Store,
+    def: &CounterDef,
+    old: Option<&Compiled>,
+    retired: &HashSet<Arc<str>>,
+) -> Counter {
+    if let Some(kept) = old.and_then(|o| o.counters.iter().find(|c| c.def() == def)) {
+        return kept.clone();
+    }
+    let earlier = old.is_some_and(|o| {
+        o.retired.contains(def.id()) || o.counters.iter().any(|c| c.def().id() == def.id())
+    });
+    if earlier || retired.contains(def.id()) {
+        store.fresh_counter(def.clone())
+    } else {
+        store.counter(def.clone())
     }
 }

@@ -98,3 +98,82 @@ fn engines_deciding_on_one_thread_each_keep_their_own_policy() {
     let again = (0..5).filter(|_| allowed(&one)).count();
     assert_eq!(again, 2, "a changed limit starts fresh, with its new burst");
 }
+
+#[test]
+fn engines_on_one_store_share_a_limit_both_add_on_reload() {
+    let store = Arc::new(MemoryStore::with_clock(
+        MemoryStoreConfig::default(),
+        ManualClock::new(1 << 50),
+    ));
+    let hasher = KeyHasher::random();
+    let other = "[[limits]]\nname = \"other\"\nkey = \"ip\"\nrate = \"9/min\"\nburst = 9\n";
+    let a = Engine::with_store(policy(other), Arc::clone(&store), hasher.clone());
+    let b = Engine::with_store(policy(other), Arc::clone(&store), hasher);
+    // Both add the same limit: one state on the store, as at start.
+    let both = format!("{other}{ONE}");
+    a.replace_policy(policy(&both));
+    b.replace_policy(policy(&both));
+    assert!(allowed(&a));
+    assert!(!allowed(&b), "the burst of one is spent, on either engine");
+}
+
+#[test]
+fn decisions_on_many_threads_during_reloads_each_read_one_policy() {
+    let store = MemoryStore::with_clock(MemoryStoreConfig::default(), ManualClock::new(1 << 50));
+    let named = |name: &str| {
+        ONE.replace("per-ip", name)
+            .replace("burst = 1", "burst = 1000000")
+    };
+    let e = Arc::new(Engine::with_store(
+        policy(&named("first")),
+        Arc::new(store),
+        KeyHasher::random(),
+    ));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (e, stop) = (Arc::clone(&e), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut seen = std::collections::BTreeSet::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let v = e
+                        .decide_here(&RequestInfo {
+                            method: &Method::GET,
+                            path: "/",
+                            headers: &HeaderMap::new(),
+                            peer: Some("192.0.2.1".parse().unwrap()),
+                            cost: None,
+                        })
+                        .unwrap();
+                    // One limit, of one policy or the other: never a mix.
+                    assert_eq!(v.results.len(), 1);
+                    seen.insert(v.results[0].name().to_owned());
+                }
+                seen
+            })
+        })
+        .collect();
+    for i in 0..200 {
+        let name = if i % 2 == 0 { "second" } else { "first" };
+        e.replace_policy(policy(&named(name)));
+        // Once the reload returns, this thread decides on the new policy.
+        let v = e
+            .decide_here(&RequestInfo {
+                method: &Method::GET,
+                path: "/",
+                headers: &HeaderMap::new(),
+                peer: Some("192.0.2.1".parse().unwrap()),
+                cost: None,
+            })
+            .unwrap();
+        assert_eq!(v.results[0].name(), name);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        let seen = r.join().unwrap();
+        assert!(
+            seen.iter().all(|n| n == "first" || n == "second"),
+            "{seen:?}"
+        );
+    }
+}
