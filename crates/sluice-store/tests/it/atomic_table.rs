@@ -3,7 +3,8 @@
 //! that decide as GCRA does (the token bucket, the leaky bucket with
 //! `nodelay`), against the reference: sluice-core's algorithm of the limit
 //! on one state, at the latest time the shard has seen. Single checks,
-//! all-or-nothing pairs with a token-bucket limit, refunds and peeks, on a
+//! all-or-nothing pairs with a partner limit (atomic or not, locked first or
+//! second), refunds and peeks, on a
 //! manual clock that also steps back; every decision must be the model's.
 
 use proptest::prelude::*;
@@ -64,7 +65,16 @@ impl Model {
     }
 }
 
-fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, ops: &[Op]) {
+/// The pair's partner limit: a token bucket (an atomic table too) or a
+/// leaky bucket that delays (a mutex table); registered before or after
+/// the limit under test (which orders their locks either way).
+#[derive(Debug, Clone, Copy)]
+struct Partner {
+    atomic: bool,
+    first: bool,
+}
+
+fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, partner: Partner, ops: &[Op]) {
     use sluice_store::seam::{CounterDef, Store};
     let (store, clock) = store(1_000);
     let spec = LimitSpec {
@@ -74,9 +84,18 @@ fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, ops: &[Op]) {
         nodelay: algorithm == AlgorithmKind::LeakyBucket,
     };
     let gcra = spec.build().unwrap();
-    let bucket = limiter(AlgorithmKind::TokenBucket, Rate::per_second(5), 3);
-    let a = store.limit("gcra", gcra);
-    let b = store.limit("bucket", bucket);
+    let bucket = if partner.atomic {
+        limiter(AlgorithmKind::TokenBucket, Rate::per_second(5), 3)
+    } else {
+        limiter(AlgorithmKind::LeakyBucket, Rate::per_second(5), 3)
+    };
+    let (a, b) = if partner.first {
+        let b = store.limit("bucket", bucket);
+        (store.limit("gcra", gcra), b)
+    } else {
+        (store.limit("gcra", gcra), store.limit("bucket", bucket))
+    };
+    assert_eq!(b.is_lock_free(), partner.atomic);
     // The same state as `a`, as the seam names it (for refunds).
     let counter = store.counter(CounterDef::new("gcra", spec).unwrap());
     let key = KeyHasher::random().key_id("client");
@@ -177,7 +196,8 @@ proptest! {
             Just(Rate::per_second(7)),
         ],
         (burst, ops) in (1..12u64).prop_flat_map(|b| (Just(b), prop::collection::vec(op(b), 1..60))),
+        (atomic, first) in (any::<bool>(), any::<bool>()),
     ) {
-        run(algorithm, rate, burst, &ops);
+        run(algorithm, rate, burst, Partner { atomic, first }, &ops);
     }
 }
