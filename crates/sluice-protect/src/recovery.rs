@@ -171,7 +171,6 @@ async fn connect_loop<R: Remote>(this: Weak<Protected<R>>) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
     use std::sync::atomic::AtomicU64;
 
     use sluice_core::{AlgorithmKind, Decision, LimitSpec, Rate};
@@ -180,96 +179,29 @@ mod tests {
 
     use super::*;
 
-    /// A store that takes 2 ms per call and admits everything, counting
-    /// what it was charged.
+    /// A store for these tests. Each check takes 2 ms, or, `gated`, waits
+    /// for the test to open the gate; then it fails (`fails`) or admits
+    /// everything. It keeps what its keys have used, which a refund takes
+    /// down but never below nothing (a full bucket takes no refund).
     #[derive(Debug, Default)]
-    struct Slow {
-        charged: AtomicU64,
-        calls: Mutex<u64>,
-    }
-
-    impl Remote for Slow {
-        fn slot(&self, _def: &CounterDef) -> Slot {
-            Slot::empty()
-        }
-        fn try_check<'a>(
-            &'a self,
-            checks: &'a [Check<'a>],
-        ) -> Pending<'a, Result<Checked, RemoteError>> {
-            Pending::waiting(async move {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                *self.calls.lock().unwrap() += 1;
-                for c in checks {
-                    self.charged.fetch_add(c.cost, Ordering::Relaxed);
-                }
-                let decisions = checks.iter().map(|_| Decision::full(1_000)).collect();
-                Ok(Checked::by_store(true, decisions))
-            })
-        }
-        fn try_refund<'a>(
-            &'a self,
-            checks: &'a [Check<'a>],
-        ) -> Pending<'a, Result<Checked, RemoteError>> {
-            let decisions = checks.iter().map(|_| Decision::full(1_000)).collect();
-            Pending::ready(Ok(Checked::by_store(true, decisions)))
-        }
-        fn connect(&self, _within: Duration) -> Pending<'_, Result<(), RemoteError>> {
-            Pending::ready(Ok(()))
-        }
-        fn is_connected(&self) -> bool {
-            true
-        }
-        fn kind(&self) -> &'static str {
-            "test"
-        }
-        fn address(&self) -> String {
-            "slow".into()
-        }
-    }
-
-    /// A round that times out part-way owes again only what it did not
-    /// charge (and at most the entry in flight): before, it put the whole
-    /// batch back, and the next round charged the same keys again.
-    #[tokio::test]
-    async fn a_round_cut_short_does_not_charge_its_entries_twice() {
-        let remote = Arc::new(Slow::default());
-        let this = Protected::start(remote.clone(), ProtectOptions::default());
-        let spec = LimitSpec {
-            algorithm: AlgorithmKind::Gcra,
-            rate: Rate::per_second(1_000),
-            burst: 1_000,
-            nodelay: true,
-        };
-        let counter = Counter::new(CounterDef::new("t", spec).unwrap(), Slot::empty());
-        let owed = 300u64;
-        this.ledger
-            .owe((0..owed).map(|k| (&counter, KeyId(u128::from(k)), 1)));
-        // Each round has 400 ms for 256 entries at 2 ms or more each: it is
-        // cut short, and the next rounds finish the rest.
-        let mut rounds = 0;
-        while !this.ledger.is_empty() && rounds < 20 {
-            this.settle_some().await;
-            rounds += 1;
-        }
-        assert!(this.ledger.is_empty(), "owed left after {rounds} rounds");
-        let charged = remote.charged.load(Ordering::Relaxed);
-        assert!(
-            charged <= owed + rounds,
-            "{charged} charged for {owed} owed in {rounds} rounds"
-        );
-    }
-
-    /// A store of one key whose checks wait for the test to open a gate,
-    /// then fail or admit. It keeps what the key has used, which a refund
-    /// takes down but never below nothing (a full bucket takes no refund).
-    #[derive(Debug, Default)]
-    struct Gated {
-        gate: tokio::sync::Notify,
+    struct TestRemote {
+        gated: bool,
         fails: bool,
+        gate: tokio::sync::Notify,
         used: AtomicU64,
     }
 
-    impl Remote for Gated {
+    impl TestRemote {
+        fn gated(fails: bool) -> Arc<Self> {
+            Arc::new(Self {
+                gated: true,
+                fails,
+                ..Self::default()
+            })
+        }
+    }
+
+    impl Remote for TestRemote {
         fn slot(&self, _def: &CounterDef) -> Slot {
             Slot::empty()
         }
@@ -278,7 +210,11 @@ mod tests {
             checks: &'a [Check<'a>],
         ) -> Pending<'a, Result<Checked, RemoteError>> {
             Pending::waiting(async move {
-                self.gate.notified().await;
+                if self.gated {
+                    self.gate.notified().await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
                 if self.fails {
                     return Err(RemoteError::Failed("down again".into()));
                 }
@@ -313,8 +249,51 @@ mod tests {
             "test"
         }
         fn address(&self) -> String {
-            "gated".into()
+            "test".into()
         }
+    }
+
+    /// A round that times out part-way owes again only what it did not
+    /// charge (and at most the entry in flight): before, it put the whole
+    /// batch back, and the next round charged the same keys again.
+    #[tokio::test]
+    async fn a_round_cut_short_does_not_charge_its_entries_twice() {
+        let remote = Arc::new(TestRemote::default());
+        let this = Protected::start(remote.clone(), ProtectOptions::default());
+        let spec = LimitSpec {
+            algorithm: AlgorithmKind::Gcra,
+            rate: Rate::per_second(1_000),
+            burst: 1_000,
+            nodelay: true,
+        };
+        let counter = Counter::new(CounterDef::new("t", spec).unwrap(), Slot::empty());
+        let owed = 300u64;
+        this.ledger
+            .owe((0..owed).map(|k| (&counter, KeyId(u128::from(k)), 1)));
+        // Each round has 400 ms for 256 entries at 2 ms or more each: it is
+        // cut short, and the next rounds finish the rest.
+        let mut rounds = 0;
+        while !this.ledger.is_empty() && rounds < 20 {
+            this.settle_some().await;
+            rounds += 1;
+        }
+        assert!(this.ledger.is_empty(), "owed left after {rounds} rounds");
+        let charged = remote.used.load(Ordering::Relaxed);
+        assert!(
+            charged <= owed + rounds,
+            "{charged} charged for {owed} owed in {rounds} rounds"
+        );
+    }
+
+    /// The limit of the tests below: 10/s, a burst of 10.
+    fn ten_a_second() -> CounterDef {
+        let spec = LimitSpec {
+            algorithm: AlgorithmKind::Gcra,
+            rate: Rate::per_second(10),
+            burst: 10,
+            nodelay: true,
+        };
+        CounterDef::new("t", spec).unwrap()
     }
 
     /// 3 owed for a key; a refund of 2 for it arrives while the 3 are being
@@ -322,20 +301,11 @@ mod tests {
     /// refund found nothing owed (the entry was out) and was lost: it went
     /// to the store ahead of the charge, where the key's bucket was full,
     /// and the store was charged, or owed again, the whole 3.
-    async fn refund_while_settling(fails: bool) -> (Arc<Gated>, u64) {
+    async fn refund_while_settling(fails: bool) -> (Arc<TestRemote>, u64) {
         use sluice_store::seam::Store;
-        let remote = Arc::new(Gated {
-            fails,
-            ..Gated::default()
-        });
+        let remote = TestRemote::gated(fails);
         let this = Protected::start(remote.clone(), ProtectOptions::default());
-        let spec = LimitSpec {
-            algorithm: AlgorithmKind::Gcra,
-            rate: Rate::per_second(10),
-            burst: 10,
-            nodelay: true,
-        };
-        let counter = this.counter(CounterDef::new("t", spec).unwrap());
+        let counter = this.counter(ten_a_second());
         let key = KeyId(7);
         let check = |cost| Check {
             counter: &counter,
@@ -381,15 +351,9 @@ mod tests {
     #[tokio::test]
     async fn a_request_dropped_while_its_key_is_charged_leaves_it_owed() {
         use sluice_store::seam::Store;
-        let remote = Arc::new(Gated::default());
+        let remote = TestRemote::gated(false);
         let this = Protected::start(remote.clone(), ProtectOptions::default());
-        let spec = LimitSpec {
-            algorithm: AlgorithmKind::Gcra,
-            rate: Rate::per_second(10),
-            burst: 10,
-            nodelay: true,
-        };
-        let counter = this.counter(CounterDef::new("t", spec).unwrap());
+        let counter = this.counter(ten_a_second());
         let key = KeyId(7);
         let checks = [Check {
             counter: &counter,

@@ -15,7 +15,8 @@ fn policy(toml: &str) -> Policy {
     Policy::from_toml("reload.toml", toml).unwrap()
 }
 
-fn allowed(e: &Engine<ManualClock>) -> bool {
+/// One request of the client these tests use.
+fn decide(e: &Engine<ManualClock>) -> sluice_policy::Verdict {
     e.decide_here(&RequestInfo {
         method: &Method::GET,
         path: "/",
@@ -24,7 +25,10 @@ fn allowed(e: &Engine<ManualClock>) -> bool {
         cost: None,
     })
     .unwrap()
-    .allowed
+}
+
+fn allowed(e: &Engine<ManualClock>) -> bool {
+    decide(e).allowed
 }
 
 #[test]
@@ -136,15 +140,7 @@ fn decisions_on_many_threads_during_reloads_each_read_one_policy() {
             std::thread::spawn(move || {
                 let mut seen = std::collections::BTreeSet::new();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let v = e
-                        .decide_here(&RequestInfo {
-                            method: &Method::GET,
-                            path: "/",
-                            headers: &HeaderMap::new(),
-                            peer: Some("192.0.2.1".parse().unwrap()),
-                            cost: None,
-                        })
-                        .unwrap();
+                    let v = decide(&e);
                     // One limit, of one policy or the other: never a mix.
                     assert_eq!(v.results.len(), 1);
                     seen.insert(v.results[0].name().to_owned());
@@ -157,15 +153,7 @@ fn decisions_on_many_threads_during_reloads_each_read_one_policy() {
         let name = if i % 2 == 0 { "second" } else { "first" };
         e.replace_policy(policy(&named(name)));
         // Once the reload returns, this thread decides on the new policy.
-        let v = e
-            .decide_here(&RequestInfo {
-                method: &Method::GET,
-                path: "/",
-                headers: &HeaderMap::new(),
-                peer: Some("192.0.2.1".parse().unwrap()),
-                cost: None,
-            })
-            .unwrap();
+        let v = decide(&e);
         assert_eq!(v.results[0].name(), name);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
