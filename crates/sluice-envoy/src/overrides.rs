@@ -6,12 +6,17 @@
 //!
 //! Each distinct (requests per unit, unit) is a limit of its own, created
 //! on first use. The client chooses these numbers, so the limits are kept
-//! in a bounded map: past [`MAX_OVERRIDES`] distinct ones, an override
-//! is ignored (logged at most once a minute) and the config's limit
-//! applies.
+//! in a bounded map of [`MAX_OVERRIDES`]. When it is full, a new override
+//! first takes the place of one unused for two of its units (its counts
+//! have all come back by then, whatever the algorithm: forgetting it
+//! loses nothing); with none such, it is ignored (logged at most once a
+//! minute) and the config's limit applies. A client that keeps that many
+//! overrides in use still fills the map; the others' older overrides keep
+//! working.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
@@ -27,55 +32,96 @@ use crate::rules::{Rule, RuleKind, Unit};
 pub const MAX_OVERRIDES: usize = 256;
 
 /// The per-request limits in use, by (requests per unit, unit).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Overrides {
     /// Read by every call that carries an override; written only when a
     /// new one is made.
-    rules: RwLock<HashMap<(u32, Unit), Arc<Rule>>>,
+    rules: RwLock<HashMap<(u32, Unit), Kept>>,
+    /// What the times of use count from.
+    start: Instant,
     last_warned: Mutex<Option<Instant>>,
+}
+
+impl Default for Overrides {
+    fn default() -> Self {
+        Self {
+            rules: RwLock::default(),
+            start: Instant::now(),
+            last_warned: Mutex::default(),
+        }
+    }
+}
+
+/// A per-request limit kept, and when it was last used.
+#[derive(Debug)]
+struct Kept {
+    rule: Arc<Rule>,
+    /// Seconds from [`Overrides::start`], to the second at most behind
+    /// (written only when it moves, so that calls do not all write it).
+    used: AtomicU64,
+}
+
+impl Kept {
+    /// Marks the rule used at `now` (seconds) and hands it out.
+    fn use_at(&self, now: u64) -> Arc<Rule> {
+        if self.used.load(Ordering::Relaxed) < now {
+            self.used.store(now, Ordering::Relaxed);
+        }
+        self.rule.clone()
+    }
+
+    /// Whether it has been unused for two of its units at `now`.
+    fn idle_at(&self, now: u64) -> bool {
+        now.saturating_sub(self.used.load(Ordering::Relaxed)) >= 2 * self.rule.unit.seconds()
+    }
 }
 
 impl Overrides {
     /// The rule of an override: `None` for an unknown unit, or when the map
-    /// is full.
+    /// is full of overrides in use.
     pub fn rule(
         &self,
         o: &RateLimitOverride,
         store: &dyn Store,
         algorithm: AlgorithmKind,
     ) -> Option<Arc<Rule>> {
+        self.rule_at(o, store, algorithm, Instant::now())
+    }
+
+    /// [`rule`](Self::rule) at `now`.
+    fn rule_at(
+        &self,
+        o: &RateLimitOverride,
+        store: &dyn Store,
+        algorithm: AlgorithmKind,
+        now: Instant,
+    ) -> Option<Arc<Rule>> {
         let unit = Unit::from_proto(o.unit)?;
         let key = (o.requests_per_unit, unit);
-        if let Some(known) = self.known(&self.rules.read(), &key) {
-            return known;
+        let secs = now.saturating_duration_since(self.start).as_secs();
+        if let Some(kept) = self.rules.read().get(&key) {
+            return Some(kept.use_at(secs));
         }
         // Made outside the lock (it registers a counter with the store);
         // two calls that race make the same rule, and the first kept wins.
         let made = Arc::new(new_rule(key.0, unit, store, algorithm)?);
         let mut rules = self.rules.write();
-        if let Some(known) = self.known(&rules, &key) {
-            return known;
+        if let Some(kept) = rules.get(&key) {
+            return Some(kept.use_at(secs));
         }
-        rules.insert(key, made.clone());
-        Some(made)
-    }
-
-    /// What `rules` answer for `key` without a new rule: the rule kept, or
-    /// nothing (warned) when they are full; `None` when there is room for
-    /// one.
-    fn known(
-        &self,
-        rules: &HashMap<(u32, Unit), Arc<Rule>>,
-        key: &(u32, Unit),
-    ) -> Option<Option<Arc<Rule>>> {
-        if let Some(rule) = rules.get(key) {
-            return Some(Some(rule.clone()));
+        if rules.len() >= MAX_OVERRIDES {
+            rules.retain(|_, kept| !kept.idle_at(secs));
         }
         if rules.len() >= MAX_OVERRIDES {
             self.warn_full();
-            return Some(None);
+            return None;
         }
-        None
+        let kept = Kept {
+            rule: made.clone(),
+            used: AtomicU64::new(secs),
+        };
+        rules.insert(key, kept);
+        Some(made)
     }
 
     fn warn_full(&self) {
@@ -83,7 +129,7 @@ impl Overrides {
         if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
             *last = Some(Instant::now());
             tracing::warn!(
-                "more than {MAX_OVERRIDES} distinct per-request limits: further ones are ignored and the config's limits apply"
+                "more than {MAX_OVERRIDES} distinct per-request limits in use: further ones are ignored and the config's limits apply"
             );
         }
     }
@@ -154,5 +200,32 @@ mod tests {
             "UNKNOWN unit"
         );
         assert_eq!(o.rules.read().len(), MAX_OVERRIDES);
+    }
+
+    #[test]
+    fn a_full_map_makes_room_from_overrides_unused_for_two_units() {
+        let store = MemoryStore::new(MemoryStoreConfig::default());
+        let o = Overrides::default();
+        let of = |rpu, unit| RateLimitOverride {
+            requests_per_unit: rpu,
+            unit,
+        };
+        let at = |secs| o.start + Duration::from_secs(secs);
+        let alg = AlgorithmKind::FixedWindow;
+        // Full: per-second overrides, and one per minute.
+        for rpu in 1..MAX_OVERRIDES as u32 {
+            assert!(o.rule_at(&of(rpu, 1), &store, alg, at(0)).is_some());
+        }
+        assert!(o.rule_at(&of(7, 2), &store, alg, at(0)).is_some());
+        assert!(o.rule_at(&of(100_000, 1), &store, alg, at(1)).is_none());
+        // One per-second override stays in use.
+        assert!(o.rule_at(&of(1, 1), &store, alg, at(2)).is_some());
+        // Two seconds on, the per-second ones unused since are forgotten;
+        // the one in use and the per-minute one are kept.
+        assert!(o.rule_at(&of(100_000, 1), &store, alg, at(3)).is_some());
+        let rules = o.rules.read();
+        assert_eq!(rules.len(), 3);
+        assert!(rules.contains_key(&(1, Unit::Second)));
+        assert!(rules.contains_key(&(7, Unit::Minute)));
     }
 }
