@@ -44,7 +44,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluice_core::{AlgorithmKind, Decision};
 use sluice_policy::log_budget::LogBudget;
-use sluice_policy::{Charge, Engine, Verdict};
+use sluice_policy::{Charge, Counting, Engine, Verdict};
 
 use crate::descriptor_key::descriptor_id;
 use crate::overrides::Overrides;
@@ -330,7 +330,8 @@ impl EnvoyRls {
                         counter: &limited.counter,
                         key: descriptor_id(hasher, domain, d, &f.shared),
                         cost: hits_of(d, request_hits),
-                        shadow: f.rule.shadow,
+                        // A refund is given back whatever the rule's mode.
+                        counting: Counting::Enforced,
                     });
                 }
                 continue;
@@ -359,7 +360,15 @@ impl EnvoyRls {
                 counter: &limited.counter,
                 key,
                 cost: if zero { 0 } else { cost_of(d, request_hits) },
-                shadow: after,
+                counting: if !after {
+                    Counting::Enforced
+                } else if f.rule.shadow {
+                    Counting::Shadow
+                } else {
+                    // Quota mode, or `compat`: the answer comes from its
+                    // decision.
+                    Counting::OnItsOwn
+                },
             });
         }
         Placed {

@@ -29,7 +29,7 @@ pub mod store_settings;
 pub use config::{Config, ConfigError, HeadersConfig, Source};
 pub use deployment::Deployment;
 pub use engine::{
-    Charge, DecideError, Engine, LimitResult, Outcome, PlanSource, Results, RuntimeError,
+    Charge, Counting, DecideError, Engine, LimitResult, Outcome, PlanSource, Results, RuntimeError,
     SaveError, UnknownPlan, Verdict,
 };
 pub use envoy_settings::{EnvoySettings, EnvoyTls, EnvoyXds};

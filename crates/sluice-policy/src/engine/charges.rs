@@ -26,8 +26,31 @@ pub struct Charge<'a> {
     pub key: KeyId,
     /// The cost under this limit.
     pub cost: u64,
-    /// Counted, never refusing, and never shown to the client.
-    pub shadow: bool,
+    /// How it counts.
+    pub counting: Counting,
+}
+
+/// How a [`Charge`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counting {
+    /// Decided with the request's other enforced charges, all or nothing.
+    Enforced,
+    /// Shadow mode: decided on its own once the request is admitted,
+    /// never refusing and never shown to the client. A refusal it would
+    /// have made is logged (a budget keeps the lines few).
+    Shadow,
+    /// Decided on its own once the request is admitted, never refusing
+    /// here: the adapter reads its decision and answers from it (Envoy's
+    /// quota mode, and every descriptor with `compat`). Nothing is logged:
+    /// its refusals are real ones.
+    OnItsOwn,
+}
+
+impl Charge<'_> {
+    /// Whether it is decided with the enforced charges.
+    fn enforced(&self) -> bool {
+        self.counting == Counting::Enforced
+    }
 }
 
 impl<C: Clock> Engine<C> {
@@ -47,7 +70,7 @@ impl<C: Clock> Engine<C> {
         let impossible = impossible(charges);
         let mut plan = Plan::new(style);
         for c in charges {
-            if !impossible.is_empty() && c.shadow {
+            if !impossible.is_empty() && !c.enforced() {
                 continue;
             }
             let planned = Planned {
@@ -58,8 +81,9 @@ impl<C: Clock> Engine<C> {
                 key: c.key,
                 // A request that cannot pass only peeks.
                 cost: if impossible.is_empty() { c.cost } else { 0 },
+                logged: c.counting == Counting::Shadow,
             };
-            plan.place(planned, !c.shadow)?;
+            plan.place(planned, c.enforced())?;
         }
         plan.seal(None)?;
         let mut verdict = self.decide_plan(&plan).await?;
@@ -116,7 +140,7 @@ impl<C: Clock> Engine<C> {
 /// counter and key are asked for more than the counter's burst, by them
 /// alone or with other charges on the same counter and key.
 fn impossible(charges: &[Charge<'_>]) -> SmallVec<[usize; 4]> {
-    let enforced: SmallVec<[&Charge<'_>; 4]> = charges.iter().filter(|c| !c.shadow).collect();
+    let enforced: SmallVec<[&Charge<'_>; 4]> = charges.iter().filter(|c| c.enforced()).collect();
     let asked = |c: &Charge<'_>| {
         enforced
             .iter()

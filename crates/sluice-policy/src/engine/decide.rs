@@ -233,7 +233,11 @@ impl<C: Clock> Engine<C> {
         } else {
             (Vec::new(), None)
         };
-        for r in shadow.iter().filter(|r| !r.decision.allowed) {
+        let would_have_limited = shadow
+            .iter()
+            .zip(&plan.shadowed)
+            .filter(|(r, p)| p.logged && !r.decision.allowed);
+        for (r, _) in would_have_limited {
             // Clients cause these lines: a budget keeps them from drowning
             // the log (the metrics count every one).
             if let Some(left_out) = self.shadow_lines.take() {

@@ -36,7 +36,7 @@ use crate::runtime::{RuntimePlans, RuntimePlansCell};
 use compiled::Compiled;
 use plan::Plan;
 
-pub use charges::Charge;
+pub use charges::{Charge, Counting};
 pub use outcome::Outcome;
 pub use verdict::{
     DecideError, LimitResult, PlanSource, Results, RuntimeError, SaveError, UnknownPlan, Verdict,

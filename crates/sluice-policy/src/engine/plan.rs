@@ -30,6 +30,10 @@ pub(super) struct Planned<'p> {
     pub(super) by_client: bool,
     pub(super) key: KeyId,
     pub(super) cost: u64,
+    /// For a shadowed limit: whether a refusal it would have made is
+    /// logged (shadow mode, rollout; not an adapter's limit decided on its
+    /// own, whose refusals are real).
+    pub(super) logged: bool,
 }
 
 impl<'p> Planned<'p> {
@@ -195,6 +199,7 @@ impl<C: Clock> Engine<C> {
                 by_client: client == Some(&a.limit.key),
                 key,
                 cost: a.cost,
+                logged: true,
             };
             let enforced =
                 !allowed_client && is_enforced(a.limit.shadow, a.limit.enforce_percent, key);

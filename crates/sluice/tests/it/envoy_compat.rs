@@ -308,6 +308,20 @@ async fn compat_keeps_counting_the_others_when_one_is_over(redis: bool) {
     assert_eq!(r.statuses[0].limit_remaining, 2);
     let r = ask(&mut compat, "compat", vec![d("named", "k")]).await;
     assert_eq!((r.overall_code, r.statuses[0].code), (OVER, OVER));
+    // Those refusals were real: none is logged as shadow mode's. A
+    // shadow-mode rule's two refusals are, and once their lines are in
+    // the log, they are the only ones.
+    for _ in 0..3 {
+        ask(&mut compat, "compat", vec![d("shadowed", "x")]).await;
+    }
+    let lines = || _c.0.log().matches("would have been limited").count();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while lines() < 2 {
+        assert!(std::time::Instant::now() < deadline, "{}", _c.0.log());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(lines(), 2, "{}", _c.0.log());
 }
 
 async fn a_per_request_limit_beats_the_config_s(redis: bool) {
@@ -451,6 +465,12 @@ async fn per_rule_statistics_count_as_the_reference_server_s(redis: bool) {
     ask(&mut c, "compat", vec![d("detailed", "v2")]).await;
     for _ in 0..3 {
         ask(&mut c, "compat", vec![d("shadowed", "x")]).await;
+    }
+    // A shadow-mode rule's refusals are logged as shadow mode's.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !s.log().contains("would have been limited") {
+        assert!(std::time::Instant::now() < deadline, "{}", s.log());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let reply =
         crate::common::send(crate::common::client().get(format!("http://{}/metrics", s.control)))
