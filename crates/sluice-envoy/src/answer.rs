@@ -364,9 +364,12 @@ impl EnvoyRls {
                     Counting::Enforced
                 } else if f.rule.shadow {
                     Counting::Shadow
+                } else if f.rule.quota && !compat {
+                    Counting::Quota
                 } else {
-                    // Quota mode, or `compat`: the answer comes from its
-                    // decision.
+                    // `compat`: the answer comes from its decision, and
+                    // every descriptor counts on its own, as the reference
+                    // server counts them.
                     Counting::OnItsOwn
                 },
             });

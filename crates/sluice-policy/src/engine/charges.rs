@@ -40,10 +40,16 @@ pub enum Counting {
     /// have made is logged (a budget keeps the lines few).
     Shadow,
     /// Decided on its own once the request is admitted, never refusing
-    /// here: the adapter reads its decision and answers from it (Envoy's
-    /// quota mode, and every descriptor with `compat`). Nothing is logged:
-    /// its refusals are real ones.
+    /// here: the adapter reads its decision and answers from it (every
+    /// descriptor with Envoy's `compat`). Nothing is logged: its refusals
+    /// are real ones.
     OnItsOwn,
+    /// Envoy's quota mode: decided on its own once the request is
+    /// admitted, as [`OnItsOwn`](Self::OnItsOwn). When every quota charge
+    /// of a request is refused, the request is refused, and what its
+    /// other charges took is given back: a refused request consumes
+    /// nothing.
+    Quota,
 }
 
 impl Charge<'_> {
@@ -87,6 +93,9 @@ impl<C: Clock> Engine<C> {
         }
         plan.seal(None)?;
         let mut verdict = self.decide_plan(&plan).await?;
+        if verdict.allowed && every_quota_refused(charges, &verdict) {
+            self.refuse_for_quotas(charges, &mut verdict).await?;
+        }
         if !impossible.is_empty() {
             verdict.allowed = false;
             for &i in &impossible {
@@ -101,6 +110,45 @@ impl<C: Clock> Engine<C> {
 }
 
 impl<C: Clock> Engine<C> {
+    /// Refuses an admitted request whose every quota charge was refused:
+    /// what its enforced charges, and its other charges decided on their
+    /// own, took is given back, and their results show their state after.
+    async fn refuse_for_quotas(
+        &self,
+        charges: &[Charge<'_>],
+        verdict: &mut Verdict,
+    ) -> Result<(), DecideError> {
+        let (enforced, own): (SmallVec<[&Charge<'_>; 4]>, SmallVec<[&Charge<'_>; 4]>) =
+            charges.iter().partition(|c| c.enforced());
+        // What was charged: every enforced charge (the request was
+        // admitted), and each other one admitted but the quotas (refused).
+        let mut back: SmallVec<[Charge<'_>; 4]> = SmallVec::new();
+        let mut places: SmallVec<[(bool, usize); 4]> = SmallVec::new();
+        for (i, c) in enforced.iter().enumerate() {
+            back.push(**c);
+            places.push((true, i));
+        }
+        for (i, (c, r)) in own.iter().zip(&verdict.shadow).enumerate() {
+            if r.decision.allowed && c.counting != Counting::Quota {
+                back.push(**c);
+                places.push((false, i));
+            }
+        }
+        let given = self.refund(&back).await?;
+        for ((enforced, i), after) in places.into_iter().zip(given.results) {
+            let results = if enforced {
+                &mut verdict.results[..]
+            } else {
+                &mut verdict.shadow[..]
+            };
+            if let Some(r) = results.get_mut(i) {
+                r.decision = after.decision;
+            }
+        }
+        verdict.allowed = false;
+        Ok(())
+    }
+
     /// Gives quota back to limits an adapter matched: each charge's cost
     /// returns to its counter and key, never past full (a cost settled
     /// after the response; Envoy's `is_negative_hits`). A refund is never
@@ -134,6 +182,19 @@ impl<C: Clock> Engine<C> {
             style,
         })
     }
+}
+
+/// Whether a request has quota charges and every one was refused. The
+/// verdict's shadow results are its charges decided on their own, in
+/// order.
+fn every_quota_refused(charges: &[Charge<'_>], verdict: &Verdict) -> bool {
+    let mut quotas = charges
+        .iter()
+        .filter(|c| !c.enforced())
+        .zip(&verdict.shadow)
+        .filter(|(c, _)| c.counting == Counting::Quota)
+        .peekable();
+    quotas.peek().is_some() && quotas.all(|(_, r)| !r.decision.allowed)
 }
 
 /// The enforced charges (by their place among the enforced ones) whose

@@ -106,6 +106,7 @@ on_every_store!(
     compat_keeps_counting_the_others_when_one_is_over,
     a_per_request_limit_beats_the_config_s,
     quota_mode_refuses_only_when_every_quota_descriptor_is_over,
+    a_request_refused_by_its_quotas_consumes_nothing,
     dynamic_metadata_carries_the_request_and_the_passing_rules_metadata,
     per_rule_statistics_count_as_the_reference_server_s,
     negative_hits_give_quota_back_never_past_the_limit,
@@ -352,6 +353,24 @@ async fn a_per_request_limit_beats_the_config_s(redis: bool) {
         let r = ask(&mut c, "nowhere", vec![with_limit()]).await;
         assert!(r.statuses[0].current_limit.is_none());
     }
+}
+
+/// A request refused because its every quota descriptor is over consumes
+/// nothing: its enforced descriptor's count is given back. Before, it was
+/// charged (with `compat`, as the reference server, it still is).
+async fn a_request_refused_by_its_quotas_consumes_nothing(redis: bool) {
+    let (_s, mut c) = start("quota-nothing", "", redis).await;
+    let both = || vec![d("named", "k"), d("quota_a", "q")];
+    let r = ask(&mut c, "compat", both()).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 2));
+    let r = ask(&mut c, "compat", both()).await;
+    assert_eq!(
+        (r.overall_code, r.statuses[0].code, r.statuses[1].code),
+        (OVER, OK, OVER)
+    );
+    assert_eq!(r.statuses[0].limit_remaining, 2, "given back");
+    let r = ask(&mut c, "compat", vec![d("named", "k")]).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 1));
 }
 
 async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over(redis: bool) {
