@@ -56,7 +56,11 @@ pub struct Verdict {
     pub results: Results,
     /// The limits that applied in shadow (shadow mode, or a key outside a
     /// limit's `enforce_percent`): decided and recorded, never refusing, and
-    /// never shown to the client. Empty when the request was refused.
+    /// never shown to the client; and an adapter's charges decided on their
+    /// own ([`Counting`](super::Counting)). Empty when the request was
+    /// refused, but for one refused because each of its quota charges was:
+    /// those show why (and the others their state after they were given
+    /// back).
     pub shadow: Vec<LimitResult>,
     /// The header style of the config that decided it, so that a response
     /// never mixes two configs across a reload.
