@@ -86,6 +86,12 @@ impl EnvoySettings {
                 ));
             }
             (_, Some(x)) => Some(resolve_xds(source, dir, x)?),
+            (Some(c), None) if configs.is_empty() => {
+                return Err(source.error_at(
+                    Some(c.span()),
+                    "[envoy] config: names no file (give a file, a directory or a list of them)",
+                ));
+            }
             (Some(_), None) => None,
         };
         Ok(Self {

@@ -188,3 +188,10 @@ fn an_unreadable_file_is_named() {
         "{e}"
     );
 }
+
+#[test]
+fn an_envoy_config_list_with_no_file_is_located() {
+    let e = error("[envoy]\ngrpc_listen = \"127.0.0.1:0\"\nconfig = []\n");
+    assert!(e.starts_with("test.toml:3:10: "), "{e}");
+    assert!(e.contains("config"), "{e}");
+}
