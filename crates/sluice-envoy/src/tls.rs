@@ -21,6 +21,7 @@ use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
+use sluice_policy::settle::{Settled, settled};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -94,6 +95,11 @@ impl ServerTls {
     /// Reads the files again: `true` when they changed and the new ones
     /// are in use. Files that do not load leave the running ones in use
     /// (and are reported once: the same contents again answer `false`).
+    /// Changed files are loaded only once they have stopped changing
+    /// ([`settle`](sluice_policy::settle)): a certificate and its key are
+    /// replaced one after the other, and a read between the two is left
+    /// to the next poll, not refused. Blocks for the settling wait when
+    /// something changed.
     pub fn reload(&self) -> Result<bool, TlsError> {
         let contents = match read_all(&self.files) {
             Ok(c) => c,
@@ -109,10 +115,14 @@ impl ServerTls {
             }
         };
         *self.unreadable.lock() = None;
-        let mut loaded = self.loaded.lock();
-        if *loaded == contents || self.refused.lock().as_ref() == Some(&contents) {
+        if self.known(&contents) {
             return Ok(false);
         }
+        let contents = match settled(|| read_all(&self.files).ok(), None, false) {
+            Settled::Stable(Some(c)) if !self.known(&c) => c,
+            _ => return Ok(false),
+        };
+        let mut loaded = self.loaded.lock();
         let config = match build(&self.files, &contents) {
             Ok(c) => c,
             Err(e) => {
@@ -124,6 +134,11 @@ impl ServerTls {
         *loaded = contents;
         tracing::info!(cert = %self.files.cert.display(), "gRPC TLS certificate reloaded");
         Ok(true)
+    }
+
+    /// Whether these contents are in use, or were refused already.
+    fn known(&self, contents: &Vec<Vec<u8>>) -> bool {
+        *self.loaded.lock() == *contents || self.refused.lock().as_ref() == Some(contents)
     }
 
     fn acceptor(&self) -> TlsAcceptor {

@@ -161,3 +161,40 @@ async fn mtls_requires_a_client_certificate_from_the_client_ca() {
         "a certificate of another CA"
     );
 }
+
+/// A certificate and its key replaced one after the other: a reload that
+/// reads between the two renames waits for the files to settle and leaves
+/// them to the next poll, instead of refusing a correct rotation (before,
+/// it refused the mismatched pair and logged an error).
+#[test]
+fn a_reload_between_the_certificate_and_its_key_waits_for_both() {
+    use sluice_envoy::tls::{ServerTls, TlsFiles};
+    let Some(certs) = Certs::new("envoy-tls-settle") else {
+        return;
+    };
+    certs.ca("ca");
+    certs.signed("server", "ca", true);
+    certs.signed("next", "ca", true);
+    let tls = ServerTls::load(TlsFiles {
+        cert: certs.path("server.crt"),
+        key: certs.path("server.key"),
+        client_ca: None,
+    })
+    .unwrap();
+    let replace = |ext: &str| {
+        let staged = certs.path(&format!("staged.{ext}"));
+        std::fs::copy(certs.path(&format!("next.{ext}")), &staged).unwrap();
+        std::fs::rename(&staged, certs.path(&format!("server.{ext}"))).unwrap();
+    };
+    replace("crt");
+    let first = std::thread::scope(|s| {
+        let reload = s.spawn(|| tls.reload());
+        // The key follows while the reload waits for the files to settle.
+        std::thread::sleep(Duration::from_millis(100));
+        replace("key");
+        reload.join().unwrap()
+    });
+    let first = first.expect("a rotation half done is not an error");
+    let second = tls.reload().unwrap();
+    assert!(first || second, "the new pair is loaded");
+}
