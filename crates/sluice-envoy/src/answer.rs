@@ -301,16 +301,7 @@ impl EnvoyRls {
     ) -> Placed<'f> {
         let compat = self.options.compat;
         let hasher = self.engine.hasher();
-        // A limit of 0 met by a charge (not by a refund) refuses the
-        // request.
-        let zero = !compat
-            && req
-                .descriptors
-                .iter()
-                .zip(found)
-                .filter(|(d, _)| !d.is_negative_hits)
-                .filter_map(|(_, f)| f.as_ref())
-                .any(|f| matches!(f.rule.kind, RuleKind::Zero) && !f.rule.shadow && !f.rule.quota);
+        let zero = !compat && crate::counting::refused_by_zero(req, found);
         let mut places = Vec::with_capacity(found.len());
         let mut charges: Vec<Charge<'_>> = Vec::with_capacity(found.len());
         let mut refunds: Vec<Charge<'_>> = Vec::new();
@@ -343,7 +334,7 @@ impl EnvoyRls {
             let key = descriptor_id(hasher, domain, d, &f.shared);
             // In `compat` mode every descriptor is decided after (here,
             // without) the enforced ones, each on its own.
-            let after = compat || f.rule.shadow || f.rule.quota;
+            let after = crate::counting::counting(f.rule, compat) != Counting::Enforced;
             if after && zero {
                 places.push(Place::None);
                 continue;
@@ -360,18 +351,7 @@ impl EnvoyRls {
                 counter: &limited.counter,
                 key,
                 cost: if zero { 0 } else { cost_of(d, request_hits) },
-                counting: if !after {
-                    Counting::Enforced
-                } else if f.rule.shadow {
-                    Counting::Shadow
-                } else if f.rule.quota && !compat {
-                    Counting::Quota
-                } else {
-                    // `compat`: the answer comes from its decision, and
-                    // every descriptor counts on its own, as the reference
-                    // server counts them.
-                    Counting::OnItsOwn
-                },
+                counting: crate::counting::counting(f.rule, compat),
             });
         }
         Placed {

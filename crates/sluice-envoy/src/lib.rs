@@ -16,6 +16,7 @@
 
 pub mod answer;
 pub mod compile;
+mod counting;
 mod descriptor_key;
 mod dynamic_metadata;
 pub mod from_proto;

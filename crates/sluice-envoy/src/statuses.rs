@@ -68,7 +68,9 @@ pub(crate) fn statuses(
                 (RuleKind::Counted(_), ..) => status(rule, decided, options),
             };
             let refused = st.code == Code::OverLimit as i32;
-            if rule.quota {
+            // A shadow-mode rule only shadows, in quota mode too (the
+            // engine's quota charges are the same: `answer::counting`).
+            if rule.quota && (options.compat || !rule.shadow) {
                 quotas += 1;
                 quotas_over += usize::from(refused);
             } else {

@@ -49,6 +49,13 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
   - key: closed
     rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: quota_shadowed
+    quota_mode: true
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: quota_closed
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 0}
 "#;
 
 /// What a started Sluice needs kept: itself, its YAML file, and its Redis.
@@ -107,6 +114,8 @@ on_every_store!(
     a_per_request_limit_beats_the_config_s,
     quota_mode_refuses_only_when_every_quota_descriptor_is_over,
     a_request_refused_by_its_quotas_consumes_nothing,
+    a_shadowed_quota_rule_takes_no_part_in_the_vote,
+    quotas_of_zero_refuse_before_anything_is_charged,
     dynamic_metadata_carries_the_request_and_the_passing_rules_metadata,
     per_rule_statistics_count_as_the_reference_server_s,
     negative_hits_give_quota_back_never_past_the_limit,
@@ -371,6 +380,38 @@ async fn a_request_refused_by_its_quotas_consumes_nothing(redis: bool) {
     assert_eq!(r.statuses[0].limit_remaining, 2, "given back");
     let r = ask(&mut c, "compat", vec![d("named", "k")]).await;
     assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 1));
+}
+
+/// A quota-mode rule in shadow mode only shadows: it takes no part in the
+/// quota vote, for the engine as for the answer. Before, the engine
+/// refused (and gave back the enforced count) while the answer said `OK`:
+/// the request passed uncounted.
+async fn a_shadowed_quota_rule_takes_no_part_in_the_vote(redis: bool) {
+    let (_s, mut c) = start("quota-shadowed", "", redis).await;
+    let all = || vec![d("named", "s"), d("quota_a", "s"), d("quota_shadowed", "s")];
+    assert_eq!(ask(&mut c, "compat", all()).await.overall_code, OK);
+    let r = ask(&mut c, "compat", all()).await;
+    assert_eq!((r.overall_code, r.statuses[1].code), (OVER, OVER));
+    let r = ask(&mut c, "compat", vec![d("named", "s")]).await;
+    assert_eq!(
+        r.statuses[0].limit_remaining, 1,
+        "the refusal was not counted"
+    );
+}
+
+/// Every quota-mode descriptor on a limit of 0: refused before anything
+/// is charged. Before, the enforced descriptor beside it was charged.
+async fn quotas_of_zero_refuse_before_anything_is_charged(redis: bool) {
+    let (_s, mut c) = start("quota-closed", "", redis).await;
+    let r = ask(
+        &mut c,
+        "compat",
+        vec![d("named", "z"), d("quota_closed", "z")],
+    )
+    .await;
+    assert_eq!(r.overall_code, OVER);
+    let r = ask(&mut c, "compat", vec![d("named", "z")]).await;
+    assert_eq!(r.statuses[0].limit_remaining, 2, "nothing was charged");
 }
 
 async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over(redis: bool) {
