@@ -39,6 +39,13 @@ pub struct Overrides {
     rules: RwLock<HashMap<(u32, Unit), Kept>>,
     /// What the times of use count from.
     start: Instant,
+    /// While the map is full: the earliest time (ms from `start`) one of
+    /// its overrides can be unused for long enough to give its place.
+    /// Before it, a new override is ignored without a write lock and
+    /// without making its limit.
+    full_until: AtomicU64,
+    /// How many override limits have been made (registered with the store).
+    made: AtomicU64,
     last_warned: Mutex<Option<Instant>>,
 }
 
@@ -47,6 +54,8 @@ impl Default for Overrides {
         Self {
             rules: RwLock::default(),
             start: Instant::now(),
+            full_until: AtomicU64::new(0),
+            made: AtomicU64::new(0),
             last_warned: Mutex::default(),
         }
     }
@@ -56,23 +65,25 @@ impl Default for Overrides {
 #[derive(Debug)]
 struct Kept {
     rule: Arc<Rule>,
-    /// Seconds from [`Overrides::start`], to the second at most behind
-    /// (written only when it moves, so that calls do not all write it).
+    /// Milliseconds from [`Overrides::start`].
     used: AtomicU64,
 }
 
 impl Kept {
-    /// Marks the rule used at `now` (seconds) and hands it out.
+    /// Marks the rule used at `now` (ms) and hands it out.
     fn use_at(&self, now: u64) -> Arc<Rule> {
         if self.used.load(Ordering::Relaxed) < now {
-            self.used.store(now, Ordering::Relaxed);
+            self.used.fetch_max(now, Ordering::Relaxed);
         }
         self.rule.clone()
     }
 
-    /// Whether it has been unused for two of its units at `now`.
-    fn idle_at(&self, now: u64) -> bool {
-        now.saturating_sub(self.used.load(Ordering::Relaxed)) >= 2 * self.rule.unit.seconds()
+    /// When (ms) it will have been unused for two of its units: every
+    /// algorithm's counts have all come back by then (a sliding window's
+    /// previous window included).
+    fn idle_from(&self) -> u64 {
+        let units = 2 * self.rule.unit.seconds() * 1_000;
+        self.used.load(Ordering::Relaxed).saturating_add(units)
     }
 }
 
@@ -98,27 +109,38 @@ impl Overrides {
     ) -> Option<Arc<Rule>> {
         let unit = Unit::from_proto(o.unit)?;
         let key = (o.requests_per_unit, unit);
-        let secs = now.saturating_duration_since(self.start).as_secs();
-        if let Some(kept) = self.rules.read().get(&key) {
-            return Some(kept.use_at(secs));
+        let ms = u64::try_from(now.saturating_duration_since(self.start).as_millis())
+            .unwrap_or(u64::MAX);
+        {
+            let rules = self.rules.read();
+            if let Some(kept) = rules.get(&key) {
+                return Some(kept.use_at(ms));
+            }
+            if rules.len() >= MAX_OVERRIDES && ms < self.full_until.load(Ordering::Relaxed) {
+                self.warn_full();
+                return None;
+            }
         }
         // Made outside the lock (it registers a counter with the store);
         // two calls that race make the same rule, and the first kept wins.
         let made = Arc::new(new_rule(key.0, unit, store, algorithm)?);
+        self.made.fetch_add(1, Ordering::Relaxed);
         let mut rules = self.rules.write();
         if let Some(kept) = rules.get(&key) {
-            return Some(kept.use_at(secs));
+            return Some(kept.use_at(ms));
         }
         if rules.len() >= MAX_OVERRIDES {
-            rules.retain(|_, kept| !kept.idle_at(secs));
+            rules.retain(|_, kept| kept.idle_from() > ms);
         }
         if rules.len() >= MAX_OVERRIDES {
+            let next = rules.values().map(Kept::idle_from).min().unwrap_or(0);
+            self.full_until.store(next, Ordering::Relaxed);
             self.warn_full();
             return None;
         }
         let kept = Kept {
             rule: made.clone(),
-            used: AtomicU64::new(secs),
+            used: AtomicU64::new(ms),
         };
         rules.insert(key, kept);
         Some(made)
@@ -147,7 +169,8 @@ fn new_rule(rpu: u32, unit: Unit, store: &dyn Store, algorithm: AlgorithmKind) -
         ))
     };
     Some(Rule {
-        path: labels.limit.clone(),
+        // One statistics series per unit, not one per client-chosen value.
+        path: format!("override_per_{}", unit.seconds()).into(),
         detailed: false,
         labels,
         given_name: String::new(),
@@ -220,12 +243,36 @@ mod tests {
         assert!(o.rule_at(&of(100_000, 1), &store, alg, at(1)).is_none());
         // One per-second override stays in use.
         assert!(o.rule_at(&of(1, 1), &store, alg, at(2)).is_some());
-        // Two seconds on, the per-second ones unused since are forgotten;
-        // the one in use and the per-minute one are kept.
-        assert!(o.rule_at(&of(100_000, 1), &store, alg, at(3)).is_some());
+        // Two seconds after their last use, the per-second ones unused
+        // since are forgotten; the one in use and the per-minute one are
+        // kept. Until then, a new one is turned away without a limit made.
+        let made = o.made.load(Ordering::Relaxed);
+        assert!(o.rule_at(&of(100_001, 1), &store, alg, at(1)).is_none());
+        assert_eq!(
+            o.made.load(Ordering::Relaxed),
+            made,
+            "no limit made while full"
+        );
+        assert!(o.rule_at(&of(100_000, 1), &store, alg, at(2)).is_some());
         let rules = o.rules.read();
         assert_eq!(rules.len(), 3);
         assert!(rules.contains_key(&(1, Unit::Second)));
         assert!(rules.contains_key(&(7, Unit::Minute)));
+    }
+
+    #[test]
+    fn overrides_of_one_unit_share_one_statistics_series() {
+        let store = MemoryStore::new(MemoryStoreConfig::default());
+        let o = Overrides::default();
+        let rule = |rpu, unit| {
+            let of = RateLimitOverride {
+                requests_per_unit: rpu,
+                unit,
+            };
+            o.rule(&of, &store, AlgorithmKind::FixedWindow).unwrap()
+        };
+        // Values a client picks do not name series: one per unit.
+        assert_eq!(rule(5, 1).path, rule(6, 1).path);
+        assert_ne!(rule(5, 1).path, rule(5, 2).path);
     }
 }
