@@ -178,7 +178,7 @@ pub(crate) fn headers(
         if options.compat {
             reference_headers(response, places, &mut out);
         } else if let Some(v) = verdict {
-            sluice_headers(v, &mut out);
+            sluice_headers(v, response, places, &mut out);
         }
     }
     out
@@ -193,8 +193,17 @@ fn header(key: &str, value: String) -> HeaderValue {
 }
 
 /// The enforced limits' `RateLimit-Policy` and `RateLimit` fields, and
-/// `Retry-After` when over the limit.
-fn sluice_headers(v: &Verdict, out: &mut Vec<HeaderValue>) {
+/// `Retry-After` when over the limit: for a request an enforced limit
+/// refused, when every refusing limit admits it again; for one refused
+/// because every quota-mode descriptor is over, when the first of them
+/// admits it again. A request that can never pass (an impossible cost, a
+/// limit of 0) has no retry time.
+fn sluice_headers(
+    v: &Verdict,
+    response: &RateLimitResponse,
+    places: &[Place],
+    out: &mut Vec<HeaderValue>,
+) {
     let results: &[LimitResult] = &v.results;
     if let Some(value) = sluice_headers::policy_field(results) {
         out.push(header("RateLimit-Policy", value));
@@ -202,13 +211,49 @@ fn sluice_headers(v: &Verdict, out: &mut Vec<HeaderValue>) {
     if let Some(value) = sluice_headers::ratelimit_field(results) {
         out.push(header("RateLimit", value));
     }
-    // A request that can never pass has no retry time.
-    if let Some(retry) = v.retry_after().filter(|_| !v.allowed) {
+    if response.overall_code != Code::OverLimit as i32 {
+        return;
+    }
+    // A limit of 0 (met outside quota mode) refuses it whatever follows.
+    let zero = response
+        .statuses
+        .iter()
+        .zip(places)
+        .any(|(s, p)| matches!(p, Place::None) && s.code == Code::OverLimit as i32);
+    let retry = if zero || v.violated().any(|r| r.decision.retry_after.is_none()) {
+        None
+    } else if v.violated().next().is_some() {
+        v.retry_after()
+    } else {
+        quota_retry(response, places)
+    };
+    if let Some(retry) = retry {
         out.push(header(
             "Retry-After",
             sluice_headers::retry_after_secs(retry).to_string(),
         ));
     }
+}
+
+/// When a request refused for its quotas could pass: the soonest time one
+/// of its over-limit quota-mode descriptors (the shadowed charges that
+/// answer `OVER_LIMIT`; outside `compat`, a shadow-mode one never does)
+/// admits it again. `None` when none of them is counted (each is on a
+/// limit of 0).
+fn quota_retry(response: &RateLimitResponse, places: &[Place]) -> Option<Nanos> {
+    response
+        .statuses
+        .iter()
+        .zip(places)
+        .filter(|(s, p)| matches!(p, Place::Shadow(_)) && s.code == Code::OverLimit as i32)
+        .filter_map(|(s, _)| s.duration_until_reset.as_ref())
+        .map(|d| {
+            u64::try_from(d.seconds)
+                .unwrap_or(0)
+                .saturating_mul(1_000_000_000)
+                .saturating_add(u64::try_from(d.nanos).unwrap_or(0))
+        })
+        .min()
 }
 
 /// The reference server's headers (`LIMIT_RESPONSE_HEADERS_ENABLED`):

@@ -116,6 +116,7 @@ on_every_store!(
     a_request_refused_by_its_quotas_consumes_nothing,
     a_shadowed_quota_rule_takes_no_part_in_the_vote,
     quotas_of_zero_refuse_before_anything_is_charged,
+    a_request_refused_by_its_quotas_says_when_to_retry,
     dynamic_metadata_carries_the_request_and_the_passing_rules_metadata,
     per_rule_statistics_count_as_the_reference_server_s,
     negative_hits_give_quota_back_never_past_the_limit,
@@ -412,6 +413,28 @@ async fn quotas_of_zero_refuse_before_anything_is_charged(redis: bool) {
     assert_eq!(r.overall_code, OVER);
     let r = ask(&mut c, "compat", vec![d("named", "z")]).await;
     assert_eq!(r.statuses[0].limit_remaining, 2, "nothing was charged");
+}
+
+async fn a_request_refused_by_its_quotas_says_when_to_retry(redis: bool) {
+    let (_s, mut c) = start("quota-retry", "response_headers = true", redis).await;
+    let quotas = || vec![d("quota_a", "r"), d("quota_b", "r")];
+    let r = ask(&mut c, "compat", quotas()).await;
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(header(&r, "Retry-After"), None);
+    // Both quotas (1 an hour) are used up: refused, and told when the
+    // first of them has room again (within the hour).
+    let r = ask(&mut c, "compat", quotas()).await;
+    assert_eq!(r.overall_code, OVER, "{r:?}");
+    let retry: u64 = header(&r, "Retry-After")
+        .expect("a retry time")
+        .parse()
+        .unwrap();
+    assert!((1..=3600).contains(&retry), "{retry}");
+    // A limit of 0 never admits: no retry time, beside a quota or alone.
+    let r = ask(&mut c, "compat", vec![d("closed", "r"), d("quota_a", "z")]).await;
+    assert_eq!((r.overall_code, header(&r, "Retry-After")), (OVER, None));
+    let r = ask(&mut c, "compat", vec![d("quota_closed", "r")]).await;
+    assert_eq!((r.overall_code, header(&r, "Retry-After")), (OVER, None));
 }
 
 async fn quota_mode_refuses_only_when_every_quota_descriptor_is_over(redis: bool) {
