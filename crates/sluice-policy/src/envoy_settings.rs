@@ -92,6 +92,13 @@ impl EnvoySettings {
                     "[envoy] config: names no file (give a file, a directory or a list of them)",
                 ));
             }
+            // An empty path would name the config's own directory.
+            (Some(c), None) if c.get_ref().all().iter().any(|p| p.trim().is_empty()) => {
+                return Err(source.error_at(
+                    Some(c.span()),
+                    "[envoy] config: an empty path names no file (give a file or a directory)",
+                ));
+            }
             (Some(_), None) => None,
         };
         Ok(Self {

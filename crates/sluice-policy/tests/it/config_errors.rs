@@ -195,3 +195,12 @@ fn an_envoy_config_list_with_no_file_is_located() {
     assert!(e.starts_with("test.toml:3:10: "), "{e}");
     assert!(e.contains("config"), "{e}");
 }
+
+#[test]
+fn an_empty_envoy_config_path_is_located() {
+    for (toml, column) in [("config = \"\"", 10), ("config = [\"a.yaml\", \" \"]", 10)] {
+        let e = error(&format!("[envoy]\ngrpc_listen = \"127.0.0.1:0\"\n{toml}\n"));
+        assert!(e.starts_with(&format!("test.toml:3:{column}: ")), "{e}");
+        assert!(e.contains("empty path"), "{e}");
+    }
+}
