@@ -385,6 +385,9 @@ impl EnvoyRls {
         verdict: Option<&Verdict>,
     ) {
         let request_hits = u64::from(req.hits_addend).max(1);
+        // Refused by a limit of 0 before anything was charged: the counted
+        // descriptors were only peeked.
+        let peeked = !self.options.compat && crate::counting::refused_by_zero(req, found);
         for ((d, f), decided) in req.descriptors.iter().zip(found).zip(decisions) {
             // A refund is not a hit.
             let Some(f) = f.as_ref().filter(|_| !d.is_negative_hits) else {
@@ -400,13 +403,13 @@ impl EnvoyRls {
                 (RuleKind::Counted(_), Some(d)) => {
                     let used = d.limit.saturating_sub(d.remaining);
                     // An admitted descriptor shows its state after the
-                    // charge; one not charged (refused, or on a refused
-                    // request) shows it before.
+                    // charge; one not charged (refused, peeked, or on a
+                    // refused request, whose charges were given back)
+                    // shows it before. With `compat` each counts on its
+                    // own.
                     let charged = d.allowed
-                        && (self.options.compat
-                            || verdict.is_some_and(|v| v.allowed)
-                            || rule.shadow
-                            || rule.quota);
+                        && !peeked
+                        && (self.options.compat || verdict.is_some_and(|v| v.allowed));
                     let before = if charged {
                         used.saturating_sub(hits)
                     } else {

@@ -119,6 +119,7 @@ on_every_store!(
     a_request_refused_by_its_quotas_says_when_to_retry,
     dynamic_metadata_carries_the_request_and_the_passing_rules_metadata,
     per_rule_statistics_count_as_the_reference_server_s,
+    statistics_of_a_request_refused_by_a_limit_of_0_count_from_its_state,
     negative_hits_give_quota_back_never_past_the_limit,
 );
 
@@ -527,6 +528,41 @@ async fn merge_domains_joins_files_of_one_domain() {
         .collect();
     assert_eq!(limits, [4, 6]);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn statistics_of_a_request_refused_by_a_limit_of_0_count_from_its_state(redis: bool) {
+    let ((s, _y, _r), mut c) = start("stats-zero", "", redis).await;
+    let with_hits = |key: &str, value: &str, hits: u64| {
+        let mut x = d(key, value);
+        x.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
+        x
+    };
+    // 8 of 10 used (near at 8); then a request refused by a limit of 0
+    // charges nothing, and its hit on `stats` counts from 8: past the
+    // near-limit mark (before, it was read as charged: from 7).
+    ask(&mut c, "compat", vec![with_hits("stats", "z", 8)]).await;
+    let r = ask(
+        &mut c,
+        "compat",
+        vec![with_hits("stats", "z", 1), d("closed", "z")],
+    )
+    .await;
+    assert_eq!(r.overall_code, OVER);
+    let reply =
+        crate::common::send(crate::common::client().get(format!("http://{}/metrics", s.control)))
+            .await;
+    let text = String::from_utf8_lossy(&reply.body).into_owned();
+    let Some(samples) = crate::common::prom::parse(&text) else {
+        return;
+    };
+    let v = |name: &str| {
+        crate::common::prom::value(&samples, name, &[("domain", "compat"), ("rule", "stats")])
+    };
+    assert_eq!(v("sluice_envoy_total_hits_total"), Some(9.0), "{text}");
+    assert_eq!(v("sluice_envoy_near_limit_total"), Some(1.0), "{text}");
+    // Nothing was charged: 2 still fit.
+    let r = ask(&mut c, "compat", vec![with_hits("stats", "z", 2)]).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 0));
 }
 
 async fn per_rule_statistics_count_as_the_reference_server_s(redis: bool) {
