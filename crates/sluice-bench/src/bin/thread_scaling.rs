@@ -1,5 +1,7 @@
-//! Keyed checks on 1 and 2 threads, Sluice's `KeyedLimiter` beside
-//! governor's keyed limiter, with a compute-only loop as a control: the best
+//! Keyed checks on 1 and 2 threads, Sluice's `KeyedLimiter` and the
+//! engine's decision call (`Engine::decide_now`, one limit keyed by client
+//! IP, as `benches/engine.rs`) beside governor's keyed limiter, with a
+//! compute-only loop as a control: the best
 //! of many short runs, for a machine shared with other work (where
 //! criterion's thread rows mostly measure the other work).
 //!
@@ -79,6 +81,24 @@ fn main() {
     let k = keys.clone();
     let sluice: Check =
         Arc::new(move |i| keyed.check(&k[i & (SEQ - 1)], 1).is_ok_and(|d| d.allowed));
+    let engine = sluice_policy::Engine::new(
+        sluice_policy::Policy::from_toml("bench.toml", sluice_bench::engine_workload::ONE_LIMIT)
+            .expect("the bench config"),
+    );
+    let headers = http::HeaderMap::new();
+    for k in 0..KEYS {
+        sluice_bench::engine_workload::admits(
+            &engine,
+            &headers,
+            sluice_bench::engine_workload::ip(k),
+        );
+    }
+    let engine = Arc::new((engine, headers));
+    let k = keys.clone();
+    let engine: Check = Arc::new(move |i| {
+        let ip = sluice_bench::engine_workload::ip(k[i & (SEQ - 1)]);
+        sluice_bench::engine_workload::admits(&engine.0, &engine.1, ip)
+    });
     let control: Check = Arc::new(|i| {
         let mut x = i as u64;
         for _ in 0..20 {
@@ -88,10 +108,11 @@ fn main() {
     });
     let subjects = [
         ("Sluice KeyedLimiter GCRA", sluice),
+        ("Sluice engine, per-IP limit", engine),
         ("governor keyed", governor),
         ("control (compute only)", control),
     ];
-    let mut best = [[f64::MAX; 2]; 3];
+    let mut best = [[f64::MAX; 2]; 4];
     for _ in 0..rounds {
         for (s, (_, check)) in subjects.iter().enumerate() {
             for threads in [1, 2] {
