@@ -203,7 +203,11 @@ impl EnvoyRls {
                     .iter()
                     .map(|d| {
                         let o = d.limit.as_ref().filter(|_| known)?;
-                        self.overrides.rule(o, store, self.options.algorithm)
+                        let rule = self.overrides.rule(o, store, self.options.algorithm);
+                        if rule.is_none() {
+                            self.stats.ignored_override();
+                        }
+                        rule
                     })
                     .collect()
             } else {

@@ -10,6 +10,7 @@
 //! | `sluice_envoy_within_limit_total` | hits of descriptors within the limit |
 //! | `sluice_envoy_shadow_mode_total` | hits past the limit that shadow mode let through |
 //! | `sluice_envoy_stats_series` | series kept; `sluice_envoy_stats_series_dropped_total`: hits of series past the cap |
+//! | `sluice_envoy_overrides_ignored_total` | per-request limits not applied (an unknown unit, or [too many in use](crate::overrides)): the config's rule applied |
 //!
 //! `rule` is the rule's place in the tree (`message_type_marketing.to_number`),
 //! or with `detailed_metric` or `value_to_metric` the request's values as
@@ -72,6 +73,7 @@ pub struct RuleStats {
     /// By domain, then rule.
     series: RwLock<Series>,
     dropped: AtomicU64,
+    ignored_overrides: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -104,6 +106,12 @@ impl RuleStats {
     pub fn series(&self, domain: &str, rule: &str) -> Arc<Counters> {
         self.counters(domain, rule, false)
             .unwrap_or_else(|| Arc::new(Counters::default()))
+    }
+
+    /// Counts a per-request limit that was not applied (its unit unknown,
+    /// or the map of them full): its descriptor met the config's rule.
+    pub fn ignored_override(&self) {
+        self.ignored_overrides.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts hits of a series past the cap.
@@ -284,6 +292,14 @@ impl Collector for StatsCollector {
             encoder.encode_descriptor(
                 "sluice_envoy_stats_series_dropped",
                 "Hits of series past the cap, not kept",
+                None,
+                MetricType::Counter,
+            )?,
+        )?;
+        ConstCounter::new(self.0.ignored_overrides.load(Ordering::Relaxed)).encode(
+            encoder.encode_descriptor(
+                "sluice_envoy_overrides_ignored",
+                "Per-request limits not applied (unknown unit, or too many in use)",
                 None,
                 MetricType::Counter,
             )?,

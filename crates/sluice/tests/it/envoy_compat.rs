@@ -338,7 +338,7 @@ async fn compat_keeps_counting_the_others_when_one_is_over(redis: bool) {
 
 async fn a_per_request_limit_beats_the_config_s(redis: bool) {
     for extra in ["", "compat = true"] {
-        let (_s, mut c) = start("override", extra, redis).await;
+        let (kept, mut c) = start("override", extra, redis).await;
         let with_limit = || {
             let mut x = d("user", "o1");
             x.limit = Some(RateLimitOverride {
@@ -363,6 +363,25 @@ async fn a_per_request_limit_beats_the_config_s(redis: bool) {
         // An unknown domain has no limit, even with an override.
         let r = ask(&mut c, "nowhere", vec![with_limit()]).await;
         assert!(r.statuses[0].current_limit.is_none());
+        // An override of no known unit is ignored, and counted: the
+        // config's limit (2 an hour) applies.
+        let mut unknown = d("user", "o2");
+        unknown.limit = Some(RateLimitOverride {
+            requests_per_unit: 9,
+            unit: 0,
+        });
+        let r = ask(&mut c, "compat", vec![unknown]).await;
+        assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 1));
+        let url = format!("http://{}/metrics", kept.0.control);
+        let reply = crate::common::send(crate::common::client().get(url)).await;
+        let text = String::from_utf8_lossy(&reply.body).into_owned();
+        if let Some(samples) = crate::common::prom::parse(&text) {
+            assert_eq!(
+                crate::common::prom::value(&samples, "sluice_envoy_overrides_ignored_total", &[]),
+                Some(1.0),
+                "{extra}: {text}"
+            );
+        }
     }
 }
 
