@@ -135,6 +135,9 @@ impl<C: Clock> Engine<C> {
             }
         }
         let given = self.refund(&back).await?;
+        // The refund may have gone to the fallback while the store decided
+        // the charges: the answer says a fallback took part.
+        verdict.fallback = verdict.fallback.or(given.fallback);
         for ((enforced, i), after) in places.into_iter().zip(given.results) {
             let results = if enforced {
                 &mut verdict.results[..]
