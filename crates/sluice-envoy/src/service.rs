@@ -47,6 +47,19 @@ impl RateLimitService for EnvoyRls {
     }
 }
 
+/// Sets the Rate Limit Service's health status.
+async fn report(reporter: &tonic_health::server::HealthReporter, serving: bool) {
+    if serving {
+        reporter
+            .set_serving::<RateLimitServiceServer<EnvoyRls>>()
+            .await;
+    } else {
+        reporter
+            .set_not_serving::<RateLimitServiceServer<EnvoyRls>>()
+            .await;
+    }
+}
+
 /// Serves the Rate Limit Service and `grpc.health.v1` on `listener` until
 /// `shutdown` completes, over TLS with `tls`: messages of at most
 /// [`MAX_MESSAGE_BYTES`], at most [`MAX_CONCURRENT_STREAMS`] calls in
@@ -65,21 +78,17 @@ pub async fn serve(
     // its first set), as the reference server's
     // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: Envoy's health checks keep
     // away from an instance that would admit everything.
+    // The first status is set before the server answers its first call
+    // (before, a check that came first found the service not registered);
+    // the task follows the changes.
     let mut ready = service.ready();
+    // (Read before the await: the watch's guard is not `Send`.)
+    let serving = *ready.borrow_and_update();
+    report(&reporter, serving).await;
     tokio::spawn(async move {
-        loop {
-            if *ready.borrow_and_update() {
-                reporter
-                    .set_serving::<RateLimitServiceServer<EnvoyRls>>()
-                    .await;
-            } else {
-                reporter
-                    .set_not_serving::<RateLimitServiceServer<EnvoyRls>>()
-                    .await;
-            }
-            if ready.changed().await.is_err() {
-                return;
-            }
+        while ready.changed().await.is_ok() {
+            let serving = *ready.borrow_and_update();
+            report(&reporter, serving).await;
         }
     });
     let router = tonic::transport::Server::builder()
