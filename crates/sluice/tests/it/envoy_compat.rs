@@ -144,6 +144,23 @@ fn name(r: &RateLimitResponse, i: usize) -> &str {
     &r.statuses[i].current_limit.as_ref().expect("a limit").name
 }
 
+/// A descriptor of these entries with its own `hits_addend`.
+fn with_hits(key: &str, value: &str, hits: u64) -> RateLimitDescriptor {
+    let mut x = d(key, value);
+    x.hits_addend = Some(UInt64Value { value: hits });
+    x
+}
+
+/// Sluice's `/metrics`, and its samples when the Python parsers are
+/// installed.
+async fn metrics(s: &Sluice) -> (String, Option<Vec<serde_json::Value>>) {
+    let url = format!("http://{}/metrics", s.control);
+    let reply = crate::common::send(crate::common::client().get(url)).await;
+    let text = String::from_utf8_lossy(&reply.body).into_owned();
+    let samples = crate::common::prom::parse(&text);
+    (text, samples)
+}
+
 fn header<'a>(r: &'a RateLimitResponse, key: &str) -> Option<&'a str> {
     r.response_headers_to_add
         .iter()
@@ -372,10 +389,7 @@ async fn a_per_request_limit_beats_the_config_s(redis: bool) {
         });
         let r = ask(&mut c, "compat", vec![unknown]).await;
         assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 1));
-        let url = format!("http://{}/metrics", kept.0.control);
-        let reply = crate::common::send(crate::common::client().get(url)).await;
-        let text = String::from_utf8_lossy(&reply.body).into_owned();
-        if let Some(samples) = crate::common::prom::parse(&text) {
+        if let (text, Some(samples)) = metrics(&kept.0).await {
             assert_eq!(
                 crate::common::prom::value(&samples, "sluice_envoy_overrides_ignored_total", &[]),
                 Some(1.0),
@@ -551,11 +565,6 @@ async fn merge_domains_joins_files_of_one_domain() {
 
 async fn statistics_of_a_request_refused_by_a_limit_of_0_count_from_its_state(redis: bool) {
     let ((s, _y, _r), mut c) = start("stats-zero", "", redis).await;
-    let with_hits = |key: &str, value: &str, hits: u64| {
-        let mut x = d(key, value);
-        x.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
-        x
-    };
     // 8 of 10 used (near at 8); then a request refused by a limit of 0
     // charges nothing, and its hit on `stats` counts from 8: past the
     // near-limit mark (before, it was read as charged: from 7).
@@ -567,11 +576,8 @@ async fn statistics_of_a_request_refused_by_a_limit_of_0_count_from_its_state(re
     )
     .await;
     assert_eq!(r.overall_code, OVER);
-    let reply =
-        crate::common::send(crate::common::client().get(format!("http://{}/metrics", s.control)))
-            .await;
-    let text = String::from_utf8_lossy(&reply.body).into_owned();
-    let Some(samples) = crate::common::prom::parse(&text) else {
+    let (text, samples) = metrics(&s).await;
+    let Some(samples) = samples else {
         return;
     };
     let v = |name: &str| {
@@ -588,11 +594,6 @@ async fn per_rule_statistics_count_as_the_reference_server_s(redis: bool) {
     let ((s, _y, _r), mut c) = start("stats", "", redis).await;
     // base_limiter.go, limit 10, near at 8: 7 hits within, then 2 (one near),
     // then 3 (two over, one near).
-    let with_hits = |key: &str, value: &str, hits: u64| {
-        let mut x = d(key, value);
-        x.hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
-        x
-    };
     for hits in [7, 2, 3] {
         ask(&mut c, "compat", vec![with_hits("stats", "s1", hits)]).await;
     }
@@ -610,11 +611,8 @@ async fn per_rule_statistics_count_as_the_reference_server_s(redis: bool) {
         assert!(std::time::Instant::now() < deadline, "{}", s.log());
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let reply =
-        crate::common::send(crate::common::client().get(format!("http://{}/metrics", s.control)))
-            .await;
-    let text = String::from_utf8_lossy(&reply.body).into_owned();
-    let Some(samples) = crate::common::prom::parse(&text) else {
+    let (text, samples) = metrics(&s).await;
+    let Some(samples) = samples else {
         return;
     };
     let v = |name: &str, rule: &str| {
