@@ -118,6 +118,9 @@ struct Placed<'f> {
     places: Vec<Place>,
     charges: Vec<Charge<'f>>,
     refunds: Vec<Charge<'f>>,
+    /// Refused by limits of 0 before anything is charged: the charges
+    /// only peek (cost 0).
+    zero: bool,
 }
 
 /// What the engine answered for a request's descriptors.
@@ -128,6 +131,10 @@ pub(crate) struct Counted {
     pub(crate) verdict: Option<Verdict>,
     /// The verdict on the refunds, if any.
     pub(crate) refunded: Option<Verdict>,
+    /// Refused by limits of 0 before anything was charged
+    /// ([`refused_by_zero`](crate::counting::refused_by_zero)): the
+    /// charges only peeked.
+    pub(crate) zero: bool,
 }
 
 impl EnvoyRls {
@@ -218,6 +225,7 @@ impl EnvoyRls {
             places,
             verdict,
             refunded,
+            zero,
         } = self.counted(req, &found, &overridden).await;
         let rules: smallvec::SmallVec<[Option<&Rule>; 4]> = found
             .iter()
@@ -231,14 +239,14 @@ impl EnvoyRls {
             &self.options,
             &mut decisions,
         );
-        self.record_stats(req, &found, &decisions, verdict.as_ref());
+        self.record_stats(req, &found, &decisions, verdict.as_ref(), zero);
         let mut response = RateLimitResponse {
             overall_code: code as i32,
             statuses,
             ..Default::default()
         };
         response.response_headers_to_add =
-            headers(verdict.as_ref(), &response, &places, &self.options);
+            headers(verdict.as_ref(), zero, &response, &places, &self.options);
         if self.options.dynamic_metadata {
             response.dynamic_metadata =
                 Some(crate::dynamic_metadata::of(req, &rules, &response.statuses));
@@ -276,6 +284,7 @@ impl EnvoyRls {
             places,
             charges,
             refunds,
+            zero,
         } = self.placed(req, found, overridden, request_hits);
         let refunded = if refunds.is_empty() {
             None
@@ -291,6 +300,7 @@ impl EnvoyRls {
             places,
             verdict,
             refunded,
+            zero,
         }
     }
 
@@ -362,6 +372,7 @@ impl EnvoyRls {
             places,
             charges,
             refunds,
+            zero,
         }
     }
 
@@ -380,18 +391,18 @@ impl EnvoyRls {
         }
     }
 
-    /// Counts each descriptor that met a limit in its rule's statistics.
+    /// Counts each descriptor that met a limit in its rule's statistics;
+    /// `peeked`: the request was refused by limits of 0 before anything
+    /// was charged.
     fn record_stats(
         &self,
         req: &RateLimitRequest,
         found: &[Option<Found<'_>>],
         decisions: &[Option<Decision>],
         verdict: Option<&Verdict>,
+        peeked: bool,
     ) {
         let request_hits = u64::from(req.hits_addend).max(1);
-        // Refused by a limit of 0 before anything was charged: the counted
-        // descriptors were only peeked.
-        let peeked = !self.options.compat && crate::counting::refused_by_zero(req, found);
         for ((d, f), decided) in req.descriptors.iter().zip(found).zip(decisions) {
             // A refund is not a hit.
             let Some(f) = f.as_ref().filter(|_| !d.is_negative_hits) else {

@@ -166,6 +166,7 @@ fn current_limit(rule: &Rule, options: &Options) -> CurrentLimit {
 /// server's.
 pub(crate) fn headers(
     verdict: Option<&Verdict>,
+    zero: bool,
     response: &RateLimitResponse,
     places: &[Place],
     options: &Options,
@@ -178,7 +179,7 @@ pub(crate) fn headers(
         if options.compat {
             reference_headers(response, places, &mut out);
         } else if let Some(v) = verdict {
-            sluice_headers(v, response, places, &mut out);
+            sluice_headers(v, zero, response, places, &mut out);
         }
     }
     out
@@ -197,9 +198,10 @@ fn header(key: &str, value: String) -> HeaderValue {
 /// refused, when every refusing limit admits it again; for one refused
 /// because every quota-mode descriptor is over, when the first of them
 /// admits it again. A request that can never pass (an impossible cost, a
-/// limit of 0) has no retry time.
+/// limit of 0: `zero`) has no retry time.
 fn sluice_headers(
     v: &Verdict,
+    zero: bool,
     response: &RateLimitResponse,
     places: &[Place],
     out: &mut Vec<HeaderValue>,
@@ -214,18 +216,12 @@ fn sluice_headers(
     if response.overall_code != Code::OverLimit as i32 {
         return;
     }
-    // A limit of 0 (met outside quota mode) refuses it whatever follows.
-    let zero = response
-        .statuses
-        .iter()
-        .zip(places)
-        .any(|(s, p)| matches!(p, Place::None) && s.code == Code::OverLimit as i32);
     let retry = if zero || v.violated().any(|r| r.decision.retry_after.is_none()) {
         None
     } else if v.violated().next().is_some() {
         v.retry_after()
     } else {
-        quota_retry(response, places)
+        quota_retry(v, response, places)
     };
     if let Some(retry) = retry {
         out.push(header(
@@ -238,21 +234,17 @@ fn sluice_headers(
 /// When a request refused for its quotas could pass: the soonest time one
 /// of its over-limit quota-mode descriptors (the shadowed charges that
 /// answer `OVER_LIMIT`; outside `compat`, a shadow-mode one never does)
-/// admits it again. `None` when none of them is counted (each is on a
-/// limit of 0).
-fn quota_retry(response: &RateLimitResponse, places: &[Place]) -> Option<Nanos> {
+/// admits it again, from the engine's decisions.
+fn quota_retry(v: &Verdict, response: &RateLimitResponse, places: &[Place]) -> Option<Nanos> {
     response
         .statuses
         .iter()
         .zip(places)
-        .filter(|(s, p)| matches!(p, Place::Shadow(_)) && s.code == Code::OverLimit as i32)
-        .filter_map(|(s, _)| s.duration_until_reset.as_ref())
-        .map(|d| {
-            u64::try_from(d.seconds)
-                .unwrap_or(0)
-                .saturating_mul(1_000_000_000)
-                .saturating_add(u64::try_from(d.nanos).unwrap_or(0))
+        .filter_map(|(s, p)| match p {
+            Place::Shadow(i) if s.code == Code::OverLimit as i32 => v.shadow.get(*i),
+            _ => None,
         })
+        .filter_map(|r| r.decision.retry_after)
         .min()
 }
 
