@@ -45,6 +45,19 @@ struct Servers {
     sentinel: SentinelSetup,
 }
 
+/// The protection of the suite's Redis stores, with `fallback`: a generous
+/// timeout (the suite compares decisions, and a busy machine must not turn
+/// one into a fallback's), and no over-limit cache (every decision is the
+/// store's).
+pub fn protect_options(fallback: Fallback) -> ProtectOptions {
+    ProtectOptions {
+        timeout: Duration::from_secs(2),
+        fallback,
+        over_limit_cache: false,
+        ..ProtectOptions::default()
+    }
+}
+
 /// The runtime every store's background tasks run on.
 pub fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
@@ -112,21 +125,10 @@ impl Deployments {
         };
         let url: StoreUrl = url.parse().unwrap();
         runtime().block_on(async {
-            let shared = sluice_redis::shared(
-                url,
-                true,
-                ProtectOptions {
-                    // A generous timeout: the suite compares decisions, and
-                    // a busy machine must not turn one into a fallback's.
-                    timeout: Duration::from_secs(2),
-                    // Every decision must be Redis's: the local fallback
-                    // decides as the memory store does, and a comparison
-                    // it answered would prove nothing (`get` checks).
-                    fallback: Fallback::Deny,
-                    over_limit_cache: false,
-                    ..ProtectOptions::default()
-                },
-            );
+            // Every decision must be Redis's: the local fallback decides
+            // as the memory store does, and a comparison it answered would
+            // prove nothing (`get` checks).
+            let shared = sluice_redis::shared(url, true, protect_options(Fallback::Deny));
             shared.connect(Duration::from_secs(20)).await.unwrap();
             let runtime = Arc::new(RuntimeState::new(shared.remote().clone()));
             (shared as Arc<dyn Store>, runtime as Arc<dyn RuntimeStore>)

@@ -10,7 +10,7 @@ use std::time::Duration;
 use sluice_conformance::runtime;
 use sluice_core::{AlgorithmKind, LimitSpec, Rate, SystemClock};
 use sluice_policy::{Charge, Counting, Engine, Limit, LimitLabels, Policy};
-use sluice_protect::{ProtectOptions, Protected, Remote, RemoteError};
+use sluice_protect::{Protected, Remote, RemoteError};
 use sluice_redis::{RedisRemote, StoreUrl};
 use sluice_store::MemoryRuntime;
 use sluice_store::seam::{Check, Checked, CounterDef, Fallback, Pending, Slot, Store};
@@ -71,12 +71,7 @@ fn a_quota_refusal_whose_refund_falls_back_says_so() {
     runtime().block_on(async {
         let store = Protected::start(
             Arc::new(RefundsFail(RedisRemote::new(url, true))),
-            ProtectOptions {
-                timeout: Duration::from_secs(2),
-                fallback: Fallback::Local,
-                over_limit_cache: false,
-                ..ProtectOptions::default()
-            },
+            sluice_conformance::protect_options(Fallback::Local),
         );
         store.connect(Duration::from_secs(20)).await.unwrap();
         let policy = Policy::from_toml(
