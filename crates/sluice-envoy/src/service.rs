@@ -77,12 +77,12 @@ pub async fn serve(
     // `SERVING` once rules are in force (with a management server, after
     // its first set), as the reference server's
     // HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: Envoy's health checks keep
-    // away from an instance that would admit everything.
-    // The first status is set before the server answers its first call
-    // (before, a check that came first found the service not registered);
-    // the task follows the changes.
+    // away from an instance that would admit everything. The first status
+    // is set before the server answers its first call (before, a check
+    // that came first found the service not registered); the task follows
+    // the changes. (Read before the await: the watch's guard is not
+    // `Send`.)
     let mut ready = service.ready();
-    // (Read before the await: the watch's guard is not `Send`.)
     let serving = *ready.borrow_and_update();
     report(&reporter, serving).await;
     tokio::spawn(async move {
