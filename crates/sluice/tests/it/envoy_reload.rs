@@ -59,6 +59,9 @@ async fn start(dir: &TempDir) -> (Sluice, Client) {
 
 /// [`start`], on `redis` when given.
 async fn start_on(dir: &TempDir, redis: Option<&RedisServer>) -> (Sluice, Client) {
+    // The rules count per hour in clock-aligned windows (as the reference
+    // server does): a test that crossed the hour would see its counts go.
+    crate::common::clear_of_window_edge(3600, 60).await;
     // A generous timeout: on a busy machine no call may fall back.
     let store = redis
         .map(|r| format!("[store]\nurl = \"{}\"\ntimeout = \"2s\"\n", r.url()))

@@ -762,3 +762,17 @@ pub async fn two_instances_admit_exactly(
     );
     admitted
 }
+
+/// Waits, when the next boundary of `unit_secs`-long windows aligned on
+/// the Unix clock is less than `margin_secs` away, until just past it: a
+/// test counting in such windows then runs within one.
+pub async fn clear_of_window_edge(unit_secs: u64, margin_secs: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let into = now.as_secs_f64() % unit_secs as f64;
+    let left = unit_secs as f64 - into;
+    if left < margin_secs as f64 {
+        tokio::time::sleep(std::time::Duration::from_secs_f64(left + 0.5)).await;
+    }
+}
