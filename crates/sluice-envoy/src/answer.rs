@@ -478,7 +478,7 @@ fn empty_refusal() -> Verdict {
     Verdict {
         allowed: false,
         results: Default::default(),
-        shadow: Vec::new(),
+        shadow: Default::default(),
         style: Default::default(),
         fallback: None,
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
-use sluice_policy::{Limit, LimitLabels};
+use sluice_policy::{Labels, Limit, LimitLabels};
 use sluice_store::seam::Store;
 
 use crate::pattern::Pattern;
@@ -351,7 +351,9 @@ impl Compile<'_> {
             }
         };
         let name: Arc<str> = sanitize(rl.name.as_deref().unwrap_or(path)).into();
-        let labels = LimitLabels::named(name, "envoy");
+        // Kept for the life of the process, with the limit's spec (see
+        // `sluice_policy::labels`): the operator defines them.
+        let plain = LimitLabels::plain(name, "envoy");
         let kind = if rl.unlimited {
             RuleKind::Unlimited
         } else if rl.requests_per_unit == 0 {
@@ -363,11 +365,15 @@ impl Compile<'_> {
                 rl.requests_per_unit,
                 unit,
                 self.algorithm,
-                labels.clone(),
+                |spec| plain.clone().kept(Some(spec)),
                 self.store,
             );
             at.push(Step::Field("requests_per_unit"));
             RuleKind::Counted(Box::new(counted.map_err(|e| self.invalid(at, &e))?))
+        };
+        let labels = match &kind {
+            RuleKind::Counted(counted) => counted.limit.labels.clone(),
+            _ => plain.kept(None),
         };
         Ok(Rule {
             labels,
@@ -387,13 +393,14 @@ impl Compile<'_> {
 }
 
 /// A Sluice limit of `rpu` per `unit` under counter id `id` (with the
-/// algorithm and rate appended), its counter registered in `store`.
+/// algorithm and rate appended), its counter registered in `store`, with
+/// the labels `labels` gives for its spec.
 pub(crate) fn limited(
     id: &str,
     rpu: u32,
     unit: Unit,
     algorithm: AlgorithmKind,
-    labels: Arc<LimitLabels>,
+    labels: impl FnOnce(&LimitSpec) -> Labels,
     store: &dyn Store,
 ) -> Result<Limited, String> {
     let rpu = u64::from(rpu);
@@ -406,7 +413,7 @@ pub(crate) fn limited(
         nodelay: true,
     };
     let id = format!("{id}/{}/{rate}/{rpu}", algorithm.name());
-    let limit = Limit::plain(&id, labels, spec).map_err(|e| e.to_string())?;
+    let limit = Limit::plain(&id, labels(&spec), spec).map_err(|e| e.to_string())?;
     Ok(Limited {
         counter: store.counter(limit.counted.clone()),
         limit,

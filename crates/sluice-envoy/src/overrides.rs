@@ -163,13 +163,15 @@ impl Overrides {
 
 fn new_rule(rpu: u32, unit: Unit, store: &dyn Store, algorithm: AlgorithmKind) -> Option<Rule> {
     let name: Arc<str> = format!("override_{rpu}_per_{}", unit.seconds()).into();
+    // A counted handle: the client picks the values, which must not be
+    // kept for the life of the process.
     let labels = LimitLabels::named(name, "envoy");
     let kind = if rpu == 0 {
         RuleKind::Zero
     } else {
         let id = format!("envoy-override:{rpu}/{}", unit.seconds());
         RuleKind::Counted(Box::new(
-            limited(&id, rpu, unit, algorithm, labels.clone(), store).ok()?,
+            limited(&id, rpu, unit, algorithm, |_| labels.clone(), store).ok()?,
         ))
     };
     Some(Rule {

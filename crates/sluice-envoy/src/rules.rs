@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::google::protobuf::Struct;
-use sluice_policy::{Limit, LimitLabels};
+use sluice_policy::{Labels, Limit};
 use sluice_store::seam::Counter;
 use smallvec::SmallVec;
 
@@ -101,7 +101,7 @@ impl Unit {
 pub struct Rule {
     /// How metrics and logs name it (built once, shared by every decision);
     /// its name is [`name`](Self::name).
-    pub labels: Arc<LimitLabels>,
+    pub labels: Labels,
     /// Its place in the tree (`message_type_marketing.to_number`): the key
     /// of its statistics, as the reference server names them.
     pub path: Arc<str>,

@@ -428,7 +428,7 @@ mod tests {
         let verdict = Verdict {
             allowed: false,
             results: results.into(),
-            shadow: Vec::new(),
+            shadow: Default::default(),
             style: HeadersConfig {
                 legacy: true,
                 x_ratelimit: true,

@@ -11,7 +11,8 @@ use toml::Spanned;
 
 use crate::config::{ConfigError, LimitConfig, OnLimitConfig, PlanConfig, Source};
 use crate::key_source::KeySource;
-use crate::limit::{DelayDef, Limit, LimitLabels};
+use crate::labels::LimitLabels;
+use crate::limit::{DelayDef, Limit};
 use crate::matcher::Matcher;
 use crate::policy::{CostRule, LimitDef};
 
@@ -69,12 +70,13 @@ pub(crate) fn compile_limit(
     let counted = CounterDef::new(&id, delay.as_ref().map_or(spec, |d| d.spec))
         .map_err(|e| at(format!("limit `{name}`: {e}")))?;
     let name: Arc<str> = name.into();
-    let labels = Arc::new(LimitLabels {
+    let labels = LimitLabels {
         limit: name.clone(),
         plan: plan.map_or("", String::as_str).into(),
         endpoint: matcher.describe().into(),
-        header_items: crate::limit::HeaderItems::default(),
-    });
+        header_items: crate::labels::HeaderItems::default(),
+    }
+    .kept(Some(&spec));
     Ok(LimitDef {
         limit: Limit {
             name,

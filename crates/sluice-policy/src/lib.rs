@@ -16,6 +16,7 @@ pub mod events;
 pub mod key_source;
 pub mod key_text;
 pub mod keys_file;
+pub mod labels;
 pub mod limit;
 pub mod log_budget;
 pub mod matcher;
@@ -30,12 +31,13 @@ pub use config::{Config, ConfigError, HeadersConfig, Source};
 pub use deployment::Deployment;
 pub use engine::{
     Charge, Counting, DecideError, Engine, LimitResult, Outcome, PlanSource, Results, RuntimeError,
-    SaveError, UnknownPlan, Verdict,
+    SaveError, Shadow, UnknownPlan, Verdict,
 };
 pub use envoy_settings::{EnvoySettings, EnvoyTls, EnvoyXds};
 pub use key_source::KeySource;
 pub use key_text::KeyText;
-pub use limit::{DelayDef, HeaderItems, Limit, LimitLabels};
+pub use labels::{HeaderItems, Labels, LimitLabels};
+pub use limit::{DelayDef, Limit};
 pub use policy::{
     Access, AmbiguousKey, Applied, AppliedLimits, CostRule, KeyError, LimitDef, Matcher,
     MissingKey, Policy, RequestInfo, RuntimeKeysFile,

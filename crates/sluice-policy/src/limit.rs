@@ -13,6 +13,8 @@ use sluice_core::LimitError;
 use sluice_core::LimitSpec;
 use sluice_store::seam::CounterDef;
 
+use crate::labels::Labels;
+
 /// A limit, ready to decide.
 ///
 /// ```
@@ -34,7 +36,7 @@ pub struct Limit {
     /// The name shown in headers and problem bodies.
     pub name: Arc<str>,
     /// How metrics name it.
-    pub labels: Arc<LimitLabels>,
+    pub labels: Labels,
     /// Algorithm, rate and burst, as the client sees them.
     pub spec: LimitSpec,
     /// What a store counts for it: the extended bucket of a delay limit
@@ -52,7 +54,7 @@ pub struct Limit {
 impl Limit {
     /// A limit with no plan, classes or delay, counted under `id` (its
     /// identity in the store: a changed definition needs another id).
-    pub fn plain(id: &str, labels: Arc<LimitLabels>, spec: LimitSpec) -> Result<Self, LimitError> {
+    pub fn plain(id: &str, labels: Labels, spec: LimitSpec) -> Result<Self, LimitError> {
         Ok(Self {
             name: labels.limit.clone(),
             labels,
@@ -101,100 +103,4 @@ pub struct DelayDef {
     /// The extended bucket (`burst + extra`) that the limit counts on, in
     /// memory and in Redis.
     pub spec: LimitSpec,
-}
-
-/// How metrics and logs name a limit. Every value comes from the config,
-/// so label cardinality is bounded by it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LimitLabels {
-    /// The limit's name.
-    pub limit: Arc<str>,
-    /// Its plan, or `""`.
-    pub plan: Arc<str>,
-    /// The requests it applies to: `*`, or methods and a path prefix such as
-    /// `POST /export*`.
-    pub endpoint: Arc<str>,
-    /// Its items in response header fields, made once and kept with it.
-    pub header_items: HeaderItems,
-}
-
-/// A limit's items in response header fields that depend only on its
-/// definition (its `RateLimit-Policy` item: name, quota, window): made the
-/// first time a response needs them, by the header crate, and kept with the
-/// limit for every response after, instead of being written per response.
-/// Labels compare and hash alike whatever this holds.
-#[derive(Debug, Default)]
-pub struct HeaderItems {
-    policy: std::sync::OnceLock<(LimitSpec, http::HeaderValue)>,
-}
-
-impl HeaderItems {
-    /// The limit's `RateLimit-Policy` item under `spec`: the one kept, when
-    /// it was made for `spec` (always, but for a limit answered under
-    /// another spec, such as a per-request override), else `make`'s, kept
-    /// if none was.
-    ///
-    /// ```
-    /// use sluice_core::{AlgorithmKind, LimitSpec, Rate};
-    /// let items = sluice_policy::HeaderItems::default();
-    /// let spec = LimitSpec {
-    ///     algorithm: AlgorithmKind::Gcra,
-    ///     rate: Rate::per_second(10),
-    ///     burst: 10,
-    ///     nodelay: false,
-    /// };
-    /// let made = || Some(http::HeaderValue::from_static("\"api\";q=10;w=1"));
-    /// assert_eq!(items.policy(&spec, made).unwrap(), "\"api\";q=10;w=1");
-    /// // Kept: not made again.
-    /// assert_eq!(items.policy(&spec, || None).unwrap(), "\"api\";q=10;w=1");
-    /// ```
-    pub fn policy(
-        &self,
-        spec: &LimitSpec,
-        make: impl FnOnce() -> Option<http::HeaderValue>,
-    ) -> Option<http::HeaderValue> {
-        if let Some((kept, value)) = self.policy.get() {
-            return if kept == spec {
-                Some(value.clone())
-            } else {
-                make()
-            };
-        }
-        let value = make()?;
-        // Two first responses at once: the first kept wins; both are right.
-        let _ = self.policy.set((*spec, value.clone()));
-        Some(value)
-    }
-}
-
-/// A copy starts with nothing kept (it is made again on first use).
-impl Clone for HeaderItems {
-    fn clone(&self) -> Self {
-        Self::default()
-    }
-}
-
-/// What is kept is derived from the labels: it never tells two apart.
-impl PartialEq for HeaderItems {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for HeaderItems {}
-
-impl std::hash::Hash for HeaderItems {
-    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
-}
-
-impl LimitLabels {
-    /// Labels of a limit outside any plan, applying to `endpoint`.
-    pub fn named(limit: Arc<str>, endpoint: &str) -> Arc<Self> {
-        Arc::new(Self {
-            limit,
-            plan: "".into(),
-            endpoint: endpoint.into(),
-            header_items: HeaderItems::default(),
-        })
-    }
 }

@@ -10,7 +10,8 @@ use crate::client_ip::TrustedProxies;
 use crate::config::{CarryOver, HeadersConfig};
 use crate::key_source::KeySource;
 use crate::key_text::KeyText;
-pub use crate::limit::{DelayDef, Limit, LimitLabels};
+pub use crate::labels::LimitLabels;
+pub use crate::limit::{DelayDef, Limit};
 pub use crate::matcher::Matcher;
 
 /// A limit of the config, ready to decide: the compiled [`Limit`] the

@@ -126,7 +126,7 @@ impl<C: Clock> Engine<C> {
             allowed: checked.allowed,
             fallback: checked.fallback(),
             results,
-            shadow: Vec::new(),
+            shadow: Default::default(),
             style: policy.headers,
         }))
     }

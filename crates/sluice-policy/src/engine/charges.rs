@@ -181,7 +181,7 @@ impl<C: Clock> Engine<C> {
             allowed: true,
             fallback: checked.fallback(),
             results,
-            shadow: Vec::new(),
+            shadow: Default::default(),
             style,
         })
     }

@@ -31,7 +31,7 @@ use smallvec::SmallVec;
 use super::Engine;
 use super::credits::Claim;
 use super::plan::Plan;
-use super::verdict::{DecideError, LimitResult, Verdict};
+use super::verdict::{DecideError, LimitResult, Shadow, Verdict};
 use crate::delay_queue::Ticket;
 
 /// How one enforced limit of a request is decided after a first round
@@ -150,7 +150,7 @@ impl<C: Clock> Engine<C> {
         let answer = self.store.check(&plan.checks).await;
         let checked = after_round(plan, &plan.checks, answer)?;
         if settled(plan, &checked) {
-            return Ok(plan.verdict(checked, Vec::new()));
+            return Ok(plan.verdict(checked, Shadow::default()));
         }
         // The steps a request rarely needs wait in a box of their own: the
         // future of the usual request stays small.
@@ -188,7 +188,7 @@ impl<C: Clock> Engine<C> {
         };
         shown(plan, &plan.checks, checked);
         if settled(plan, checked) {
-            return Some(Ok(plan.verdict_of(checked, Vec::new())));
+            return Some(Ok(plan.verdict_of(checked, Shadow::default())));
         }
         let checked = now_or_never(pending)?.ok()?;
         now_or_never(self.rest(plan, checked))
@@ -244,7 +244,7 @@ impl<C: Clock> Engine<C> {
                 tracing::info!(limit = %r.name(), left_out, "shadow: would have been limited");
             }
         }
-        let mut verdict = plan.verdict(checked, shadow);
+        let mut verdict = plan.verdict(checked, shadow.into());
         if plan.enforced.is_empty() {
             // Nothing was decided all or nothing (an adapter's limits each
             // on its own): who decided is who decided the shadowed ones.

@@ -39,7 +39,8 @@ use plan::Plan;
 pub use charges::{Charge, Counting};
 pub use outcome::Outcome;
 pub use verdict::{
-    DecideError, LimitResult, PlanSource, Results, RuntimeError, SaveError, UnknownPlan, Verdict,
+    DecideError, LimitResult, PlanSource, Results, RuntimeError, SaveError, Shadow, UnknownPlan,
+    Verdict,
 };
 
 /// A policy over a store.

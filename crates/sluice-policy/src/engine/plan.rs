@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 
 use super::Engine;
 use super::compiled::Compiled;
-use super::verdict::{DecideError, LimitResult, Results, Verdict};
+use super::verdict::{DecideError, LimitResult, Results, Shadow, Verdict};
 use crate::config::HeadersConfig;
 use crate::delay_queue::DelayQueue;
 use crate::limit::Limit;
@@ -138,14 +138,14 @@ impl Plan<'_> {
     }
 
     #[inline]
-    pub(super) fn verdict(&self, checked: Checked, shadow: Vec<LimitResult>) -> Verdict {
+    pub(super) fn verdict(&self, checked: Checked, shadow: Shadow) -> Verdict {
         self.verdict_of(&checked, shadow)
     }
 
     /// The verdict of a decided plan: its enforced limits' results, and
     /// its shadowed ones'.
     #[inline(always)]
-    pub(super) fn verdict_of(&self, checked: &Checked, shadow: Vec<LimitResult>) -> Verdict {
+    pub(super) fn verdict_of(&self, checked: &Checked, shadow: Shadow) -> Verdict {
         // Filled in place: a collected list would be built, then moved.
         let mut verdict = Verdict {
             allowed: checked.allowed,

@@ -2,14 +2,14 @@
 //! the errors of deciding and of runtime changes.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use sluice_core::{Decision, LimitSpec, Nanos};
 use sluice_store::KeyId;
 use sluice_store::seam::{Fallback, RuntimeStoreError};
 
 use crate::config::HeadersConfig;
-use crate::policy::{LimitLabels, MissingKey};
+use crate::labels::Labels;
+use crate::policy::MissingKey;
 
 /// One applied limit's decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub struct LimitResult {
     /// The decision under it.
     pub decision: Decision,
     /// How metrics name the limit; its name is [`name`](Self::name).
-    pub labels: Arc<LimitLabels>,
+    pub labels: Labels,
     /// The client key's keyed hash (never the key itself).
     pub key: KeyId,
 }
@@ -45,6 +45,43 @@ impl LimitResult {
 /// One result per enforced limit: inline for up to two.
 pub type Results = smallvec::SmallVec<[LimitResult; 2]>;
 
+/// A verdict's shadowed results ([`Verdict::shadow`]): a slice, empty on
+/// the usual request, where it takes no allocation and dropping it is one
+/// test.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shadow(Option<Box<[LimitResult]>>);
+
+impl std::ops::Deref for Shadow {
+    type Target = [LimitResult];
+
+    #[inline]
+    fn deref(&self) -> &[LimitResult] {
+        self.0.as_deref().unwrap_or_default()
+    }
+}
+
+impl std::ops::DerefMut for Shadow {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [LimitResult] {
+        self.0.as_deref_mut().unwrap_or_default()
+    }
+}
+
+impl From<Vec<LimitResult>> for Shadow {
+    fn from(results: Vec<LimitResult>) -> Self {
+        Self((!results.is_empty()).then(|| results.into_boxed_slice()))
+    }
+}
+
+impl<'a> IntoIterator for &'a Shadow {
+    type Item = &'a LimitResult;
+    type IntoIter = std::slice::Iter<'a, LimitResult>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 /// The engine's answer for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
@@ -61,7 +98,7 @@ pub struct Verdict {
     /// refused, but for one refused because each of its quota charges was:
     /// those show why (and the others their state after they were given
     /// back).
-    pub shadow: Vec<LimitResult>,
+    pub shadow: Shadow,
     /// The header style of the config that decided it, so that a response
     /// never mixes two configs across a reload.
     pub style: HeadersConfig,
@@ -77,7 +114,7 @@ impl Verdict {
             allowed: result.decision.allowed,
             fallback: None,
             results: Results::new(),
-            shadow: Vec::new(),
+            shadow: Shadow::default(),
             style,
         };
         verdict.results.push(result);

@@ -225,7 +225,7 @@ impl Aggregator {
 
     /// Where a limit's counts are; made at its first decision.
     fn slot(&mut self, r: &LimitResult) -> Slot {
-        let addr = Arc::as_ptr(&r.labels).addr();
+        let addr = r.labels.addr();
         if let Some(s) = self.slots.get(&addr) {
             return *s;
         }

@@ -1,0 +1,286 @@
+//! How a limit is named in metrics, logs and header fields
+//! ([`LimitLabels`]), and the handle to them that a limit and each of its
+//! decisions carry ([`Labels`]).
+//!
+//! Every decision's result holds its limit's labels, so that an adapter
+//! can name the limit after the engine answered. Making and dropping that
+//! handle is on every request: a counted reference (`Arc`) would add two
+//! atomic read-modify-writes to each decision, on a reference count that
+//! every thread deciding under the limit shares (its cache line then
+//! travels between cores).
+//!
+//! So the labels of limits the operator defines (the config's, the Envoy
+//! rules') are **kept**: made once for the life of the process, interned
+//! by their content and the limit's spec, and a handle to them is a plain
+//! reference that costs nothing to copy or drop. A reload that keeps a
+//! limit finds its labels kept already, so reloads do not add to them. At
+//! most [`MOST_KEPT`] are kept; past that, and for limits a client brings
+//! about (an Envoy per-request override, whose values the client picks),
+//! the handle is a counted reference, as before: the memory kept stays
+//! bounded whatever the config's history or the clients send.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use sluice_core::LimitSpec;
+
+/// How metrics and logs name a limit. Every value comes from the config,
+/// so label cardinality is bounded by it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LimitLabels {
+    /// The limit's name.
+    pub limit: Arc<str>,
+    /// Its plan, or `""`.
+    pub plan: Arc<str>,
+    /// The requests it applies to: `*`, or methods and a path prefix such as
+    /// `POST /export*`.
+    pub endpoint: Arc<str>,
+    /// Its items in response header fields, made once and kept with it.
+    pub header_items: HeaderItems,
+}
+
+impl LimitLabels {
+    /// Labels of a limit outside any plan, applying to `endpoint`, behind a
+    /// counted handle (see [`kept`](Self::kept) for a limit the operator
+    /// defines).
+    pub fn named(limit: Arc<str>, endpoint: &str) -> Labels {
+        Labels::counted(Self::plain(limit, endpoint))
+    }
+
+    /// The labels of a limit outside any plan, applying to `endpoint`.
+    pub fn plain(limit: Arc<str>, endpoint: &str) -> Self {
+        Self {
+            limit,
+            plan: "".into(),
+            endpoint: endpoint.into(),
+            header_items: HeaderItems::default(),
+        }
+    }
+
+    /// These labels, kept for the life of the process (see the module
+    /// docs), for a limit of `spec`: the labels kept already for the same
+    /// content and spec, if any. A counted handle once [`MOST_KEPT`] are
+    /// kept.
+    ///
+    /// ```
+    /// use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+    /// use sluice_policy::LimitLabels;
+    /// let spec = LimitSpec {
+    ///     algorithm: AlgorithmKind::Gcra,
+    ///     rate: Rate::per_second(10),
+    ///     burst: 10,
+    ///     nodelay: false,
+    /// };
+    /// let a = LimitLabels::plain("api".into(), "*").kept(Some(&spec));
+    /// let b = LimitLabels::plain("api".into(), "*").kept(Some(&spec));
+    /// assert_eq!(a.limit.as_ref(), "api");
+    /// // The same labels: kept once.
+    /// assert_eq!(a.addr(), b.addr());
+    /// ```
+    pub fn kept(self, spec: Option<&LimitSpec>) -> Labels {
+        static KEPT: OnceLock<Mutex<Kept>> = OnceLock::new();
+        let mut kept = KEPT
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let key = (self, spec.copied());
+        if let Some(labels) = kept.get(&key) {
+            return labels.clone();
+        }
+        if kept.len() >= MOST_KEPT {
+            return Labels::counted(key.0);
+        }
+        // Kept for the life of the process, at most `MOST_KEPT` of them:
+        // a handle to them is then a plain reference.
+        let labels = Labels(Handle::Kept(Box::leak(Box::new(key.0.clone()))));
+        kept.insert(key, labels.clone());
+        labels
+    }
+}
+
+/// The labels kept, by content and spec.
+type Kept = HashMap<(LimitLabels, Option<LimitSpec>), Labels>;
+
+/// The most labels kept for the life of the process (see the module docs).
+/// Past it, labels are counted references; a config of this many limits is
+/// far beyond any seen in practice.
+pub const MOST_KEPT: usize = 16_384;
+
+/// A handle to a limit's labels: a plain reference to labels kept for the
+/// life of the process, or a counted one (see the module docs). It reads as
+/// the labels; two handles compare and hash as the labels they name.
+#[derive(Clone)]
+pub struct Labels(Handle);
+
+#[derive(Clone)]
+enum Handle {
+    Kept(&'static LimitLabels),
+    Counted(Arc<LimitLabels>),
+}
+
+impl Labels {
+    /// A counted handle to `labels`.
+    pub fn counted(labels: LimitLabels) -> Self {
+        Self(Handle::Counted(Arc::new(labels)))
+    }
+
+    /// The labels' address: the same for every handle to the same labels
+    /// (a cheap identity for a map of limits).
+    pub fn addr(&self) -> usize {
+        std::ptr::from_ref::<LimitLabels>(self).addr()
+    }
+}
+
+impl std::ops::Deref for Labels {
+    type Target = LimitLabels;
+
+    #[inline]
+    fn deref(&self) -> &LimitLabels {
+        match &self.0 {
+            Handle::Kept(labels) => labels,
+            Handle::Counted(labels) => labels,
+        }
+    }
+}
+
+impl From<Arc<LimitLabels>> for Labels {
+    fn from(labels: Arc<LimitLabels>) -> Self {
+        Self(Handle::Counted(labels))
+    }
+}
+
+impl std::fmt::Debug for Labels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        LimitLabels::fmt(self, f)
+    }
+}
+
+impl PartialEq for Labels {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Labels {}
+
+impl Hash for Labels {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        LimitLabels::hash(self, state);
+    }
+}
+
+/// A limit's items in response header fields that depend only on its
+/// definition (its `RateLimit-Policy` item: name, quota, window): made the
+/// first time a response needs them, by the header crate, and kept with the
+/// limit for every response after, instead of being written per response.
+/// Labels compare and hash alike whatever this holds.
+#[derive(Debug, Default)]
+pub struct HeaderItems {
+    policy: OnceLock<(LimitSpec, http::HeaderValue)>,
+}
+
+impl HeaderItems {
+    /// The limit's `RateLimit-Policy` item under `spec`: the one kept, when
+    /// it was made for `spec` (always, but for a limit answered under
+    /// another spec, such as a per-request override), else `make`'s, kept
+    /// if none was.
+    ///
+    /// ```
+    /// use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+    /// let items = sluice_policy::HeaderItems::default();
+    /// let spec = LimitSpec {
+    ///     algorithm: AlgorithmKind::Gcra,
+    ///     rate: Rate::per_second(10),
+    ///     burst: 10,
+    ///     nodelay: false,
+    /// };
+    /// let made = || Some(http::HeaderValue::from_static("\"api\";q=10;w=1"));
+    /// assert_eq!(items.policy(&spec, made).unwrap(), "\"api\";q=10;w=1");
+    /// // Kept: not made again.
+    /// assert_eq!(items.policy(&spec, || None).unwrap(), "\"api\";q=10;w=1");
+    /// ```
+    pub fn policy(
+        &self,
+        spec: &LimitSpec,
+        make: impl FnOnce() -> Option<http::HeaderValue>,
+    ) -> Option<http::HeaderValue> {
+        if let Some((kept, value)) = self.policy.get() {
+            return if kept == spec {
+                Some(value.clone())
+            } else {
+                make()
+            };
+        }
+        let value = make()?;
+        // Two first responses at once: the first kept wins; both are right.
+        let _ = self.policy.set((*spec, value.clone()));
+        Some(value)
+    }
+}
+
+/// A copy starts with nothing kept (it is made again on first use).
+impl Clone for HeaderItems {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+/// What is kept is derived from the labels: it never tells two apart.
+impl PartialEq for HeaderItems {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for HeaderItems {}
+
+impl std::hash::Hash for HeaderItems {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+
+    use super::{Handle, LimitLabels};
+
+    fn spec(rate: u64) -> LimitSpec {
+        LimitSpec {
+            algorithm: AlgorithmKind::Gcra,
+            rate: Rate::per_second(rate),
+            burst: rate,
+            nodelay: false,
+        }
+    }
+
+    #[test]
+    fn labels_are_kept_once_per_content_and_spec() {
+        let plain = || LimitLabels::plain("kept-once".into(), "GET /a*");
+        let a = plain().kept(Some(&spec(10)));
+        let b = plain().kept(Some(&spec(10)));
+        assert!(matches!(a.0, Handle::Kept(_)), "a plain reference");
+        assert_eq!(a.addr(), b.addr(), "kept once, found again");
+        // Another spec has its own (its header items differ).
+        let c = plain().kept(Some(&spec(20)));
+        assert_ne!(a.addr(), c.addr());
+        // They name the limit alike, and compare as the labels do.
+        assert_eq!(a, c);
+        assert_eq!(a, LimitLabels::named("kept-once".into(), "GET /a*"));
+        let mut elsewhere = plain();
+        elsewhere.endpoint = "POST /b*".into();
+        assert_ne!(a, elsewhere.kept(None));
+    }
+
+    #[test]
+    fn named_labels_are_counted() {
+        let a = LimitLabels::named("counted".into(), "envoy");
+        assert!(matches!(a.0, Handle::Counted(_)));
+        assert_eq!(a.clone().addr(), a.addr(), "a clone names the same labels");
+        assert_ne!(
+            a.addr(),
+            LimitLabels::named("counted".into(), "envoy").addr(),
+            "each its own"
+        );
+    }
+}
