@@ -71,6 +71,24 @@ pub fn canonical(raw: &str) -> Result<Cow<'_, str>, PathError> {
     rewritten(raw)
 }
 
+/// Whether `raw` has a canonical form (see [`canonical`]), for a caller
+/// that only checks it: no rewriting, and no allocation but for a path
+/// that is not canonical already.
+///
+/// ```
+/// use sluice_policy::path::{PathError, check};
+/// assert_eq!(check("/export"), Ok(()));
+/// assert_eq!(check("//export/./"), Ok(()));
+/// assert_eq!(check("/a/../.."), Err(PathError::AboveRoot));
+/// ```
+#[inline]
+pub fn check(raw: &str) -> Result<(), PathError> {
+    if is_canonical(raw.as_bytes()) || raw == "*" {
+        return Ok(());
+    }
+    rewritten(raw).map(drop)
+}
+
 /// The canonical form of a path that is not canonical already.
 fn rewritten(raw: &str) -> Result<Cow<'_, str>, PathError> {
     if raw.is_empty() {

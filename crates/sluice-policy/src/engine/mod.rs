@@ -255,19 +255,19 @@ impl<C: Clock> Engine<C> {
         if !self.at_once {
             return None;
         }
-        let path = match crate::path::canonical(req.path) {
-            Ok(p) => p,
-            Err(e) => return Some(Err(e.into())),
-        };
         // This thread's copy: nothing here outlives this call.
         self.current.with(|current| {
-            // A limit met alike has no `match`: the path was only checked.
-            if let Some(alike::Alike::One(met)) = &current.alike
-                && let Some(decided) = self.decide_one_alike(current, met, req)
-            {
-                return Some(decided);
+            if let Some(alike::Alike::One(met)) = &current.alike {
+                // A limit met alike has no `match`: the path is only
+                // checked, not rewritten.
+                if let Err(e) = crate::path::check(req.path) {
+                    return Some(Err(e.into()));
+                }
+                if let Some(decided) = self.decide_one_alike(current, met, req) {
+                    return Some(decided);
+                }
             }
-            self.decide_planned_now(current, &path, req)
+            self.decide_planned_now(current, req)
         })
     }
 
@@ -278,15 +278,21 @@ impl<C: Clock> Engine<C> {
     fn decide_planned_now(
         &self,
         current: &Compiled,
-        path: &str,
         req: &RequestInfo<'_>,
     ) -> Option<Result<Verdict, DecideError>> {
+        let path = match crate::path::canonical(req.path) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e.into())),
+        };
         if let Some(alike::Alike::All(all)) = &current.alike
             && let Some(decided) = self.decide_all_alike(current, all, req)
         {
             return Some(decided);
         }
-        let req = &RequestInfo { path, ..*req };
+        let req = &RequestInfo {
+            path: &path,
+            ..*req
+        };
         let runtime = self.runtime_plans.in_force();
         let mut plan = Plan::new(current.policy.headers);
         if let Err(e) = self.plan(current, runtime.as_deref().map(Arc::as_ref), req, &mut plan) {

@@ -6,6 +6,7 @@
 mod access;
 mod at_once;
 mod config_errors;
+mod paths;
 mod plan_features;
 mod quickstart_policy;
 mod reload;
