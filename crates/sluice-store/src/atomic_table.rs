@@ -98,7 +98,7 @@ impl AtomicTable {
     }
 
     /// Checks one key and commits an admitted request: the fast path.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check(&self, key: KeyId, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
         let shard = &self.shards[self.shard_of(key)].0;
         let committed = {

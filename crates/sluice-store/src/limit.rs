@@ -121,8 +121,20 @@ impl AnyTable {
         }
     }
 
-    #[inline]
+    /// Checks one key and commits an admitted request. The atomic table,
+    /// the usual one, is checked in line; the others out of line, so that
+    /// the caller stays small.
+    #[inline(always)]
     pub(crate) fn check(&self, key: KeyId, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
+        match self {
+            AnyTable::AtomicGcra(t) => t.check(key, now, cost),
+            other => other.check_locked(key, now, cost),
+        }
+    }
+
+    /// [`check`](Self::check) on a table of per-key mutexes.
+    #[inline(never)]
+    fn check_locked(&self, key: KeyId, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
         dispatch!(self, t => t.check(key, now, cost))
     }
 
