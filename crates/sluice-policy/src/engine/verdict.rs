@@ -67,6 +67,22 @@ impl std::ops::DerefMut for Shadow {
     }
 }
 
+/// Dropped on every decision: one test in line, the rest out of line.
+impl Drop for Shadow {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(results) = self.0.take() {
+            drop_results(results);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn drop_results(results: Box<[LimitResult]>) {
+    drop(results);
+}
+
 impl From<Vec<LimitResult>> for Shadow {
     fn from(results: Vec<LimitResult>) -> Self {
         Self((!results.is_empty()).then(|| results.into_boxed_slice()))
