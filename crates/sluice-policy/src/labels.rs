@@ -125,6 +125,12 @@ impl Labels {
         Self(Handle::Counted(Arc::new(labels)))
     }
 
+    /// Whether these are kept labels: a handle that owns nothing.
+    #[inline]
+    pub(crate) fn is_kept(&self) -> bool {
+        matches!(self.0, Handle::Kept(_))
+    }
+
     /// The labels' address: the same for every handle to the same labels
     /// (a cheap identity for a map of limits).
     pub fn addr(&self) -> usize {

@@ -138,7 +138,7 @@ impl<C: Clock> Engine<C> {
         // The refund may have gone to the fallback while the store decided
         // the charges: the answer says a fallback took part.
         verdict.fallback = verdict.fallback.or(given.fallback);
-        for ((enforced, i), after) in places.into_iter().zip(given.results) {
+        for ((enforced, i), after) in places.into_iter().zip(given.results.iter()) {
             let results = if enforced {
                 &mut verdict.results[..]
             } else {

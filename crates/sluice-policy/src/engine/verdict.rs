@@ -1,11 +1,13 @@
 //! What the engine answers: a verdict over every limit that applied, and
 //! the errors of deciding and of runtime changes.
 
+use std::mem::ManuallyDrop;
 use std::path::PathBuf;
 
 use sluice_core::{Decision, LimitSpec, Nanos};
 use sluice_store::KeyId;
 use sluice_store::seam::{Fallback, RuntimeStoreError};
+use smallvec::SmallVec;
 
 use crate::config::HeadersConfig;
 use crate::labels::Labels;
@@ -42,8 +44,71 @@ impl LimitResult {
     }
 }
 
-/// One result per enforced limit: inline for up to two.
-pub type Results = smallvec::SmallVec<[LimitResult; 2]>;
+/// One result per enforced limit, inline for up to two: read and filled
+/// as the `SmallVec` it holds.
+///
+/// It is dropped on every decision, and what it holds usually owns nothing
+/// (up to two results inline, each naming kept labels: see
+/// [`labels`](crate::labels)): that case is one test in line, the rest is
+/// dropped out of line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Results(ManuallyDrop<SmallVec<[LimitResult; 2]>>);
+
+impl Results {
+    /// No results.
+    #[inline]
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Drop for Results {
+    #[inline]
+    fn drop(&mut self) {
+        if self.0.spilled() || self.0.iter().any(|r| !r.labels.is_kept()) {
+            drop_list(std::mem::take(&mut *self.0));
+        }
+        // Else there is nothing to free: the results stay inline and own
+        // nothing (a decision, a key id and a reference to kept labels).
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn drop_list(results: SmallVec<[LimitResult; 2]>) {
+    drop(results);
+}
+
+impl std::ops::Deref for Results {
+    type Target = SmallVec<[LimitResult; 2]>;
+
+    #[inline]
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Results {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl From<Vec<LimitResult>> for Results {
+    fn from(results: Vec<LimitResult>) -> Self {
+        Self(ManuallyDrop::new(SmallVec::from_vec(results)))
+    }
+}
+
+impl<'a> IntoIterator for &'a Results {
+    type Item = &'a LimitResult;
+    type IntoIter = std::slice::Iter<'a, LimitResult>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
 
 /// A verdict's shadowed results ([`Verdict::shadow`]): a slice, empty on
 /// the usual request, where it takes no allocation and dropping it is one
@@ -275,5 +340,58 @@ impl From<sluice_store::seam::StoreError> for DecideError {
                 Self::Internal(format!("limit `{limit}` was registered with another store"))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use sluice_core::{AlgorithmKind, Decision, LimitSpec, Rate};
+    use sluice_store::KeyId;
+
+    use super::{LimitResult, Results, Shadow};
+    use crate::LimitLabels;
+
+    fn result(labels: crate::Labels) -> LimitResult {
+        LimitResult {
+            spec: LimitSpec {
+                algorithm: AlgorithmKind::Gcra,
+                rate: Rate::per_second(1),
+                burst: 1,
+                nodelay: false,
+            },
+            decision: Decision::full(1),
+            labels,
+            key: KeyId(7),
+        }
+    }
+
+    /// Results and shadow lists skip their drop when they own nothing:
+    /// what they do own (counted labels, a list past two) is still freed.
+    #[test]
+    fn results_free_what_they_own() {
+        let counted = Arc::new(LimitLabels::plain("counted".into(), "*"));
+        let kept = LimitLabels::plain("kept".into(), "*").kept(None);
+        for n in 0..4 {
+            let mut results = Results::new();
+            for i in 0..n {
+                results.push(result(if i % 2 == 0 {
+                    counted.clone().into()
+                } else {
+                    kept.clone()
+                }));
+            }
+            let shadow = Shadow::from(vec![result(counted.clone().into()); n]);
+            assert_eq!(Arc::strong_count(&counted), 1 + n.div_ceil(2) + n);
+            drop((results, shadow));
+            assert_eq!(Arc::strong_count(&counted), 1, "{n} results");
+        }
+        // Kept labels only, inline: nothing to free, nothing lost.
+        let mut results = Results::new();
+        results.push(result(kept.clone()));
+        let copy = results.clone();
+        drop(results);
+        assert_eq!(copy[0].labels.limit.as_ref(), "kept");
     }
 }
