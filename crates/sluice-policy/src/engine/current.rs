@@ -88,7 +88,7 @@ impl Current {
             _ => self.read(),
         };
         // Put back when `f` returns, so that its answer is made in place.
-        let copy = Copy(Some((stamp, compiled)));
+        let copy = Copy(std::mem::ManuallyDrop::new(Some((stamp, compiled))));
         f(copy.compiled())
     }
 
@@ -104,12 +104,12 @@ impl Current {
 
 /// This thread's copy while a decision reads it: put back in its slot when
 /// dropped (dropped, while the thread ends).
-struct Copy(Option<(u64, Arc<Compiled>)>);
+struct Copy(std::mem::ManuallyDrop<Option<(u64, Arc<Compiled>)>>);
 
 impl Copy {
     #[inline(always)]
     fn compiled(&self) -> &Compiled {
-        match &self.0 {
+        match &*self.0 {
             Some((_, compiled)) => compiled,
             // Taken only by `drop`.
             None => unreachable!("the copy is read before it is put back"),
@@ -120,7 +120,20 @@ impl Copy {
 impl Drop for Copy {
     #[inline(always)]
     fn drop(&mut self) {
-        let copy = self.0.take();
-        let _ = LAST.try_with(|last| last.set(copy));
+        // Taken out: what is left (`None`) owns nothing and is not dropped.
+        let copy = std::mem::take(&mut *self.0);
+        let _ = LAST.try_with(|last| {
+            // The slot is empty, but after a decision within this one.
+            if let Some(other) = last.replace(copy) {
+                drop_copy(other);
+            }
+        });
     }
+}
+
+/// A copy put back in place of another's (a decision within a decision).
+#[cold]
+#[inline(never)]
+fn drop_copy(copy: (u64, Arc<Compiled>)) {
+    drop(copy);
 }
