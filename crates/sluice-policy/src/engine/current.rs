@@ -137,3 +137,49 @@ impl Drop for Copy {
 fn drop_copy(copy: (u64, Arc<Compiled>)) {
     drop(copy);
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use sluice_store::{KeyHasher, MemoryStore};
+
+    use super::{Compiled, Current};
+    use crate::Policy;
+
+    fn current(name: &str) -> Current {
+        let toml = format!("[[limits]]\nname = \"{name}\"\nkey = \"ip\"\nrate = \"1/s\"\n");
+        let policy = Policy::from_toml("current.toml", &toml).unwrap();
+        let store = MemoryStore::new(Default::default());
+        Current::new(Compiled::new(policy, &store, &KeyHasher::random(), None))
+    }
+
+    fn name(c: &Compiled) -> String {
+        c.policy.limits()[0].limit.name.to_string()
+    }
+
+    /// A decision within a decision, on another engine and on the same one,
+    /// reads its own policy; every copy is put back or dropped, none lost.
+    #[test]
+    fn decisions_within_decisions_read_their_own_policy() {
+        let (a, b) = (current("a"), current("b"));
+        let held = a.load_full();
+        let before = Arc::strong_count(&held);
+        for _ in 0..3 {
+            let inner = a.with(|outer| {
+                assert_eq!(name(outer), "a");
+                let within = b.with(|c| {
+                    assert_eq!(name(c), "b");
+                    a.with(name)
+                });
+                (name(outer), within)
+            });
+            assert_eq!(inner, ("a".into(), "a".into()));
+        }
+        // This thread keeps one copy, of one of the two engines' policies.
+        let after = Arc::strong_count(&held);
+        assert!(after <= before + 1, "{before} to {after}: a copy leaked");
+    }
+}
