@@ -14,7 +14,7 @@
 //! by their content and the limit's spec, and a handle to them is a plain
 //! reference that costs nothing to copy or drop. A reload that keeps a
 //! limit finds its labels kept already, so reloads do not add to them. At
-//! most [`MOST_KEPT`] are kept; past that, and for limits a client brings
+//! most [`MOST_KEPT`] are kept, and never removed; past that, and for limits a client brings
 //! about (an Envoy per-request override, whose values the client picks),
 //! the handle is a counted reference, as before: the memory kept stays
 //! bounded whatever the config's history or the clients send.
@@ -26,7 +26,9 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use sluice_core::LimitSpec;
 
 /// How metrics and logs name a limit. Every value comes from the config,
-/// so label cardinality is bounded by it.
+/// but for Envoy per-request overrides, whose names carry the values a
+/// client gave (at most `MAX_OVERRIDES` of them in use at once), so label
+/// cardinality is bounded.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LimitLabels {
     /// The limit's name.
@@ -89,6 +91,12 @@ impl LimitLabels {
             return labels.clone();
         }
         if kept.len() >= MOST_KEPT {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    "{MOST_KEPT} limits' labels kept: the labels of further limits are counted references, each decision under them a little slower"
+                );
+            });
             return Labels::counted(key.0);
         }
         // Kept for the life of the process, at most `MOST_KEPT` of them:
@@ -103,8 +111,11 @@ impl LimitLabels {
 type Kept = HashMap<(LimitLabels, Option<LimitSpec>), Labels>;
 
 /// The most labels kept for the life of the process (see the module docs).
-/// Past it, labels are counted references; a config of this many limits is
-/// far beyond any seen in practice.
+/// Kept labels are never removed: those of limits a reload dropped, of
+/// every rate or name a limit has had, and of configs that failed to load
+/// stay kept. Past the bound (a warning is logged once), labels are
+/// counted references: decisions stay correct, a little slower. One set of
+/// labels takes about 200 bytes, so the bound holds a few MB.
 pub const MOST_KEPT: usize = 16_384;
 
 /// A handle to a limit's labels: a plain reference to labels kept for the
@@ -131,8 +142,12 @@ impl Labels {
         matches!(self.0, Handle::Kept(_))
     }
 
-    /// The labels' address: the same for every handle to the same labels
-    /// (a cheap identity for a map of limits).
+    /// The labels' address: the same for every handle to the same labels.
+    /// Not unique per limit: kept labels of equal content and spec are one
+    /// (two Envoy descriptors of one name and rate), and a counted handle's
+    /// address may be reused once every handle to it is dropped. An
+    /// identity for the limits of one policy whose names are unique (the
+    /// TOML config's, as the simulator uses it).
     pub fn addr(&self) -> usize {
         std::ptr::from_ref::<LimitLabels>(self).addr()
     }

@@ -272,8 +272,9 @@ impl<C: Clock> Engine<C> {
     }
 
     /// The rest of [`decide_now`](Self::decide_now): several limits met
-    /// alike, or a plan. Out of line, so that the usual request's frame
-    /// holds one answer.
+    /// alike, or a plan (also for one limit met alike that the store did
+    /// not answer at once: planned, it is not decided at once either). Out
+    /// of line, so that the usual request's frame holds one answer.
     #[inline(never)]
     fn decide_planned_now(
         &self,
