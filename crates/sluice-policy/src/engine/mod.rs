@@ -281,15 +281,19 @@ impl<C: Clock> Engine<C> {
         current: &Compiled,
         req: &RequestInfo<'_>,
     ) -> Option<Result<Verdict, DecideError>> {
+        if let Some(alike::Alike::All(all)) = &current.alike {
+            // As for one limit: the path is only checked.
+            if let Err(e) = crate::path::check(req.path) {
+                return Some(Err(e.into()));
+            }
+            if let Some(decided) = self.decide_all_alike(current, all, req) {
+                return Some(decided);
+            }
+        }
         let path = match crate::path::canonical(req.path) {
             Ok(p) => p,
             Err(e) => return Some(Err(e.into())),
         };
-        if let Some(alike::Alike::All(all)) = &current.alike
-            && let Some(decided) = self.decide_all_alike(current, all, req)
-        {
-            return Some(decided);
-        }
         let req = &RequestInfo {
             path: &path,
             ..*req
