@@ -180,34 +180,63 @@ pub(crate) fn decide_pair(
     b: Held<'_, '_>,
     now: Nanos,
 ) -> Result<(bool, Decision, Decision), CheckError> {
-    let ra = a.0.fast.decide(a.1.tat_of(a.2), now, a.3)?;
-    let rb = b.0.fast.decide(b.1.tat_of(b.2), now, b.3)?;
+    let (ta, ma, ka, ca) = a;
+    let (tb, mb, kb, cb) = b;
+    // Each key is looked up once: its word (if held) is read, and written
+    // if the request is admitted; a key not held is inserted after.
+    let (wa, wb) = (ma.map.get(&ka.low()), mb.map.get(&kb.low()));
+    let (tat_a, tat_b) = (tat(wa), tat(wb));
+    let ra = ta.fast.decide(tat_a, now, ca)?;
+    let rb = tb.fast.decide(tat_b, now, cb)?;
     let allowed = ra.allowed() && rb.allowed();
-    Ok((
-        allowed,
-        settle(a, ra, allowed, now),
-        settle(b, rb, allowed, now),
-    ))
+    let (da, new_a) = settle(ta, wa, tat_a, ca, ra, allowed, now);
+    let (db, new_b) = settle(tb, wb, tat_b, cb, rb, allowed, now);
+    if let Some(t) = new_a {
+        ma.insert(ka.low(), t, now, ta.per_shard_cap);
+    }
+    if let Some(t) = new_b {
+        mb.insert(kb.low(), t, now, tb.per_shard_cap);
+    }
+    Ok((allowed, da, db))
+}
+
+/// A word's TAT under the exclusive lock: 0 (long past) for a key not held.
+#[inline]
+fn tat(word: Option<&AtomicU64>) -> Nanos {
+    word.map_or(0, |w| w.load(Ordering::Relaxed))
 }
 
 /// One check's decision once its group's fate is known: committed when
-/// the request is admitted; when it is not, the refusal, or (for a check
-/// that would have admitted it) the key as it stands, uncharged.
-fn settle(held: Held<'_, '_>, raw: Raw, allowed: bool, now: Nanos) -> Decision {
-    let (table, map, key, cost) = held;
+/// the request is admitted (to its word, or the TAT returned for a key not
+/// held yet); when it is not, the refusal, or (for a check that would have
+/// admitted it) the key as it stands, uncharged.
+fn settle(
+    table: &AtomicTable,
+    word: Option<&AtomicU64>,
+    current: Nanos,
+    cost: u64,
+    raw: Raw,
+    allowed: bool,
+    now: Nanos,
+) -> (Decision, Option<Nanos>) {
     if allowed {
+        let mut insert = None;
         if cost > 0 {
-            map.store_tat(key.low(), raw.tat(now), now, table.per_shard_cap);
+            match word {
+                Some(w) => w.store(raw.tat(now), Ordering::Release),
+                None => insert = Some(raw.tat(now)),
+            }
         }
-        table.fast.decision(raw)
+        (table.fast.decision(raw), insert)
     } else if raw.allowed() {
         // Cost 0 is within every burst.
-        table
+        let stands = table
             .fast
-            .decide(map.tat_of(key), now, 0)
-            .map_or_else(|_| table.fast.decision(raw), |r| table.fast.decision(r))
+            .decide(current, now, 0)
+            .map_or_else(|_| table.fast.decision(raw), |r| table.fast.decision(r));
+        (stands, None)
     } else {
-        table.fast.decision(raw)
+        (table.fast.decision(raw), None)
     }
 }
 
@@ -291,24 +320,6 @@ impl TatMap {
                 tat.store(word(&s), Ordering::Release);
             }
             None => self.insert(key.low(), word(&update), now, cap),
-        }
-    }
-
-    /// A key's TAT under the exclusive lock: 0 (long past) for a key not
-    /// held.
-    #[inline]
-    fn tat_of(&self, key: KeyId) -> Nanos {
-        self.map
-            .get(&key.low())
-            .map_or(0, |tat| tat.load(Ordering::Relaxed))
-    }
-
-    /// Stores an admitted request's TAT (under the exclusive lock).
-    #[inline]
-    fn store_tat(&mut self, key: u64, tat: Nanos, now: Nanos, cap: usize) {
-        match self.map.get(&key) {
-            Some(word) => word.store(tat, Ordering::Release),
-            None => self.insert(key, tat, now, cap),
         }
     }
 
