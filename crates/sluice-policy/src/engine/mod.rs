@@ -286,9 +286,10 @@ impl<C: Clock> Engine<C> {
             if let Err(e) = crate::path::check(req.path) {
                 return Some(Err(e.into()));
             }
-            if let Some(decided) = self.decide_all_alike(current, all, req) {
-                return Some(decided);
-            }
+            // Its answer as it is (returned in place, not copied). `None`
+            // when the store did not answer at once, as a plan of these
+            // limits would not be either.
+            return self.decide_all_alike(current, all, req);
         }
         let path = match crate::path::canonical(req.path) {
             Ok(p) => p,
