@@ -125,17 +125,10 @@ impl Drop for Copy {
         let _ = LAST.try_with(|last| {
             // The slot is empty, but after a decision within this one.
             if let Some(other) = last.replace(copy) {
-                drop_copy(other);
+                super::verdict::drop_out_of_line(other);
             }
         });
     }
-}
-
-/// A copy put back in place of another's (a decision within a decision).
-#[cold]
-#[inline(never)]
-fn drop_copy(copy: (u64, Arc<Compiled>)) {
-    drop(copy);
 }
 
 #[cfg(test)]

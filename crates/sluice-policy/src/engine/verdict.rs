@@ -66,17 +66,19 @@ impl Drop for Results {
     #[inline]
     fn drop(&mut self) {
         if self.0.spilled() || self.0.iter().any(|r| !r.labels.is_kept()) {
-            drop_list(std::mem::take(&mut *self.0));
+            drop_out_of_line(std::mem::take(&mut *self.0));
         }
         // Else there is nothing to free: the results stay inline and own
         // nothing (a decision, a key id and a reference to kept labels).
     }
 }
 
+/// Drops `value` in a call of its own: for drops that the decision path
+/// rarely makes, so that their code stays out of it.
 #[cold]
 #[inline(never)]
-fn drop_list(results: SmallVec<[LimitResult; 2]>) {
-    drop(results);
+pub(super) fn drop_out_of_line<T>(value: T) {
+    drop(value);
 }
 
 impl std::ops::Deref for Results {
@@ -137,15 +139,9 @@ impl Drop for Shadow {
     #[inline]
     fn drop(&mut self) {
         if let Some(results) = self.0.take() {
-            drop_results(results);
+            drop_out_of_line(results);
         }
     }
-}
-
-#[cold]
-#[inline(never)]
-fn drop_results(results: Box<[LimitResult]>) {
-    drop(results);
 }
 
 impl From<Vec<LimitResult>> for Shadow {
