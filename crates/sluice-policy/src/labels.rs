@@ -86,25 +86,33 @@ impl LimitLabels {
             .get_or_init(Mutex::default)
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let key = (self, spec.copied());
-        if let Some(labels) = kept.get(&key) {
-            return labels.clone();
-        }
-        if kept.len() >= MOST_KEPT {
-            static WARNED: std::sync::Once = std::sync::Once::new();
-            WARNED.call_once(|| {
-                tracing::warn!(
-                    "{MOST_KEPT} limits' labels kept: the labels of further limits are counted references, each decision under them a little slower"
-                );
-            });
-            return Labels::counted(key.0);
-        }
-        // Kept for the life of the process, at most `MOST_KEPT` of them:
-        // a handle to them is then a plain reference.
-        let labels = Labels(Handle::Kept(Box::leak(Box::new(key.0.clone()))));
-        kept.insert(key, labels.clone());
-        labels
+        keep(&mut kept, (self, spec.copied()), MOST_KEPT)
     }
+}
+
+/// The labels kept for `key` in `kept`, kept now if they were not and
+/// fewer than `most` are; else a counted handle.
+// The key's one mutable part, its header items' cache, takes no part in
+// its hash or equality.
+#[allow(clippy::mutable_key_type)]
+fn keep(kept: &mut Kept, key: (LimitLabels, Option<LimitSpec>), most: usize) -> Labels {
+    if let Some(labels) = kept.get(&key) {
+        return labels.clone();
+    }
+    if kept.len() >= most {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            tracing::warn!(
+                "{most} limits' labels kept: the labels of further limits are counted references, each decision under them a little slower"
+            );
+        });
+        return Labels::counted(key.0);
+    }
+    // Kept for the life of the process, at most `most` of them: a handle to
+    // them is then a plain reference.
+    let labels = Labels(Handle::Kept(Box::leak(Box::new(key.0.clone()))));
+    kept.insert(key, labels.clone());
+    labels
 }
 
 /// The labels kept, by content and spec.
@@ -291,6 +299,25 @@ mod tests {
         let mut elsewhere = plain();
         elsewhere.endpoint = "POST /b*".into();
         assert_ne!(a, elsewhere.kept(None));
+    }
+
+    /// At most so many labels are kept, whatever is asked: past the bound
+    /// new ones are counted, and those kept before are still found.
+    #[test]
+    #[allow(clippy::mutable_key_type)] // as for `keep`
+    fn kept_labels_are_bounded() {
+        let mut kept = super::Kept::default();
+        let key = |name: &str| (LimitLabels::plain(name.into(), "*"), Some(spec(1)));
+        let a = super::keep(&mut kept, key("a"), 2);
+        let b = super::keep(&mut kept, key("b"), 2);
+        assert!(a.is_kept() && b.is_kept());
+        for name in ["c", "d", "e"] {
+            let past = super::keep(&mut kept, key(name), 2);
+            assert!(!past.is_kept(), "{name}: counted past the bound");
+            assert_eq!(past.limit.as_ref(), name);
+        }
+        assert_eq!(kept.len(), 2, "the map stays at its bound");
+        assert_eq!(super::keep(&mut kept, key("a"), 2).addr(), a.addr());
     }
 
     #[test]
