@@ -281,4 +281,20 @@ mod tests {
         assert_eq!(rule(5, 1).path, rule(6, 1).path);
         assert_ne!(rule(5, 1).path, rule(5, 2).path);
     }
+
+    /// An override's labels carry values a client picks: each is a counted
+    /// handle, freed with its rule, never kept for the life of the process
+    /// (where equal labels would be one, found again).
+    #[test]
+    fn override_labels_are_not_kept() {
+        let store = MemoryStore::new(MemoryStoreConfig::default());
+        let made = || new_rule(41, Unit::Minute, &store, AlgorithmKind::Gcra).unwrap();
+        let (a, b) = (made(), made());
+        assert_eq!(a.labels, b.labels, "the same labels");
+        assert_ne!(a.labels.addr(), b.labels.addr(), "each rule its own");
+        let RuleKind::Counted(limited) = &a.kind else {
+            unreachable!("a limit of 41 per minute is counted")
+        };
+        assert_eq!(limited.limit.labels.addr(), a.labels.addr());
+    }
 }
