@@ -263,17 +263,18 @@ impl<C: Clock> Engine<C> {
                 if let Err(e) = crate::path::check(req.path) {
                     return Some(Err(e.into()));
                 }
-                // `None` when the store did not answer at once, as a plan
-                // of this limit would not either.
-                return self.decide_one_alike(current, met, req);
+                if let Some(decided) = self.decide_one_alike(current, met, req) {
+                    return Some(decided);
+                }
             }
             self.decide_planned_now(current, req)
         })
     }
 
     /// The rest of [`decide_now`](Self::decide_now): several limits met
-    /// alike, or a plan. Out of line, so that the usual request's frame
-    /// holds one answer.
+    /// alike, or a plan (also for one limit met alike that the store did
+    /// not answer at once: planned, it is not decided at once either). Out
+    /// of line, so that the usual request's frame holds one answer.
     #[inline(never)]
     fn decide_planned_now(
         &self,
