@@ -272,9 +272,10 @@ impl<C: Clock> Engine<C> {
     }
 
     /// The rest of [`decide_now`](Self::decide_now): several limits met
-    /// alike, or a plan (also for one limit met alike that the store did
-    /// not answer at once: planned, it is not decided at once either). Out
-    /// of line, so that the usual request's frame holds one answer.
+    /// alike, or a plan; also one limit met alike on a store that answers
+    /// at once but not through [`Store::check_one_now`], which a store need
+    /// not implement: planned, it is decided by [`Store::check`]. Out of
+    /// line, so that the usual request's frame holds one answer.
     #[inline(never)]
     fn decide_planned_now(
         &self,

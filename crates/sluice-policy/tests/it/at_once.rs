@@ -9,7 +9,10 @@ use std::time::Duration;
 use http::{HeaderMap, Method};
 use sluice_core::SystemClock;
 use sluice_policy::{Engine, Policy, RequestInfo};
-use sluice_store::seam::{Pending, RuntimeStore, RuntimeStoreError};
+use sluice_store::seam::{
+    Check, Checked, Counter, CounterDef, Pending, RuntimeStore, RuntimeStoreError, Store,
+    StoreError,
+};
 use sluice_store::{KeyHasher, KeyId, MemoryRuntime, MemoryStore};
 
 /// Runtime state in memory that says it does not answer at once (as a
@@ -80,4 +83,65 @@ fn decide_now_waits_for_a_runtime_store_that_does_not_answer_at_once() {
     let v = rt.block_on(engine.decide(&req)).unwrap();
     // The `None` above charged nothing: this is the first of two.
     assert_eq!((v.allowed, v.results[0].decision.remaining), (true, 1));
+}
+
+/// An in-process store that answers at once but keeps `check_one_now`'s
+/// default (`None`: a store need not implement it): the memory store
+/// behind every other method.
+#[derive(Debug)]
+struct Plain(MemoryStore);
+
+impl Store for Plain {
+    fn kind(&self) -> &'static str {
+        "plain"
+    }
+    fn counter(&self, def: CounterDef) -> Counter {
+        Store::counter(&self.0, def)
+    }
+    fn check<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>> {
+        Store::check(&self.0, checks)
+    }
+    fn check_each<'a>(
+        &'a self,
+        checks: &'a [Check<'a>],
+    ) -> Pending<'a, Vec<Result<Checked, StoreError>>> {
+        Store::check_each(&self.0, checks)
+    }
+    fn refund<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>> {
+        Store::refund(&self.0, checks)
+    }
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_store_that_answers_at_once_decides_now_without_check_one_now() {
+    let policy = Policy::from_toml(
+        "at_once.toml",
+        "[[limits]]\nname = \"per-ip\"\nkey = \"ip\"\nrate = \"2/h\"\nburst = 2\n",
+    )
+    .unwrap();
+    let engine = Engine::on(
+        policy,
+        Arc::new(Plain(MemoryStore::new(Default::default()))),
+        Arc::new(MemoryRuntime::default()),
+        KeyHasher::random(),
+        SystemClock::new(),
+    );
+    let (method, headers) = (Method::GET, HeaderMap::new());
+    let req = RequestInfo {
+        method: &method,
+        path: "/",
+        headers: &headers,
+        peer: Some("192.0.2.7".parse().unwrap()),
+        cost: None,
+    };
+    let remaining: Vec<_> = (0..3)
+        .map(|_| {
+            let v = engine.decide_now(&req).expect("decided at once").unwrap();
+            (v.allowed, v.results[0].decision.remaining)
+        })
+        .collect();
+    assert_eq!(remaining, [(true, 1), (true, 0), (false, 0)]);
 }
