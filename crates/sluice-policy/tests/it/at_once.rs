@@ -54,28 +54,41 @@ impl RuntimeStore for Remote {
     }
 }
 
-#[test]
-fn decide_now_waits_for_a_runtime_store_that_does_not_answer_at_once() {
+/// An engine of one per-IP limit (2 an hour) on `store` and `runtime`.
+fn per_ip(store: Arc<dyn Store>, runtime: Arc<dyn RuntimeStore>) -> Engine {
     let policy = Policy::from_toml(
         "at_once.toml",
         "[[limits]]\nname = \"per-ip\"\nkey = \"ip\"\nrate = \"2/h\"\nburst = 2\n",
     )
     .unwrap();
-    let engine = Engine::on(
+    Engine::on(
         policy,
-        Arc::new(MemoryStore::new(Default::default())),
-        Arc::new(Remote::default()),
+        store,
+        runtime,
         KeyHasher::random(),
         SystemClock::new(),
-    );
-    let (method, headers) = (Method::GET, HeaderMap::new());
-    let req = RequestInfo {
-        method: &method,
+    )
+}
+
+/// A `GET /` from one client.
+fn get(headers: &HeaderMap) -> RequestInfo<'_> {
+    RequestInfo {
+        method: &Method::GET,
         path: "/",
-        headers: &headers,
+        headers,
         peer: Some("192.0.2.7".parse().unwrap()),
         cost: None,
-    };
+    }
+}
+
+#[test]
+fn decide_now_waits_for_a_runtime_store_that_does_not_answer_at_once() {
+    let engine = per_ip(
+        Arc::new(MemoryStore::new(Default::default())),
+        Arc::new(Remote::default()),
+    );
+    let headers = HeaderMap::new();
+    let req = get(&headers);
     assert!(engine.decide_now(&req).is_none(), "nothing decided at once");
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -117,26 +130,12 @@ impl Store for Plain {
 
 #[test]
 fn a_store_that_answers_at_once_decides_now_without_check_one_now() {
-    let policy = Policy::from_toml(
-        "at_once.toml",
-        "[[limits]]\nname = \"per-ip\"\nkey = \"ip\"\nrate = \"2/h\"\nburst = 2\n",
-    )
-    .unwrap();
-    let engine = Engine::on(
-        policy,
+    let engine = per_ip(
         Arc::new(Plain(MemoryStore::new(Default::default()))),
         Arc::new(MemoryRuntime::default()),
-        KeyHasher::random(),
-        SystemClock::new(),
     );
-    let (method, headers) = (Method::GET, HeaderMap::new());
-    let req = RequestInfo {
-        method: &method,
-        path: "/",
-        headers: &headers,
-        peer: Some("192.0.2.7".parse().unwrap()),
-        cost: None,
-    };
+    let headers = HeaderMap::new();
+    let req = get(&headers);
     let remaining: Vec<_> = (0..3)
         .map(|_| {
             let v = engine.decide_now(&req).expect("decided at once").unwrap();
