@@ -29,14 +29,13 @@ use sluice_core::{Algorithm, CheckError, Decision, Gcra, Nanos, Outcome};
 
 use crate::atomic_gcra::{AtomicGcra, Raw};
 use crate::key::KeyId;
-use crate::probe_map::ProbeMap;
 use crate::sync::{AtomicU64, RwLock, RwLockWriteGuard};
-use crate::table::make_room;
+use crate::table::{KeyMap, make_room};
 
 /// The keys of one shard, each its TAT, and the latest time the shard has
 /// seen.
 pub(crate) struct TatMap {
-    map: ProbeMap,
+    map: KeyMap<AtomicU64>,
     high: AtomicU64,
 }
 
@@ -69,7 +68,7 @@ impl AtomicTable {
         let shards = (0..n)
             .map(|_| {
                 Shard(RwLock::new(TatMap {
-                    map: ProbeMap::default(),
+                    map: KeyMap::default(),
                     high: AtomicU64::new(0),
                 }))
             })
@@ -144,7 +143,7 @@ impl AtomicTable {
                 let mut m = s.0.write();
                 let now = m.raise(now);
                 let before = m.map.len();
-                m.map.retain(|tat| *tat.get_mut() > now);
+                m.map.retain(|_, tat| *tat.get_mut() > now);
                 before - m.map.len()
             })
             .sum()

@@ -34,7 +34,6 @@ mod limit;
 mod memory;
 mod memory_runtime;
 mod memory_seam;
-mod probe_map;
 pub mod seam;
 mod sync;
 mod table;

@@ -242,52 +242,27 @@ impl<S: Default> ShardMap<S> {
 /// A shard's keys, by the low half of their id.
 pub(crate) type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
-/// A shard's map as [`make_room`] frees it: its size, and a filter over
-/// its values.
-pub(crate) trait Evict {
-    /// What the map holds for a key.
-    type Value;
-    /// The number of keys held.
-    fn held(&self) -> usize;
-    /// Keeps only the keys whose value `keep` accepts.
-    fn keep(&mut self, keep: impl FnMut(&mut Self::Value) -> bool);
-}
-
-impl<V> Evict for KeyMap<V> {
-    type Value = V;
-    fn held(&self) -> usize {
-        self.len()
-    }
-    fn keep(&mut self, mut keep: impl FnMut(&mut V) -> bool) {
-        self.retain(|_, v| keep(v));
-    }
-}
-
 /// Frees room in a full shard's map: forgets replenished keys (replenished
 /// at `idle_at`, not after `now`), then evicts the eighth of keys closest
 /// to replenishment (erring towards admitting: an evicted key comes back
 /// full).
 #[cold]
-pub(crate) fn make_room<M: Evict>(
-    map: &mut M,
+pub(crate) fn make_room<V>(
+    map: &mut KeyMap<V>,
     now: Nanos,
     cap: usize,
-    mut idle_at: impl FnMut(&mut M::Value) -> Nanos,
+    mut idle_at: impl FnMut(&mut V) -> Nanos,
 ) {
-    map.keep(|v| idle_at(v) > now);
-    if map.held() < cap {
+    map.retain(|_, v| idle_at(v) > now);
+    if map.len() < cap {
         return;
     }
-    let mut idle: Vec<Nanos> = Vec::with_capacity(map.held());
-    map.keep(|v| {
-        idle.push(idle_at(v));
-        true
-    });
+    let mut idle: Vec<Nanos> = map.values_mut().map(&mut idle_at).collect();
     let k = (idle.len() / 8).max(1) - 1;
     let (_, threshold, _) = idle.select_nth_unstable(k);
     let threshold = *threshold;
     let mut to_evict = k + 1;
-    map.keep(|v| {
+    map.retain(|_, v| {
         if to_evict > 0 && idle_at(v) <= threshold {
             to_evict -= 1;
             false
