@@ -37,10 +37,49 @@ fn v4_id(h: &KeyHasher, ip: IpAddr) -> KeyId {
     }
 }
 
-/// Both sizes of the client set.
+/// Both sizes of the client set, and a flood of new clients.
 fn breakdown(c: &mut Criterion) {
     run(c, "breakdown_uniform_100k", KEYS);
     run(c, "breakdown_uniform_1k", 1000);
+    flood(c);
+}
+
+/// The memory store's check of a client never seen before, its limit full
+/// (`max_keys` 100,000, a token bucket of 10/s as in the key-flood test):
+/// each check inserts a key, and every so often a shard makes room.
+fn flood(c: &mut Criterion) {
+    let mut g = c.benchmark_group("breakdown_flood");
+    g.throughput(Throughput::Elements(1));
+    let spec = LimitSpec {
+        algorithm: AlgorithmKind::TokenBucket,
+        rate: Rate::per_second(10),
+        burst: 20,
+        nodelay: false,
+    };
+    let store = MemoryStore::new(MemoryStoreConfig {
+        max_keys: 100_000,
+        shards: 0,
+    });
+    let counter = store.counter(CounterDef::new("flood", spec).unwrap());
+    let hasher = KeyHasher::random();
+    let mut n = 0u64;
+    let mut new_key = || {
+        n += 1;
+        let c = Check {
+            counter: &counter,
+            key: hasher.key_id_bytes(&n.to_le_bytes()),
+            cost: 1,
+            reserve: 0,
+        };
+        matches!(store.check_one_now(&c), Some(Ok(d)) if d.allowed)
+    };
+    for _ in 0..200_000 {
+        new_key();
+    }
+    g.bench_function("store_new_key_at_the_cap", |b| {
+        b.iter(|| black_box(new_key()))
+    });
+    g.finish();
 }
 
 /// One client set: `keys` clients, each warmed, then checked uniformly.
