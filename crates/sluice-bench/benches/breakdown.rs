@@ -14,13 +14,11 @@
 
 use std::hint::black_box;
 use std::net::IpAddr;
-use std::num::NonZeroU32;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use governor::{Quota, RateLimiter};
 use http::HeaderMap;
-use sluice_bench::engine_workload::{KEYS, ONE_LIMIT, admits, ip};
+use sluice_bench::engine_workload::{KEYS, ONE_LIMIT, admits, governor_keyed, ip};
 use sluice_bench::uniform_keys;
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use sluice_policy::{Engine, Policy};
@@ -87,12 +85,7 @@ fn run(c: &mut Criterion, group: &str, keys: u64) {
     let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(1));
     let seq: Vec<IpAddr> = uniform_keys(keys, SEQ, 42).into_iter().map(ip).collect();
-    let quota = Quota::per_second(NonZeroU32::new(1000).unwrap())
-        .allow_burst(NonZeroU32::new(1000).unwrap());
-    let gov = RateLimiter::keyed(quota);
-    for k in 0..keys {
-        let _ = gov.check_key(&ip(k));
-    }
+    let gov = governor_keyed(keys);
     let mut i = 0;
     g.bench_function("governor_keyed", |b| {
         b.iter(|| {

@@ -21,7 +21,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use http::{HeaderMap, Method};
-use sluice_bench::engine_workload::{KEYS, ONE_GLOBAL, ONE_LIMIT, admits, ip};
+use sluice_bench::engine_workload::{KEYS, ONE_GLOBAL, ONE_LIMIT, admits, governor_keyed, ip};
 use sluice_bench::{uniform_keys, zipf_keys};
 use sluice_policy::{Engine, Policy, RequestInfo};
 
@@ -32,12 +32,7 @@ fn keyed(c: &mut Criterion, group: &str, picks: &[u64]) {
     g.throughput(Throughput::Elements(1));
     let seq: Vec<IpAddr> = picks.iter().map(|&k| ip(k)).collect();
 
-    let quota = Quota::per_second(NonZeroU32::new(1000).unwrap())
-        .allow_burst(NonZeroU32::new(1000).unwrap());
-    let gov = RateLimiter::keyed(quota);
-    for k in 0..KEYS {
-        let _ = gov.check_key(&ip(k));
-    }
+    let gov = governor_keyed(KEYS);
     let mut i = 0;
     g.bench_function("governor_keyed", |b| {
         b.iter(|| {

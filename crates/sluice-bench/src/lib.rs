@@ -78,6 +78,23 @@ burst = 1000
         )
     }
 
+    /// governor's quota of the same rate and burst as [`ONE_LIMIT`]'s
+    /// (1000/s, burst 1000).
+    pub fn governor_quota() -> governor::Quota {
+        let n = std::num::NonZeroU32::new(1000).unwrap_or(std::num::NonZeroU32::MIN);
+        governor::Quota::per_second(n).allow_burst(n)
+    }
+
+    /// governor's keyed limiter under [`governor_quota`], clients `0..keys`
+    /// each checked once (warm, as Sluice's side is).
+    pub fn governor_keyed(keys: u64) -> governor::DefaultKeyedRateLimiter<IpAddr> {
+        let gov = governor::RateLimiter::keyed(governor_quota());
+        for k in 0..keys {
+            let _ = gov.check_key(&ip(k));
+        }
+        gov
+    }
+
     /// Client `k`'s address: 10.0.0.0/8 holds 2^24 addresses, every key
     /// its own.
     pub fn ip(k: u64) -> IpAddr {
