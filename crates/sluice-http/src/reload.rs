@@ -145,10 +145,10 @@ impl Reloader {
             None => Source::read(&self.path)?,
         };
         let config = source.parse()?;
-        Ok((
-            Policy::compile(&source, &config)?,
-            Deployment::compile(&source, &config)?,
-        ))
+        // The deployment first: a policy compiled keeps its limits' labels
+        // for the life of the process, which a config refused must not.
+        let deployment = Deployment::compile(&source, &config)?;
+        Ok((Policy::compile(&source, &config)?, deployment))
     }
 
     /// Names, at WARN, the limits and plans the new policy drops, and counts

@@ -62,6 +62,19 @@ impl Policy {
         let runtime_keys = runtime_keys(source, config)?;
         let limits = limits.defs;
         refuse_no_limits(source, config, &limits)?;
+        let trusted = TrustedProxies::new(config.client.trusted_proxies.clone())
+            .with_ipv6_prefix(ipv6_prefix(source, &config.client)?);
+        let events = crate::events::EventSettings::from_config(source, config)?;
+        // The config is good: its limits' labels are kept for the life of
+        // the process from now on (see `labels`).
+        let limits: Vec<LimitDef> = limits
+            .into_iter()
+            .map(|mut def| {
+                let spec = def.limit.spec;
+                def.limit.labels = def.limit.labels.into_kept(Some(&spec));
+                def
+            })
+            .collect();
         let alike = applies_alike(config, client_key.as_ref(), &limits, &global);
         Ok(Self {
             alike,
@@ -75,11 +88,10 @@ impl Policy {
             carry_over: config.client.carry_over,
             default_plan,
             client_key,
-            trusted: TrustedProxies::new(config.client.trusted_proxies.clone())
-                .with_ipv6_prefix(ipv6_prefix(source, &config.client)?),
+            trusted,
             headers: config.headers,
             access: config.access.clone(),
-            events: crate::events::EventSettings::from_config(source, config)?,
+            events,
         })
     }
 

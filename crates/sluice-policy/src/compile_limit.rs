@@ -70,13 +70,14 @@ pub(crate) fn compile_limit(
     let counted = CounterDef::new(&id, delay.as_ref().map_or(spec, |d| d.spec))
         .map_err(|e| at(format!("limit `{name}`: {e}")))?;
     let name: Arc<str> = name.into();
-    let labels = LimitLabels {
+    // Counted until the whole config has compiled (`Policy::compile`
+    // keeps them then), so that a config refused keeps nothing.
+    let labels = crate::labels::Labels::counted(LimitLabels {
         limit: name.clone(),
         plan: plan.map_or("", String::as_str).into(),
         endpoint: matcher.describe().into(),
         header_items: crate::labels::HeaderItems::default(),
-    }
-    .kept(Some(&spec));
+    });
     Ok(LimitDef {
         limit: Limit {
             name,

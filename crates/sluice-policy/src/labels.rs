@@ -81,13 +81,24 @@ impl LimitLabels {
     /// assert_eq!(a.addr(), b.addr());
     /// ```
     pub fn kept(self, spec: Option<&LimitSpec>) -> Labels {
-        static KEPT: OnceLock<Mutex<Kept>> = OnceLock::new();
-        let mut kept = KEPT
-            .get_or_init(Mutex::default)
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        keep(&mut kept, (self, spec.copied()), MOST_KEPT)
+        keep(&mut all_kept(), (self, spec.copied()), MOST_KEPT)
     }
+}
+
+/// The labels kept in this process, locked.
+fn all_kept() -> std::sync::MutexGuard<'static, Kept> {
+    static KEPT: OnceLock<Mutex<Kept>> = OnceLock::new();
+    KEPT.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether labels of this content and spec are kept (for tests: it keeps
+/// nothing).
+#[cfg(test)]
+#[allow(clippy::mutable_key_type)]
+pub(crate) fn is_kept(labels: &LimitLabels, spec: Option<&LimitSpec>) -> bool {
+    all_kept().contains_key(&(labels.clone(), spec.copied()))
 }
 
 /// The labels kept for `key` in `kept`, kept now if they were not and
@@ -119,9 +130,11 @@ fn keep(kept: &mut Kept, key: (LimitLabels, Option<LimitSpec>), most: usize) -> 
 type Kept = HashMap<(LimitLabels, Option<LimitSpec>), Labels>;
 
 /// The most labels kept for the life of the process (see the module docs).
-/// Kept labels are never removed: those of limits a reload dropped, of
-/// every rate or name a limit has had, and of configs that failed to load
-/// stay kept. Past the bound (a warning is logged once), labels are
+/// Kept labels are never removed: those of limits a reload dropped and of
+/// every rate or name a limit has had stay kept. A TOML config is kept
+/// only once it has compiled whole, so one refused keeps nothing; an Envoy
+/// rule set refused keeps the labels of the rules compiled before the
+/// error. Past the bound (a warning is logged once), labels are
 /// counted references: decisions stay correct, a little slower. One set of
 /// labels takes about 200 bytes, so the bound holds a few MB.
 pub const MOST_KEPT: usize = 16_384;
@@ -142,6 +155,16 @@ impl Labels {
     /// A counted handle to `labels`.
     pub fn counted(labels: LimitLabels) -> Self {
         Self(Handle::Counted(Arc::new(labels)))
+    }
+
+    /// These labels, kept for the life of the process as
+    /// [`LimitLabels::kept`] keeps them: for labels made before the config
+    /// that holds them was known to be good. Kept labels stay as they are.
+    pub(crate) fn into_kept(self, spec: Option<&LimitSpec>) -> Self {
+        match self.0 {
+            Handle::Kept(_) => self,
+            Handle::Counted(labels) => Arc::unwrap_or_clone(labels).kept(spec),
+        }
     }
 
     /// Whether these are kept labels: a handle that owns nothing.
@@ -330,5 +353,47 @@ mod tests {
             LimitLabels::named("counted".into(), "envoy").addr(),
             "each its own"
         );
+    }
+
+    /// A config refused keeps no labels, whatever refused it; a good one
+    /// keeps its limits' labels.
+    #[test]
+    fn a_config_refused_keeps_no_labels() {
+        let limit = |name: &str| {
+            format!("[[limits]]\nname = \"{name}\"\nkey = \"ip\"\nrate = \"7/s\"\nburst = 3\n")
+        };
+        let good = crate::Policy::from_toml("good.toml", &limit("kept-when-good")).unwrap();
+        let def = &good.limits()[0];
+        assert!(
+            def.limit.labels.is_kept(),
+            "a good config's labels are kept"
+        );
+        let spec = Some(&def.limit.spec);
+        assert!(super::is_kept(&def.limit.labels, spec));
+        // The same limit under other names, in configs refused after it
+        // compiled: by a later limit of the same name, and by a setting
+        // checked after the limits.
+        let refused = [
+            (
+                "refused-by-a-twin",
+                limit("refused-by-a-twin"),
+                "duplicate limit name",
+            ),
+            (
+                "refused-by-its-prefix",
+                "[client]\nipv6_prefix = 200\n".to_owned(),
+                "ipv6_prefix",
+            ),
+        ];
+        for (name, rest, why) in refused {
+            let toml = format!("{}{rest}", limit(name));
+            let e = crate::Policy::from_toml("bad.toml", &toml).unwrap_err();
+            assert!(e.to_string().contains(why), "{name}: {e}");
+            let labels = LimitLabels {
+                limit: name.into(),
+                ..LimitLabels::clone(&def.limit.labels)
+            };
+            assert!(!super::is_kept(&labels, spec), "{name}: kept");
+        }
     }
 }

@@ -170,10 +170,9 @@ fn init_logging(format: LogFormat) {
 fn load(path: &std::path::Path) -> Result<(Policy, Deployment), sluice_policy::ConfigError> {
     let source = sluice_policy::Source::read(path)?;
     let config = source.parse()?;
-    Ok((
-        Policy::compile(&source, &config)?,
-        Deployment::compile(&source, &config)?,
-    ))
+    // The deployment first: a policy compiled keeps its limits' labels.
+    let deployment = Deployment::compile(&source, &config)?;
+    Ok((Policy::compile(&source, &config)?, deployment))
 }
 
 #[tokio::main]
