@@ -116,13 +116,35 @@ impl AtomicGcra {
         high: Option<&W>,
         cost: u64,
     ) -> Result<Raw, CheckError> {
+        // No bit marks the word held: the loop never gives up.
+        match self.commit_unless_held::<W, 0>(tat, now, high, cost)? {
+            Some(raw) => Ok(raw),
+            None => self.decide(0, now, cost),
+        }
+    }
+
+    /// [`commit_after`](Self::commit_after) on a word that a writer may
+    /// hold, marking it by setting a bit of `HELD`: `None`, with nothing
+    /// committed, when a load finds such a bit (the caller then waits for
+    /// the writer). A TAT never has a bit of `HELD` set.
+    #[inline(always)]
+    pub(crate) fn commit_unless_held<W: AtomicWord, const HELD: u64>(
+        &self,
+        tat: &W,
+        now: Nanos,
+        high: Option<&W>,
+        cost: u64,
+    ) -> Result<Option<Raw>, CheckError> {
         let increment = self.increment(cost)?;
         let mut current = tat.load(Ordering::Acquire);
         loop {
+            if current & HELD != 0 {
+                return Ok(None);
+            }
             let now = high.map_or(now, |h| now.max(h.load(Ordering::Relaxed)));
             let raw = self.turn(current, now, increment);
             if !raw.allowed || cost == 0 {
-                return Ok(raw);
+                return Ok(Some(raw));
             }
             match tat.compare_exchange_weak(
                 current,
@@ -130,7 +152,7 @@ impl AtomicGcra {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Ok(raw),
+                Ok(_) => return Ok(Some(raw)),
                 Err(actual) => current = actual,
             }
         }

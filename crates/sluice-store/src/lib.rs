@@ -34,6 +34,7 @@ mod limit;
 mod memory;
 mod memory_runtime;
 mod memory_seam;
+mod one_key;
 pub mod seam;
 mod sync;
 mod table;

@@ -114,6 +114,9 @@ pub(crate) fn slot(c: &Check<'_>) -> (u64, usize) {
     (c.limit.serial, c.limit.table.shard_of(c.key))
 }
 
+/// A check and its [`slot`], found once.
+pub(crate) type Slotted<'c, 'a> = (&'c Check<'a>, (u64, usize));
+
 /// A check's decision once the request's fate is known: committed when the
 /// request is allowed; when it is not, the refusal, or (for a limit that
 /// would have allowed it) the limit as it stands, uncharged.
@@ -194,12 +197,19 @@ impl<C: Clock> MemoryStore<C> {
     /// lives, so a config reload that keeps a limit's definition keeps its
     /// counters. `id` should change whenever the definition does.
     pub fn limit(&self, id: &str, limiter: Limiter) -> Arc<Limit> {
+        self.limit_for(id, limiter, None)
+    }
+
+    /// [`limit`](Self::limit), created with `one` (the key every check is
+    /// expected to name, if any) kept apart on a word of its own
+    /// ([`CounterDef::one_key`](crate::seam::CounterDef::one_key)).
+    pub(crate) fn limit_for(&self, id: &str, limiter: Limiter, one: Option<KeyId>) -> Arc<Limit> {
         let mut reg = self.limits.lock();
         let existing = reg.by_id.get(id).and_then(Weak::upgrade);
         if let Some(limit) = existing.filter(|l| l.limiter() == limiter) {
             return limit;
         }
-        Self::create(&mut reg, id, limiter, self.shards, self.config.max_keys)
+        self.create(&mut reg, id, limiter, one)
     }
 
     /// A new state for the limit with identity `id`, empty even while an
@@ -207,23 +217,34 @@ impl<C: Clock> MemoryStore<C> {
     /// one for `id`. A reload takes it for a limit the replaced policy did
     /// not have, so that no leftover handle brings old counts back.
     pub fn fresh_limit(&self, id: &str, limiter: Limiter) -> Arc<Limit> {
+        self.fresh_limit_for(id, limiter, None)
+    }
+
+    /// [`fresh_limit`](Self::fresh_limit), with `one` as for
+    /// [`limit_for`](Self::limit_for).
+    pub(crate) fn fresh_limit_for(
+        &self,
+        id: &str,
+        limiter: Limiter,
+        one: Option<KeyId>,
+    ) -> Arc<Limit> {
         let mut reg = self.limits.lock();
-        Self::create(&mut reg, id, limiter, self.shards, self.config.max_keys)
+        self.create(&mut reg, id, limiter, one)
     }
 
     fn create(
+        &self,
         reg: &mut Registry,
         id: &str,
         limiter: Limiter,
-        shards: usize,
-        max_keys: usize,
+        one: Option<KeyId>,
     ) -> Arc<Limit> {
         reg.next_serial += 1;
         let limit = Arc::new(Limit {
             id: id.to_owned(),
             serial: reg.next_serial,
             limiter,
-            table: AnyTable::new(limiter, shards, max_keys),
+            table: AnyTable::new(limiter, self.shards, self.config.max_keys, one),
         });
         reg.by_id.retain(|_, w| w.strong_count() > 0);
         reg.by_id.insert(id.to_owned(), Arc::downgrade(&limit));
@@ -269,24 +290,35 @@ impl<C: Clock> MemoryStore<C> {
             }
             // Two checks on different shards (an IP guard and a key's
             // plan, say) cannot share a state, and need no lists.
-            [a, b] if slot(a) != slot(b) => self.check_pair(a, b),
-            many => match merge_duplicates(many) {
-                None => self.check_many(many),
-                Some((unique, index)) => {
-                    let merged = self.check(&unique)?;
-                    Ok(Checked {
-                        allowed: merged.allowed,
-                        decisions: index.iter().map(|i| merged.decisions[*i]).collect(),
-                    })
+            [a, b] => {
+                let (sa, sb) = (slot(a), slot(b));
+                if sa != sb {
+                    return self.check_pair((a, sa), (b, sb));
                 }
-            },
+                self.check_group(checks)
+            }
+            many => self.check_group(many),
+        }
+    }
+
+    /// [`check`](Self::check) of a group that may name one state twice.
+    fn check_group(&self, checks: &[Check<'_>]) -> Result<Checked, CheckError> {
+        match merge_duplicates(checks) {
+            None => self.check_many(checks),
+            Some((unique, index)) => {
+                let merged = self.check(&unique)?;
+                Ok(Checked {
+                    allowed: merged.allowed,
+                    decisions: index.iter().map(|i| merged.decisions[*i]).collect(),
+                })
+            }
         }
     }
 
     /// [`check_many`](Self::check_many) for two checks on different
     /// (limit, shard) slots: the same two locks in the same global order,
     /// the same peeks and commits, without the lists.
-    fn check_pair(&self, a: &Check<'_>, b: &Check<'_>) -> Result<Checked, CheckError> {
+    fn check_pair(&self, a: Slotted<'_, '_>, b: Slotted<'_, '_>) -> Result<Checked, CheckError> {
         let (allowed, da, db) = self.pair(a, b)?;
         Ok(Checked {
             allowed,
@@ -300,13 +332,17 @@ impl<C: Clock> MemoryStore<C> {
     #[inline]
     pub(crate) fn pair(
         &self,
-        a: &Check<'_>,
-        b: &Check<'_>,
+        (a, sa): Slotted<'_, '_>,
+        (b, sb): Slotted<'_, '_>,
     ) -> Result<(bool, Decision, Decision), CheckError> {
-        let swapped = slot(b) < slot(a);
-        let (first, second) = if swapped { (b, a) } else { (a, b) };
-        let mut g1 = first.limit.table.lock(slot(first).1);
-        let mut g2 = second.limit.table.lock(slot(second).1);
+        let swapped = sb < sa;
+        let ((first, s1), (second, s2)) = if swapped {
+            ((b, sb), (a, sa))
+        } else {
+            ((a, sa), (b, sb))
+        };
+        let mut g1 = first.limit.table.lock(s1.1);
+        let mut g2 = second.limit.table.lock(s2.1);
         let now = self.clock.now().max(g1.high()).max(g2.high());
         g1.advance(now);
         g2.advance(now);

@@ -17,12 +17,12 @@ impl<C: Clock + Send + Sync + 'static> Store for MemoryStore<C> {
     }
 
     fn counter(&self, def: CounterDef) -> Counter {
-        let limit = self.limit(def.id(), *def.limiter());
+        let limit = self.limit_for(def.id(), *def.limiter(), def.one_key());
         Counter::new(def, Slot::new(limit))
     }
 
     fn fresh_counter(&self, def: CounterDef) -> Counter {
-        let limit = self.fresh_limit(def.id(), *def.limiter());
+        let limit = self.fresh_limit_for(def.id(), *def.limiter(), def.one_key());
         Counter::new(def, Slot::new(limit))
     }
 
@@ -111,8 +111,9 @@ impl<C: Clock> MemoryStore<C> {
             // Two limits, the usual group: decided as a pair, its two
             // decisions placed once.
             let (a, b) = (plain(a)?, plain(b)?);
-            if slot(&a) != slot(&b) {
-                let (allowed, da, db) = self.pair(&a, &b)?;
+            let (sa, sb) = (slot(&a), slot(&b));
+            if sa != sb {
+                let (allowed, da, db) = self.pair((&a, sa), (&b, sb))?;
                 return Ok(Checked::by_store(allowed, smallvec::smallvec![da, db]));
             }
         }

@@ -23,8 +23,11 @@ mod common;
 use std::cell::Cell;
 use std::sync::Arc;
 
-use common::{SEC, SHARDS, assert_all_or_nothing, checks, key_in_shard, limiter, shard, store};
+use common::{
+    SEC, SHARDS, assert_all_or_nothing, checks, key_in_shard, limiter, shard, spec, store,
+};
 use sluice_core::{AlgorithmKind, Clock, Decision, Gcra, Limiter, Nanos, Rate};
+use sluice_store::seam::{CounterDef, Store};
 use sluice_store::{Check, KeyHasher, KeyId, Limit, MemoryStore, MemoryStoreConfig};
 
 /// Schedules tried per model and per scheduler.
@@ -40,6 +43,9 @@ struct Model {
     patterns: Vec<Vec<(usize, KeyId)>>,
     threads: Vec<Vec<usize>>,
     admitted: u64,
+    /// A limit registered with its one key named (kept apart on a word of
+    /// its own: `one_key.rs`), and that key.
+    one_key: Option<(usize, KeyId)>,
 }
 
 impl Model {
@@ -52,7 +58,16 @@ impl Model {
             .iter()
             .enumerate()
             .map(|(i, &(kind, burst))| {
-                store.limit(&format!("l{i}"), limiter(kind, Rate::per_second(1), burst))
+                let id = format!("l{i}");
+                // Registered through the seam, and held while the limit is fetched.
+                let _registered = self.one_key.filter(|(l, _)| *l == i).map(|(_, key)| {
+                    let def = CounterDef::new(&id, spec(kind, Rate::per_second(1), burst, false));
+                    store.counter(def.unwrap().with_one_key(key))
+                });
+                let limit = store.limit(&id, limiter(kind, Rate::per_second(1), burst));
+                let kept = self.one_key.filter(|(l, _)| *l == i).map(|(_, k)| k);
+                assert_eq!(limit.one_key(), kept, "limit {i} is registered as asked");
+                limit
             })
             .collect();
         let handles: Vec<_> = self
@@ -133,6 +148,29 @@ fn opposite_orders_across_limits_with_the_fast_path() {
         ],
         threads: vec![vec![0, 0], vec![1, 1], vec![2, 2]],
         admitted: 3,
+        one_key: None,
+    }
+    .check();
+}
+
+/// [`opposite_orders_across_limits_with_the_fast_path`] with `(a, k1)`
+/// kept apart on a word of its own: the groups hold that word (its top
+/// bit set) while the third thread checks it without a lock, and must
+/// wait for them when it finds the word held. The same count passes.
+#[test]
+fn opposite_orders_across_limits_with_a_kept_apart_key() {
+    let (k1, k2, _) = keys();
+    let (a, b) = (0, 1);
+    Model {
+        limits: vec![(AlgorithmKind::TokenBucket, 3), (AlgorithmKind::Gcra, 2)],
+        patterns: vec![
+            vec![(a, k1), (b, k2)],
+            vec![(b, k2), (a, k1)],
+            vec![(a, k1)],
+        ],
+        threads: vec![vec![0, 0], vec![1, 1], vec![2, 2]],
+        admitted: 3,
+        one_key: Some((a, k1)),
     }
     .check();
 }
@@ -158,6 +196,7 @@ fn opposite_orders_across_shards_of_one_limit() {
         ],
         threads: vec![vec![0, 0], vec![1, 1], vec![2, 2]],
         admitted: 2,
+        one_key: None,
     }
     .check();
 }
@@ -172,6 +211,7 @@ fn the_fast_path_on_one_key() {
         patterns: vec![vec![(0, k1)]],
         threads: vec![vec![0, 0], vec![0, 0], vec![0, 0]],
         admitted: 4,
+        one_key: None,
     }
     .check();
 }
@@ -223,6 +263,9 @@ struct Race {
     seed: Vec<Nanos>,
     /// Each thread's checks, by time, in order.
     threads: Vec<Vec<Nanos>>,
+    /// Whether the key is registered as the limit's one key (kept apart
+    /// on a word of its own, outside any lock: `one_key.rs`).
+    one_key: bool,
 }
 
 /// One execution's outcome, for [`Race::explains`].
@@ -244,14 +287,22 @@ impl Race {
             shards: SHARDS,
         };
         let store = Arc::new(MemoryStore::with_clock(cfg, ThreadClock));
-        let spec = limiter(AlgorithmKind::Gcra, Rate::per_second(1), self.burst);
-        let limit = store.limit("race", spec);
+        let key = KeyHasher::from_secret(b"model").key_id("race");
+        // Registered through the seam, and held while the limit is fetched.
+        let _registered = self.one_key.then(|| {
+            let spec = spec(AlgorithmKind::Gcra, Rate::per_second(1), self.burst, false);
+            store.counter(CounterDef::new("race", spec).unwrap().with_one_key(key))
+        });
+        let limit = store.limit(
+            "race",
+            limiter(AlgorithmKind::Gcra, Rate::per_second(1), self.burst),
+        );
+        assert_eq!(limit.one_key(), self.one_key.then_some(key));
         let Limiter::Gcra(gcra) = limit.limiter() else {
             unreachable!("a GCRA limit")
         };
         // `AtomicGcra::for_gcra`'s condition: the atomic table.
         assert!(gcra.scale() == 1 && gcra.tolerance() < 1 << 62);
-        let key = KeyHasher::from_secret(b"model").key_id("race");
         let mut tat = 0;
         for &t in &self.seed {
             let (want, next) = gcra.check_nanos(tat, t, 1).unwrap();
@@ -357,6 +408,20 @@ fn a_check_decides_no_earlier_than_the_tat_it_reads() {
         burst: 2,
         seed: vec![T],
         threads: vec![vec![T], vec![T + SEC]],
+        one_key: false,
+    }
+    .check();
+}
+
+/// [`a_check_decides_no_earlier_than_the_tat_it_reads`] on a key kept
+/// apart: the word of its own decides at the times the shard's would.
+#[test]
+fn a_kept_apart_key_decides_no_earlier_than_the_tat_it_reads() {
+    Race {
+        burst: 2,
+        seed: vec![T],
+        threads: vec![vec![T], vec![T + SEC]],
+        one_key: true,
     }
     .check();
 }
@@ -371,6 +436,19 @@ fn checks_of_one_key_at_three_times() {
         burst: 3,
         seed: vec![T, T],
         threads: vec![vec![T + SEC, T], vec![T + SEC / 2], vec![T]],
+        one_key: false,
+    }
+    .check();
+}
+
+/// [`checks_of_one_key_at_three_times`] on a key kept apart.
+#[test]
+fn checks_of_a_kept_apart_key_at_three_times() {
+    Race {
+        burst: 3,
+        seed: vec![T, T],
+        threads: vec![vec![T + SEC, T], vec![T + SEC / 2], vec![T]],
+        one_key: true,
     }
     .check();
 }

@@ -4,14 +4,16 @@
 //! `nodelay`), against the reference: sluice-core's algorithm of the limit
 //! on one state, at the latest time the shard has seen. Single checks,
 //! all-or-nothing pairs with a partner limit (atomic or not, locked first or
-//! second), refunds and peeks, on a
-//! manual clock that also steps back; every decision must be the model's.
+//! second), refunds and peeks, and checks of a second key, on a manual
+//! clock that also steps back; every decision must be the model's. The
+//! limit is registered with its key named as its one key, or not: kept
+//! apart on a word of its own (`one_key.rs`), it must decide the same.
 
 use proptest::prelude::*;
 use sluice_core::{AlgorithmKind, Clock, Decision, LimitSpec, Limiter, Nanos, Rate, State};
 use sluice_store::{Check, KeyHasher, Limit};
 
-use crate::common::{limiter, lock_free_cases, store};
+use crate::common::{SHARDS, key_in_shard, limiter, lock_free_cases, shard, store};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -21,6 +23,8 @@ enum Op {
     Pair(u64, u64),
     Refund(u64),
     Peek(u64),
+    /// A check of another key than the one the limit may keep apart.
+    Other(u64),
 }
 
 fn op(burst: u64) -> impl Strategy<Value = Op> {
@@ -31,6 +35,7 @@ fn op(burst: u64) -> impl Strategy<Value = Op> {
         2 => ((0..=burst + 1), (0..=4u64)).prop_map(|(a, b)| Op::Pair(a, b)),
         1 => (0..=burst + 1).prop_map(Op::Refund),
         1 => (0..=burst + 1).prop_map(Op::Peek),
+        1 => (0..=burst + 1).prop_map(Op::Other),
     ]
 }
 
@@ -74,7 +79,17 @@ struct Partner {
     first: bool,
 }
 
-fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, partner: Partner, ops: &[Op]) {
+/// Runs `ops` on the limit under test, registered with the key they check
+/// named as its one key (`one_key`: kept apart on a word of its own when
+/// the limit takes the atomic table) or not.
+fn run(
+    algorithm: AlgorithmKind,
+    rate: Rate,
+    burst: u64,
+    partner: Partner,
+    one_key: bool,
+    ops: &[Op],
+) {
     use sluice_store::seam::{CounterDef, Store};
     let (store, clock) = store(1_000);
     let spec = LimitSpec {
@@ -89,17 +104,25 @@ fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, partner: Partner, ops: 
     } else {
         limiter(AlgorithmKind::LeakyBucket, Rate::per_second(5), 3)
     };
-    let (a, b) = if partner.first {
+    let hasher = KeyHasher::random();
+    let key = hasher.key_id("client");
+    // Another key, in another shard (whose latest time is its own).
+    let other = key_in_shard(&hasher, "other", (shard(key) + 1) % SHARDS);
+    // The state of the limit under test, as the seam names it (for
+    // refunds): registered first, so that `a` below is the same.
+    let def = CounterDef::new("gcra", spec).unwrap();
+    let def = if one_key { def.with_one_key(key) } else { def };
+    let (counter, b) = if partner.first {
         let b = store.limit("bucket", bucket);
-        (store.limit("gcra", gcra), b)
+        (store.counter(def), b)
     } else {
-        (store.limit("gcra", gcra), store.limit("bucket", bucket))
+        (store.counter(def), store.limit("bucket", bucket))
     };
+    let a = store.limit("gcra", gcra);
     assert_eq!(b.is_lock_free(), partner.atomic);
-    // The same state as `a`, as the seam names it (for refunds).
-    let counter = store.counter(CounterDef::new("gcra", spec).unwrap());
-    let key = KeyHasher::random().key_id("client");
+    assert_eq!(a.one_key(), (one_key && a.is_lock_free()).then_some(key));
     let (mut ma, mut mb) = (Model::new(gcra), Model::new(bucket));
+    let mut mo = Model::new(gcra);
     fn check(limit: &Limit, key: sluice_store::KeyId, cost: u64) -> Check<'_> {
         Check { limit, key, cost }
     }
@@ -160,6 +183,12 @@ fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, partner: Partner, ops: 
                 let t = now.max(ma.high);
                 assert_eq!(got, ma.peek(t, cost), "step {step}: {op:?}");
             }
+            Op::Other(cost) => {
+                let got = store.check_one(&check(&a, other, cost)).ok();
+                let t = mo.raise(now);
+                let want = mo.limiter.check_and_apply(&mut mo.state, t, cost).ok();
+                assert_eq!(got, want, "step {step}: {op:?}");
+            }
         }
     }
 }
@@ -196,8 +225,8 @@ proptest! {
             Just(Rate::per_second(7)),
         ],
         (burst, ops) in (1..12u64).prop_flat_map(|b| (Just(b), prop::collection::vec(op(b), 1..60))),
-        (atomic, first) in (any::<bool>(), any::<bool>()),
+        (atomic, first, one_key) in (any::<bool>(), any::<bool>(), any::<bool>()),
     ) {
-        run(algorithm, rate, burst, Partner { atomic, first }, &ops);
+        run(algorithm, rate, burst, Partner { atomic, first }, one_key, &ops);
     }
 }
