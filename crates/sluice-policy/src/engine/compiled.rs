@@ -7,6 +7,7 @@ use std::sync::Arc;
 use sluice_store::KeyHasher;
 use sluice_store::seam::{Counter, CounterDef, Store};
 
+use crate::KeySource;
 use crate::delay_queue::DelayQueue;
 use crate::policy::Policy;
 
@@ -47,10 +48,20 @@ impl Compiled {
         old: Option<&Compiled>,
     ) -> Self {
         let retired = retired(&policy, old);
+        // A `global` limit's one key is named to the store, which may keep
+        // it apart (see `CounterDef::with_one_key`).
+        let everyone = hasher.key_id("");
         let counters = policy
             .limits()
             .iter()
-            .map(|def| counter(store, def.limit.counter(), old, &retired))
+            .map(|def| {
+                let counted = def.limit.counter().clone();
+                let counted = match def.key {
+                    KeySource::Global => counted.with_one_key(everyone),
+                    _ => counted,
+                };
+                counter(store, &counted, old, &retired)
+            })
             .collect();
         let gates = policy
             .limits()
@@ -125,5 +136,42 @@ fn counter(
         store.fresh_counter(def.clone())
     } else {
         store.counter(def.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use sluice_store::{KeyHasher, Limit, MemoryStore};
+
+    use super::Compiled;
+    use crate::Policy;
+
+    /// A `global` limit's counter names its one key (the key of `""`) to
+    /// the store, which keeps it apart; a keyed limit's names none.
+    #[test]
+    fn a_global_limits_counter_names_its_one_key() {
+        let toml = "[[limits]]\nname = \"all\"\nkey = \"global\"\nrate = \"10/s\"\n\
+                    [[limits]]\nname = \"ip\"\nkey = \"ip\"\nrate = \"10/s\"\n";
+        let policy = Policy::from_toml("one_key.toml", toml).unwrap();
+        let (store, hasher) = (MemoryStore::new(Default::default()), KeyHasher::random());
+        let compiled = Compiled::new(policy, &store, &hasher, None);
+        let one_key = |i: usize| {
+            compiled.counters[i]
+                .slot()
+                .get::<Limit>()
+                .unwrap()
+                .one_key()
+        };
+        assert_eq!(one_key(0), Some(hasher.key_id("")));
+        assert_eq!(one_key(1), None);
+        // A reload that keeps the limit keeps its counter.
+        let again = Policy::from_toml("one_key.toml", toml).unwrap();
+        let next = Compiled::new(again, &store, &hasher, Some(&compiled));
+        assert!(std::ptr::eq(
+            next.counters[0].slot().get::<Limit>().unwrap(),
+            compiled.counters[0].slot().get::<Limit>().unwrap()
+        ));
     }
 }
