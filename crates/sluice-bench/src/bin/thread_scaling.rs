@@ -1,7 +1,8 @@
 //! Keyed checks on 1 and 2 threads, Sluice's `KeyedLimiter` and the
 //! engine's decision call (`Engine::decide_now`, one limit keyed by client
-//! IP, as `benches/engine.rs`) beside governor's keyed limiter, with a
-//! compute-only loop as a control: the best
+//! IP, as `benches/engine.rs`) beside governor's keyed limiter; one state
+//! for every request (the engine's call on one global limit) beside
+//! governor's direct limiter; with a compute-only loop as a control: the best
 //! of many short runs, for a machine shared with other work (where
 //! criterion's thread rows mostly measure the other work).
 //!
@@ -99,6 +100,20 @@ fn main() {
         let ip = sluice_bench::engine_workload::ip(k[i & (SEQ - 1)]);
         sluice_bench::engine_workload::admits(&engine.0, &engine.1, ip)
     });
+    // One state for every request, on both threads: a global limit, and
+    // governor's direct limiter of the same quota (most checks refused
+    // once the burst is spent, on both sides).
+    let global = sluice_policy::Engine::new(
+        sluice_policy::Policy::from_toml("bench.toml", sluice_bench::engine_workload::ONE_GLOBAL)
+            .expect("the bench config"),
+    );
+    let global = Arc::new((global, http::HeaderMap::new()));
+    let global: Check = Arc::new(move |i| {
+        let ip = sluice_bench::engine_workload::ip(i as u64);
+        sluice_bench::engine_workload::admits(&global.0, &global.1, ip)
+    });
+    let direct = governor::RateLimiter::direct(sluice_bench::engine_workload::governor_quota());
+    let direct: Check = Arc::new(move |_| direct.check().is_ok());
     let control: Check = Arc::new(|i| {
         let mut x = i as u64;
         for _ in 0..20 {
@@ -110,9 +125,11 @@ fn main() {
         ("Sluice KeyedLimiter GCRA", sluice),
         ("Sluice engine, per-IP limit", engine),
         ("governor keyed", governor),
+        ("Sluice engine, one global limit", global),
+        ("governor direct", direct),
         ("control (compute only)", control),
     ];
-    let mut best = [[f64::MAX; 2]; 4];
+    let mut best = vec![[f64::MAX; 2]; subjects.len()];
     for _ in 0..rounds {
         for (s, (_, check)) in subjects.iter().enumerate() {
             for threads in [1, 2] {
