@@ -8,7 +8,10 @@
 //! most others) has the fast table instead
 //! ([`atomic_table`](crate::atomic_table)): each key one atomic word under
 //! its shard's reader-writer lock, a known key's check a shared lock and a
-//! compare-and-swap. A request that meets
+//! compare-and-swap. Such a limit registered with the one key its checks
+//! name (a `global` limit's: [`CounterDef::with_one_key`]) keeps that key
+//! on a word of its own with no lock at all ([`one_key`](crate::one_key)).
+//! A request that meets
 //! several limits locks the shards it needs in one global order (no
 //! deadlock), decides every limit, and commits all of them only if all allow
 //! it: a refused request consumes nothing anywhere.
@@ -33,6 +36,8 @@ use smallvec::SmallVec;
 
 use crate::key::KeyId;
 use crate::limit::{AnyTable, Guard, Limit};
+#[cfg(doc)]
+use crate::seam::CounterDef;
 use crate::seam::Decisions;
 
 /// Sizing of a [`MemoryStore`].
