@@ -137,20 +137,7 @@ fn keys() -> (KeyId, KeyId, KeyId) {
 /// charged and could not have refused one either.
 #[test]
 fn opposite_orders_across_limits_with_the_fast_path() {
-    let (k1, k2, _) = keys();
-    let (a, b) = (0, 1);
-    Model {
-        limits: vec![(AlgorithmKind::TokenBucket, 3), (AlgorithmKind::Gcra, 2)],
-        patterns: vec![
-            vec![(a, k1), (b, k2)],
-            vec![(b, k2), (a, k1)],
-            vec![(a, k1)],
-        ],
-        threads: vec![vec![0, 0], vec![1, 1], vec![2, 2]],
-        admitted: 3,
-        one_key: None,
-    }
-    .check();
+    opposite_orders_across_limits(false).check();
 }
 
 /// [`opposite_orders_across_limits_with_the_fast_path`] with `(a, k1)`
@@ -159,6 +146,12 @@ fn opposite_orders_across_limits_with_the_fast_path() {
 /// wait for them when it finds the word held. The same count passes.
 #[test]
 fn opposite_orders_across_limits_with_a_kept_apart_key() {
+    opposite_orders_across_limits(true).check();
+}
+
+/// The model of [`opposite_orders_across_limits_with_the_fast_path`], with
+/// `(a, k1)` kept apart or not.
+fn opposite_orders_across_limits(kept_apart: bool) -> Model {
     let (k1, k2, _) = keys();
     let (a, b) = (0, 1);
     Model {
@@ -170,9 +163,8 @@ fn opposite_orders_across_limits_with_a_kept_apart_key() {
         ],
         threads: vec![vec![0, 0], vec![1, 1], vec![2, 2]],
         admitted: 3,
-        one_key: Some((a, k1)),
+        one_key: kept_apart.then_some((a, k1)),
     }
-    .check();
 }
 
 /// Opposite orders over the shards of one limit, and a request that names
@@ -404,26 +396,25 @@ impl Race {
 /// committed would refuse: at `T`, a TAT of `T + 2s` leaves no room.
 #[test]
 fn a_check_decides_no_earlier_than_the_tat_it_reads() {
-    Race {
-        burst: 2,
-        seed: vec![T],
-        threads: vec![vec![T], vec![T + SEC]],
-        one_key: false,
-    }
-    .check();
+    two_checks_a_second_apart(false).check();
 }
 
 /// [`a_check_decides_no_earlier_than_the_tat_it_reads`] on a key kept
 /// apart: the word of its own decides at the times the shard's would.
 #[test]
 fn a_kept_apart_key_decides_no_earlier_than_the_tat_it_reads() {
+    two_checks_a_second_apart(true).check();
+}
+
+/// The race of [`a_check_decides_no_earlier_than_the_tat_it_reads`], on a
+/// key kept apart or not.
+fn two_checks_a_second_apart(one_key: bool) -> Race {
     Race {
         burst: 2,
         seed: vec![T],
         threads: vec![vec![T], vec![T + SEC]],
-        one_key: true,
+        one_key,
     }
-    .check();
 }
 
 /// Three threads at three times, one checking twice (the second time
@@ -432,23 +423,22 @@ fn a_kept_apart_key_decides_no_earlier_than_the_tat_it_reads() {
 /// depending on the order they commit in.
 #[test]
 fn checks_of_one_key_at_three_times() {
-    Race {
-        burst: 3,
-        seed: vec![T, T],
-        threads: vec![vec![T + SEC, T], vec![T + SEC / 2], vec![T]],
-        one_key: false,
-    }
-    .check();
+    three_threads_at_three_times(false).check();
 }
 
 /// [`checks_of_one_key_at_three_times`] on a key kept apart.
 #[test]
 fn checks_of_a_kept_apart_key_at_three_times() {
+    three_threads_at_three_times(true).check();
+}
+
+/// The race of [`checks_of_one_key_at_three_times`], on a key kept apart
+/// or not.
+fn three_threads_at_three_times(one_key: bool) -> Race {
     Race {
         burst: 3,
         seed: vec![T, T],
         threads: vec![vec![T + SEC, T], vec![T + SEC / 2], vec![T]],
-        one_key: true,
+        one_key,
     }
-    .check();
 }
