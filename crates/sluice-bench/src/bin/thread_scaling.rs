@@ -57,63 +57,10 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(150);
     let keys = Arc::new(uniform_keys(KEYS, SEQ, 42));
-    let (Some(rate), Some(burst)) = (NonZeroU32::new(1000), NonZeroU32::new(1000)) else {
+    let Some((governor, sluice)) = keyed(&keys) else {
         return;
     };
-    let gov = Arc::new(governor::RateLimiter::keyed(
-        governor::Quota::per_second(rate).allow_burst(burst),
-    ));
-    let spec = LimitSpec {
-        algorithm: AlgorithmKind::Gcra,
-        rate: Rate::per_second(1000),
-        burst: 1000,
-        nodelay: true,
-    };
-    let Ok(keyed) = KeyedLimiter::<u64>::new(&spec, 1_000_000) else {
-        return;
-    };
-    let keyed = Arc::new(keyed);
-    for k in 0..KEYS {
-        let _ = gov.check_key(&k);
-        let _ = keyed.check(&k, 1);
-    }
-    let k = keys.clone();
-    let governor: Check = Arc::new(move |i| gov.check_key(&k[i & (SEQ - 1)]).is_ok());
-    let k = keys.clone();
-    let sluice: Check =
-        Arc::new(move |i| keyed.check(&k[i & (SEQ - 1)], 1).is_ok_and(|d| d.allowed));
-    let engine = sluice_policy::Engine::new(
-        sluice_policy::Policy::from_toml("bench.toml", sluice_bench::engine_workload::ONE_LIMIT)
-            .expect("the bench config"),
-    );
-    let headers = http::HeaderMap::new();
-    for k in 0..KEYS {
-        sluice_bench::engine_workload::admits(
-            &engine,
-            &headers,
-            sluice_bench::engine_workload::ip(k),
-        );
-    }
-    let engine = Arc::new((engine, headers));
-    let k = keys.clone();
-    let engine: Check = Arc::new(move |i| {
-        let ip = sluice_bench::engine_workload::ip(k[i & (SEQ - 1)]);
-        sluice_bench::engine_workload::admits(&engine.0, &engine.1, ip)
-    });
-    // One state for every request, on both threads: a global limit, and
-    // governor's direct limiter of the same quota (most checks refused
-    // once the burst is spent, on both sides).
-    let global = sluice_policy::Engine::new(
-        sluice_policy::Policy::from_toml("bench.toml", sluice_bench::engine_workload::ONE_GLOBAL)
-            .expect("the bench config"),
-    );
-    let global = Arc::new((global, http::HeaderMap::new()));
-    let global: Check = Arc::new(move |i| {
-        let ip = sluice_bench::engine_workload::ip(i as u64);
-        sluice_bench::engine_workload::admits(&global.0, &global.1, ip)
-    });
-    let direct = governor::RateLimiter::direct(sluice_bench::engine_workload::governor_quota());
-    let direct: Check = Arc::new(move |_| direct.check().is_ok());
+    let (global, direct) = one_state();
     let control: Check = Arc::new(|i| {
         let mut x = i as u64;
         for _ in 0..20 {
@@ -123,7 +70,7 @@ fn main() {
     });
     let subjects = [
         ("Sluice KeyedLimiter GCRA", sluice),
-        ("Sluice engine, per-IP limit", engine),
+        ("Sluice engine, per-IP limit", engine_per_ip(&keys)),
         ("governor keyed", governor),
         ("Sluice engine, one global limit", global),
         ("governor direct", direct),
@@ -145,4 +92,69 @@ fn main() {
         let [one, two] = best[s];
         println!("| {name} | {one:.1} | {two:.1} | {:.2}× |", one / two);
     }
+}
+
+/// governor's keyed limiter and Sluice's `KeyedLimiter` on the same
+/// quota, every key checked once.
+fn keyed(keys: &Arc<Vec<u64>>) -> Option<(Check, Check)> {
+    let (rate, burst) = (NonZeroU32::new(1000)?, NonZeroU32::new(1000)?);
+    let gov = Arc::new(governor::RateLimiter::keyed(
+        governor::Quota::per_second(rate).allow_burst(burst),
+    ));
+    let spec = LimitSpec {
+        algorithm: AlgorithmKind::Gcra,
+        rate: Rate::per_second(1000),
+        burst: 1000,
+        nodelay: true,
+    };
+    let keyed = Arc::new(KeyedLimiter::<u64>::new(&spec, 1_000_000).ok()?);
+    for k in 0..KEYS {
+        let _ = gov.check_key(&k);
+        let _ = keyed.check(&k, 1);
+    }
+    let k = keys.clone();
+    let governor: Check = Arc::new(move |i| gov.check_key(&k[i & (SEQ - 1)]).is_ok());
+    let k = keys.clone();
+    let sluice: Check =
+        Arc::new(move |i| keyed.check(&k[i & (SEQ - 1)], 1).is_ok_and(|d| d.allowed));
+    Some((governor, sluice))
+}
+
+/// The engine's call on the per-IP limit, every client seen once.
+fn engine_per_ip(keys: &Arc<Vec<u64>>) -> Check {
+    let engine = sluice_policy::Engine::new(
+        sluice_policy::Policy::from_toml("bench.toml", sluice_bench::engine_workload::ONE_LIMIT)
+            .expect("the bench config"),
+    );
+    let headers = http::HeaderMap::new();
+    for k in 0..KEYS {
+        sluice_bench::engine_workload::admits(
+            &engine,
+            &headers,
+            sluice_bench::engine_workload::ip(k),
+        );
+    }
+    let engine = Arc::new((engine, headers));
+    let k = keys.clone();
+    Arc::new(move |i| {
+        let ip = sluice_bench::engine_workload::ip(k[i & (SEQ - 1)]);
+        sluice_bench::engine_workload::admits(&engine.0, &engine.1, ip)
+    })
+}
+
+/// One state for every request, on both threads: a global limit, and
+/// governor's direct limiter of the same quota (most checks refused once
+/// the burst is spent, on both sides).
+fn one_state() -> (Check, Check) {
+    let global = sluice_policy::Engine::new(
+        sluice_policy::Policy::from_toml("bench.toml", sluice_bench::engine_workload::ONE_GLOBAL)
+            .expect("the bench config"),
+    );
+    let global = Arc::new((global, http::HeaderMap::new()));
+    let global: Check = Arc::new(move |i| {
+        let ip = sluice_bench::engine_workload::ip(i as u64);
+        sluice_bench::engine_workload::admits(&global.0, &global.1, ip)
+    });
+    let direct = governor::RateLimiter::direct(sluice_bench::engine_workload::governor_quota());
+    (global, Arc::new(move |_| direct.check().is_ok()))
 }
