@@ -116,7 +116,8 @@ impl AtomicGcra {
         high: Option<&W>,
         cost: u64,
     ) -> Result<Raw, CheckError> {
-        // No bit marks the word held: the loop never gives up.
+        // No bit marks the word held (`HELD` is 0): the loop never gives
+        // up, and the compiler drops the second arm.
         match self.commit_unless_held::<W, 0>(tat, now, high, cost)? {
             Some(raw) => Ok(raw),
             None => self.decide(0, now, cost),
