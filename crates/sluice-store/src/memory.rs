@@ -36,6 +36,7 @@ use smallvec::SmallVec;
 
 use crate::key::KeyId;
 use crate::limit::{AnyTable, Guard, Limit};
+use crate::one_key::{ONE, OneKeyTable};
 #[cfg(doc)]
 use crate::seam::CounterDef;
 use crate::seam::Decisions;
@@ -340,6 +341,11 @@ impl<C: Clock> MemoryStore<C> {
         (a, sa): Slotted<'_, '_>,
         (b, sb): Slotted<'_, '_>,
     ) -> Result<(bool, Decision, Decision), CheckError> {
+        if (sa.1 == ONE || sb.1 == ONE)
+            && let Some(decided) = self.pair_beside_word((a, sa), (b, sb))?
+        {
+            return Ok(decided);
+        }
         let swapped = sb < sa;
         let ((first, s1), (second, s2)) = if swapped {
             ((b, sb), (a, sa))
@@ -375,6 +381,63 @@ impl<C: Clock> MemoryStore<C> {
         } else {
             (allowed, d1, d2)
         })
+    }
+
+    /// [`pair`](Self::pair) when one check is of a key kept apart on a word
+    /// of its own ([`one_key`](crate::one_key)) and the other is not: the
+    /// other's shard held, the word read without holding it and committed
+    /// last, with a compare-and-swap (the checks of the key go on
+    /// meanwhile; a moved word is read and decided again, the other shard
+    /// unchanged under its lock). Both are decided at one time, no earlier
+    /// than the word's latest time read after each load. `None`, nothing
+    /// changed, for any other pair, or while the word is held: the caller
+    /// then holds both, in order.
+    #[inline(never)]
+    fn pair_beside_word(
+        &self,
+        a: Slotted<'_, '_>,
+        b: Slotted<'_, '_>,
+    ) -> Result<Option<(bool, Decision, Decision)>, CheckError> {
+        fn word_of<'l>((c, s): Slotted<'_, 'l>) -> Option<&'l OneKeyTable> {
+            match &c.limit.table {
+                AnyTable::OneKey(t) if s.1 == ONE => Some(t),
+                _ => None,
+            }
+        }
+        let (table, word, (other, slot), word_first) = match (word_of(a), word_of(b)) {
+            (Some(t), None) => (t, a.0, b, true),
+            (None, Some(t)) => (t, b.0, a, false),
+            _ => return Ok(None),
+        };
+        let fast = table.fast();
+        let mut guard = other.limit.table.lock(slot.1);
+        let mut now = self.clock.now().max(guard.high());
+        loop {
+            let Some(current) = table.peek_word() else {
+                return Ok(None);
+            };
+            now = table.advance(now);
+            guard.advance(now);
+            let raw = fast.decide(current, now, word.cost)?;
+            let outcome = guard.peek(other.key, now, other.cost)?;
+            let allowed = raw.allowed() && outcome.decision.allowed;
+            if allowed && word.cost > 0 && !table.commit_word(current, raw.tat(now)) {
+                continue;
+            }
+            let on_word = if raw.allowed() && !allowed {
+                // Admitted by the word, refused by the other: the word as
+                // it stands, uncharged.
+                fast.decision(fast.decide(current, now, 0)?)
+            } else {
+                fast.decision(raw)
+            };
+            let on_other = settle(&mut guard, other, outcome, allowed, now)?;
+            return Ok(Some(if word_first {
+                (allowed, on_word, on_other)
+            } else {
+                (allowed, on_other, on_word)
+            }));
+        }
     }
 
     fn check_many(&self, checks: &[Check<'_>]) -> Result<Checked, CheckError> {

@@ -8,13 +8,18 @@
 //!   no word but the limit's latest time (raised, as a shard's is, only
 //!   when the check's time is later). No lock is taken, so checks from
 //!   every thread run side by side.
-//! - **Everything else holds the word** ([`OneKey::lock`]): a group of
-//!   checks decided all or nothing with other limits, a refund, a peek. A
-//!   holder takes the writers' mutex and sets the word's top bit, which no
-//!   TAT has: a check that loads the word with that bit set, or whose
-//!   compare-and-swap finds it set, commits nothing and waits on the mutex,
-//!   then decides as a holder. The holder decides on the TAT it took, and
-//!   puts the word back (the bit clear) when it is done.
+//! - **A pair** of this key and another limit's check (a global cap
+//!   beside a per-client limit, decided all or nothing) holds the other's
+//!   shard and reads the word without holding it: both are decided, and
+//!   the word is committed last with a compare-and-swap; if the word moved
+//!   meanwhile, the pair is decided again (`MemoryStore::pair`).
+//! - **Everything else holds the word** ([`OneKeyTable::lock`]): a larger
+//!   group, a refund, a peek. A holder takes the holders' mutex and sets
+//!   the word's top bit, which no TAT has: a check that loads the word with
+//!   that bit set, or whose compare-and-swap finds it set, commits nothing
+//!   and waits on the mutex, then decides as a holder. The holder decides
+//!   on the TAT it took, and puts the word back (the bit clear) when it is
+//!   done.
 //!
 //! Every decision is made at the latest time the limit has seen, as in a
 //! shard of the [atomic table](crate::atomic_table): the same decisions,
@@ -119,6 +124,38 @@ impl OneKeyTable {
     /// The one key's word.
     pub(crate) fn one(&self) -> &OneKey {
         &self.one
+    }
+
+    /// The one key's TAT, for a group that decides beside the word without
+    /// holding it (`MemoryStore::pair`): `None` while a holder has it.
+    #[inline]
+    pub(crate) fn peek_word(&self) -> Option<Nanos> {
+        let word = self.one.word.load(Ordering::Acquire);
+        (word & HELD == 0).then_some(word)
+    }
+
+    /// Moves the one key's latest time to `now` unless it has seen later;
+    /// returns the time to decide at (read after [`peek_word`](Self::peek_word),
+    /// it is no earlier than the time of the commit whose TAT was read).
+    #[inline]
+    pub(crate) fn advance(&self, now: Nanos) -> Nanos {
+        raise(&self.one.high, now)
+    }
+
+    /// Commits `tat` to the word if it still holds `current` (what
+    /// [`peek_word`](Self::peek_word) read); `false` if a check or a
+    /// holder moved it since.
+    #[inline]
+    pub(crate) fn commit_word(&self, current: Nanos, tat: Nanos) -> bool {
+        self.one
+            .word
+            .compare_exchange(current, tat, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The word's atomic GCRA.
+    pub(crate) fn fast(&self) -> &AtomicGcra {
+        &self.one.fast
     }
 
     /// Holds the one key's word: checks of the key wait until the holder
