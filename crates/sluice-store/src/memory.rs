@@ -120,6 +120,10 @@ pub(crate) fn slot(c: &Check<'_>) -> (u64, usize) {
     (c.limit.serial, c.limit.table.shard_of(c.key))
 }
 
+/// How many times a pair beside a kept-apart key's word reads and decides
+/// before it holds the word instead (`MemoryStore::pair_beside_word`).
+const BESIDE_TRIES: usize = 8;
+
 /// A check and its [`slot`], found once.
 pub(crate) type Slotted<'c, 'a> = (&'c Check<'a>, (u64, usize));
 
@@ -390,8 +394,9 @@ impl<C: Clock> MemoryStore<C> {
     /// meanwhile; a moved word is read and decided again, the other shard
     /// unchanged under its lock). Both are decided at one time, no earlier
     /// than the word's latest time read after each load. `None`, nothing
-    /// changed, for any other pair, or while the word is held: the caller
-    /// then holds both, in order.
+    /// changed, for any other pair, while the word is held, or after
+    /// [`BESIDE_TRIES`] reads that each found the word moved by the time
+    /// of the commit: the caller then holds both, in order.
     #[inline(never)]
     fn pair_beside_word(
         &self,
@@ -412,7 +417,9 @@ impl<C: Clock> MemoryStore<C> {
         let fast = table.fast();
         let mut guard = other.limit.table.lock(slot.1);
         let mut now = self.clock.now().max(guard.high());
-        loop {
+        // Checks of the key that keep moving the word send the pair, after
+        // a few tries, to the path that holds it: the wait is bounded.
+        for _ in 0..BESIDE_TRIES {
             let Some(current) = table.peek_word() else {
                 return Ok(None);
             };
@@ -438,6 +445,7 @@ impl<C: Clock> MemoryStore<C> {
                 (allowed, on_other, on_word)
             }));
         }
+        Ok(None)
     }
 
     fn check_many(&self, checks: &[Check<'_>]) -> Result<Checked, CheckError> {
