@@ -27,6 +27,7 @@
 
 mod atomic_gcra;
 mod atomic_table;
+mod beside_word;
 mod direct;
 mod key;
 mod keyed;
