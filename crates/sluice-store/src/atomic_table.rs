@@ -245,6 +245,18 @@ fn settle(
     }
 }
 
+/// Raises a latest time (a shard's, or a kept-apart key's) to `now`
+/// unless it has seen later; returns the time to decide at. Its atomic
+/// maximum is made only when `now` is later.
+#[inline(always)]
+pub(crate) fn raise(high: &AtomicU64, now: Nanos) -> Nanos {
+    let seen = high.load(Ordering::Relaxed);
+    if now <= seen {
+        return seen;
+    }
+    high.fetch_max(now, Ordering::Relaxed).max(now)
+}
+
 /// A TAT as GCRA's state (a scale of 1: nanoseconds).
 fn state(tat: &AtomicU64) -> GcraState {
     GcraState::from_tat(u128::from(tat.load(Ordering::Acquire)))
@@ -252,7 +264,7 @@ fn state(tat: &AtomicU64) -> GcraState {
 
 /// GCRA's state as a TAT (which [`AtomicGcra::for_gcra`] keeps within a
 /// word).
-fn word(s: &GcraState) -> u64 {
+pub(crate) fn word(s: &GcraState) -> u64 {
     u64::try_from(s.tat()).unwrap_or(u64::MAX)
 }
 
@@ -261,11 +273,7 @@ impl TatMap {
     /// returns the time to decide at.
     #[inline]
     fn raise(&self, now: Nanos) -> Nanos {
-        let high = self.high.load(Ordering::Relaxed);
-        if now <= high {
-            return high;
-        }
-        self.high.fetch_max(now, Ordering::Relaxed).max(now)
+        raise(&self.high, now)
     }
 
     /// The latest time this shard has seen.

@@ -56,7 +56,8 @@ impl Limit {
     }
 
     /// Whether a check of one known key takes the fast design: one atomic
-    /// word per key under a shared lock (GCRA, and the algorithms that
+    /// word per key under a shared lock, or with no lock for the key kept
+    /// apart ([`one_key`](Self::one_key)) (GCRA, and the algorithms that
     /// decide as it does, with a whole-nanosecond emission interval).
     pub fn is_lock_free(&self) -> bool {
         matches!(self.table, AnyTable::AtomicGcra(_) | AnyTable::OneKey(_))
@@ -67,7 +68,7 @@ impl Limit {
     /// for a limit that takes the fast design.
     pub fn one_key(&self) -> Option<KeyId> {
         match &self.table {
-            AnyTable::OneKey(t) => Some(t.one().key()),
+            AnyTable::OneKey(t) => Some(t.key()),
             _ => None,
         }
     }

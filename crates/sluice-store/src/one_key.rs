@@ -33,7 +33,7 @@ use sluice_core::algorithms::gcra::GcraState;
 use sluice_core::{Algorithm, CheckError, Decision, Gcra, Nanos, Outcome};
 
 use crate::atomic_gcra::AtomicGcra;
-use crate::atomic_table::AtomicTable;
+use crate::atomic_table::{AtomicTable, raise};
 use crate::key::KeyId;
 use crate::sync::{AtomicU64, Mutex, MutexGuard};
 
@@ -61,10 +61,10 @@ impl std::fmt::Debug for OneKeyTable {
 }
 
 /// The one key's word, its limit's latest time, and its holders' mutex
-/// (which keeps the TAT a holder works on).
-pub(crate) struct OneKey {
+/// (which keeps the TAT a holder works on). The word's arithmetic is the
+/// table beside it's ([`OneKeyTable::fast`]).
+struct OneKey {
     key: KeyId,
-    fast: AtomicGcra,
     word: AtomicU64,
     high: AtomicU64,
     holders: Mutex<Nanos>,
@@ -76,7 +76,6 @@ impl OneKeyTable {
         Self {
             one: OneKey {
                 key,
-                fast: *rest.fast(),
                 word: AtomicU64::new(0),
                 high: AtomicU64::new(0),
                 holders: Mutex::new(0),
@@ -121,9 +120,9 @@ impl OneKeyTable {
         &self.rest
     }
 
-    /// The one key's word.
-    pub(crate) fn one(&self) -> &OneKey {
-        &self.one
+    /// The one key.
+    pub(crate) fn key(&self) -> KeyId {
+        self.one.key
     }
 
     /// The one key's TAT, for a group that decides beside the word without
@@ -153,9 +152,9 @@ impl OneKeyTable {
             .is_ok()
     }
 
-    /// The word's atomic GCRA.
+    /// The word's atomic GCRA: the other keys' table's.
     pub(crate) fn fast(&self) -> &AtomicGcra {
-        &self.one.fast
+        self.rest.fast()
     }
 
     /// Holds the one key's word: checks of the key wait until the holder
@@ -189,25 +188,17 @@ impl OneKeyTable {
     }
 }
 
-impl OneKey {
-    /// The key.
-    pub(crate) fn key(&self) -> KeyId {
-        self.key
-    }
-}
-
 impl OneKeyTable {
     /// Checks the one key and commits an admitted request, without a lock
     /// unless a holder has the word (see the module docs).
     #[inline(always)]
     fn check_one(&self, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
-        let one = &self.one;
+        let (one, fast) = (&self.one, self.fast());
         let now = raise(&one.high, now);
         let committed =
-            one.fast
-                .commit_unless_held::<_, HELD>(&one.word, now, Some(&one.high), cost)?;
+            fast.commit_unless_held::<_, HELD>(&one.word, now, Some(&one.high), cost)?;
         match committed {
-            Some(raw) => Ok(one.fast.decision(raw)),
+            Some(raw) => Ok(fast.decision(raw)),
             None => self.check_held(now, cost),
         }
     }
@@ -219,23 +210,12 @@ impl OneKeyTable {
     fn check_held(&self, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
         let mut held = self.lock();
         let now = held.advance(now);
-        let raw = self.one.fast.decide(*held.tat, now, cost)?;
+        let raw = self.fast().decide(*held.tat, now, cost)?;
         if raw.allowed() && cost > 0 {
             *held.tat = raw.tat(now);
         }
-        Ok(self.one.fast.decision(raw))
+        Ok(self.fast().decision(raw))
     }
-}
-
-/// Raises a limit's latest time to `now` unless it has seen later;
-/// returns the time to decide at.
-#[inline(always)]
-fn raise(high: &AtomicU64, now: Nanos) -> Nanos {
-    let seen = high.load(Ordering::Relaxed);
-    if now <= seen {
-        return seen;
-    }
-    high.fetch_max(now, Ordering::Relaxed).max(now)
 }
 
 /// The one key's word, held (see [`OneKeyTable::lock`]): the TAT the
@@ -306,8 +286,8 @@ impl OneGuard<'_> {
     }
 }
 
-/// GCRA's state as a TAT (which [`AtomicGcra::for_gcra`] keeps below
-/// [`HELD`]).
+/// GCRA's state as a TAT, below [`HELD`] (as [`AtomicGcra::for_gcra`]
+/// keeps every TAT).
 fn word(s: &GcraState) -> u64 {
-    u64::try_from(s.tat()).unwrap_or(HELD - 1).min(HELD - 1)
+    crate::atomic_table::word(s).min(HELD - 1)
 }
