@@ -12,15 +12,14 @@
 //! decides random requests through both paths and compares every verdict.
 
 use sluice_core::Clock;
-use sluice_store::seam::Check;
-use sluice_store::{KeyHasher, KeyId};
+use sluice_store::KeyId;
+use sluice_store::seam::{Check, Counter};
 use smallvec::SmallVec;
 
 use super::Engine;
 use super::compiled::Compiled;
 use super::plan::too_costly;
 use super::verdict::{DecideError, LimitResult, Results, Verdict};
-use crate::KeySource;
 use crate::policy::{Policy, RequestInfo};
 
 /// A policy's limits, when every request meets them alike.
@@ -37,13 +36,15 @@ pub(super) enum Alike {
 pub(super) struct Met {
     /// The limit's index in the policy.
     index: usize,
-    /// The one key of a `global` limit, hashed once.
+    /// The one key of a `global` limit, hashed once (its counter's
+    /// [`one_key`](sluice_store::seam::CounterDef::one_key)).
     key: Option<KeyId>,
 }
 
 impl Alike {
-    /// The policy's limits, if every request meets them alike.
-    pub(super) fn of(policy: &Policy, hasher: &KeyHasher) -> Option<Self> {
+    /// The policy's limits, if every request meets them alike; `counters`
+    /// are theirs, by index.
+    pub(super) fn of(policy: &Policy, counters: &[Counter]) -> Option<Self> {
         let plain = |i: &usize| {
             let def = &policy.limits[*i];
             !def.shadow
@@ -56,7 +57,7 @@ impl Alike {
         }
         let met = |&index: &usize| Met {
             index,
-            key: (policy.limits[index].key == KeySource::Global).then(|| hasher.key_id("")),
+            key: counters.get(index).and_then(|c| c.def().one_key()),
         };
         Some(match &policy.global[..] {
             [one] => Self::One(met(one)),
@@ -311,7 +312,10 @@ mod tests {
     fn only_limits_met_alike_are_decided_without_a_plan() {
         let alike = |toml: &str| {
             let policy = Policy::from_toml("alike.toml", toml).unwrap();
-            super::Alike::of(&policy, &KeyHasher::random()).is_some()
+            let store = MemoryStore::new(MemoryStoreConfig::default());
+            Compiled::new(policy, &store, &KeyHasher::random(), None)
+                .alike
+                .is_some()
         };
         let one = "[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"1/s\"\n";
         let two = format!("{one}[[limits]]\nname = \"b\"\nkey = \"ip\"\nrate = \"2/s\"\n");

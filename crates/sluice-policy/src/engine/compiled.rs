@@ -51,7 +51,7 @@ impl Compiled {
         // A `global` limit's one key is named to the store, which may keep
         // it apart (see `CounterDef::with_one_key`).
         let everyone = hasher.key_id("");
-        let counters = policy
+        let counters: Vec<Counter> = policy
             .limits()
             .iter()
             .map(|def| {
@@ -79,7 +79,7 @@ impl Compiled {
             })
             .collect();
         Self {
-            alike: super::alike::Alike::of(&policy, hasher),
+            alike: super::alike::Alike::of(&policy, &counters),
             policy: Arc::new(policy),
             counters,
             gates,
