@@ -57,6 +57,20 @@ rate = "1000/s"
 burst = 1000
 "#;
 
+    /// A global cap beside a per-IP limit, decided together (all or
+    /// nothing), at rates that admit every request of the benchmarks.
+    pub const GLOBAL_AND_IP: &str = r#"
+[[limits]]
+name = "per-ip"
+key = "ip"
+rate = "100000000/s"
+
+[[limits]]
+name = "everyone"
+key = "global"
+rate = "100000000/s"
+"#;
+
     /// The number of distinct clients.
     pub const KEYS: u64 = 100_000;
 

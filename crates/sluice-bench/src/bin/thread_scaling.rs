@@ -2,7 +2,9 @@
 //! engine's decision call (`Engine::decide_now`, one limit keyed by client
 //! IP, as `benches/engine.rs`) beside governor's keyed limiter; one state
 //! for every request (the engine's call on one global limit) beside
-//! governor's direct limiter; with a compute-only loop as a control: the best
+//! governor's direct limiter; a global cap beside the per-IP limit (two
+//! limits, all or nothing, no peer); with a compute-only loop as a
+//! control: the best
 //! of many short runs, for a machine shared with other work (where
 //! criterion's thread rows mostly measure the other work).
 //!
@@ -16,6 +18,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_bench::engine_workload::{GLOBAL_AND_IP, ONE_LIMIT};
 use sluice_bench::uniform_keys;
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use sluice_store::KeyedLimiter;
@@ -70,7 +73,14 @@ fn main() {
     });
     let subjects = [
         ("Sluice KeyedLimiter GCRA", sluice),
-        ("Sluice engine, per-IP limit", engine_per_ip(&keys)),
+        (
+            "Sluice engine, per-IP limit",
+            engine_per_ip(&keys, ONE_LIMIT),
+        ),
+        (
+            "Sluice engine, global cap beside per-IP limit",
+            engine_per_ip(&keys, GLOBAL_AND_IP),
+        ),
         ("governor keyed", governor),
         ("Sluice engine, one global limit", global),
         ("governor direct", direct),
@@ -120,11 +130,11 @@ fn keyed(keys: &Arc<Vec<u64>>) -> Option<(Check, Check)> {
     Some((governor, sluice))
 }
 
-/// The engine's call on the per-IP limit, every client seen once.
-fn engine_per_ip(keys: &Arc<Vec<u64>>) -> Check {
+/// The engine's call on a policy of the per-IP limit (`config`), every
+/// client seen once.
+fn engine_per_ip(keys: &Arc<Vec<u64>>, config: &str) -> Check {
     let engine = sluice_policy::Engine::new(
-        sluice_policy::Policy::from_toml("bench.toml", sluice_bench::engine_workload::ONE_LIMIT)
-            .expect("the bench config"),
+        sluice_policy::Policy::from_toml("bench.toml", config).expect("the bench config"),
     );
     let headers = http::HeaderMap::new();
     for k in 0..KEYS {
