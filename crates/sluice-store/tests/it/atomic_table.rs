@@ -193,6 +193,46 @@ fn run(
     }
 }
 
+/// A key kept apart is one more key than the table beside it holds: counted
+/// once it has been charged, never purged (one word per limit), while the
+/// other keys are counted and purged as in any atomic table.
+#[test]
+fn a_kept_apart_key_is_counted_and_kept_and_the_others_purged() {
+    use sluice_store::seam::{CounterDef, Store};
+    let (store, clock) = store(100);
+    let spec = LimitSpec {
+        algorithm: AlgorithmKind::Gcra,
+        rate: Rate::per_second(10),
+        burst: 5,
+        nodelay: false,
+    };
+    let hasher = KeyHasher::random();
+    let (key, other) = (hasher.key_id(""), hasher.key_id("other"));
+    let def = CounterDef::new("global", spec).unwrap().with_one_key(key);
+    let _counter = store.counter(def);
+    let limit = store.limit("global", spec.build().unwrap());
+    assert_eq!(limit.one_key(), Some(key));
+    let plain = store.limit("plain", spec.build().unwrap());
+    assert_eq!(limit.capacity(), plain.capacity() + 1);
+    assert_eq!(limit.len(), 0, "nothing charged yet");
+    for k in [key, other] {
+        let d = store
+            .check_one(&Check {
+                limit: &limit,
+                key: k,
+                cost: 1,
+            })
+            .unwrap();
+        assert!(d.allowed);
+    }
+    assert_eq!(limit.len(), 2);
+    // Long after both replenished: the other key is forgotten, the one
+    // key's word stays.
+    clock.advance(3_600 * 1_000_000_000);
+    assert_eq!(store.purge_expired(), 1);
+    assert_eq!(limit.len(), 1);
+}
+
 #[test]
 fn gcra_equivalents_with_whole_nanosecond_intervals_take_the_atomic_table() {
     let (store, _) = store(100);
