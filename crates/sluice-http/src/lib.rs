@@ -16,13 +16,16 @@
 //! - [`metrics`]: Prometheus metrics at `GET /metrics` on `control_listen`,
 //!   with the [`top_keys`] sketch and the rate-limited [`rejection_log`].
 //! - [`server`]: binds both and shuts down gracefully; each is served by a
-//!   [`listener`] that caps connections ([`conn_limits`]) and closes slow
-//!   and idle ones ([`conn_activity`]).
+//!   [`listener`] that caps connections ([`conn_limits`]), closes slow
+//!   and idle ones ([`conn_activity`]) and bounds request bodies
+//!   ([`body_deadline`], in [`conn_service`]).
 
 pub mod account_events;
 pub mod admin;
+pub mod body_deadline;
 pub mod conn_activity;
 pub mod conn_limits;
+pub mod conn_service;
 pub mod control;
 pub mod data_plane;
 pub mod guarded_body;

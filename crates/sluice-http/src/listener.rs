@@ -10,9 +10,12 @@
 //!   `Connection: close` and `Retry-After: 1`), and closed.
 //! - **Timeouts.** A watchdog beside each connection closes it when a
 //!   request head takes longer than `header_read_timeout`, or when it sits
-//!   idle for `idle_timeout` (see [`crate::conn_activity`]). HTTP/2
-//!   connections are also pinged every `http2_keepalive_interval`, and
-//!   closed when a ping goes unanswered for `http2_keepalive_timeout`.
+//!   idle for `idle_timeout` (see [`crate::conn_activity`]). A request body
+//!   must arrive within `body_timeout` of its head, or the request is
+//!   answered `408` and the connection closed (see
+//!   [`crate::body_deadline`]). HTTP/2 connections are also pinged every
+//!   `http2_keepalive_interval`, and closed when a ping goes unanswered
+//!   for `http2_keepalive_timeout`.
 //! - **Accept errors** (out of file descriptors, say) back off, from 5 ms
 //!   doubling to 1 s, instead of spinning, and are logged at most once a
 //!   second.
@@ -20,30 +23,21 @@
 //!   accepting, every connection is asked to finish its request in flight
 //!   and close, and `serve` returns once they have.
 
-use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::ConnectInfo;
-use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use pin_project_lite::pin_project;
 use sluice_policy::Engine;
 use sluice_policy::server_settings::ConnectionSettings;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::conn_activity::{Activity, Expired, InFlight, WatchedIo};
+use crate::conn_activity::{Activity, Expired, WatchedIo};
 use crate::conn_limits::{ConnLimits, Refused};
-use crate::guarded_body::Guarded;
+use crate::conn_service::ConnService;
 
 /// The first accept-error backoff, doubled up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(5);
@@ -134,7 +128,7 @@ impl Listener {
             let conn = Connection {
                 builder: builder.clone(),
                 router: router.clone(),
-                settings: self.settings,
+                timeouts: Timeouts::of(&self.settings),
                 shutdown: shutdown.clone(),
                 limits: self.limits.clone(),
             };
@@ -185,11 +179,29 @@ fn builder(settings: &ConnectionSettings) -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// The timeouts a connection's watchdog and requests keep.
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    header_read: Duration,
+    idle: Duration,
+    body: Duration,
+}
+
+impl Timeouts {
+    fn of(settings: &ConnectionSettings) -> Self {
+        Self {
+            header_read: settings.header_read_timeout,
+            idle: settings.idle_timeout,
+            body: settings.body_timeout,
+        }
+    }
+}
+
 /// One accepted connection.
 struct Connection {
     builder: Arc<auto::Builder<TokioExecutor>>,
     router: Router,
-    settings: ConnectionSettings,
+    timeouts: Timeouts,
     shutdown: watch::Receiver<bool>,
     /// Where closures are counted.
     limits: Arc<ConnLimits>,
@@ -199,17 +211,14 @@ impl Connection {
     async fn run(mut self, stream: TcpStream, peer: SocketAddr) {
         let activity = Activity::new();
         let io = TokioIo::new(WatchedIo::new(stream, activity.clone()));
-        let service = ConnService {
-            router: self.router.clone(),
-            peer,
-            activity: activity.clone(),
-        };
+        let Timeouts {
+            header_read,
+            idle,
+            body,
+        } = self.timeouts;
+        let service = ConnService::new(self.router.clone(), peer, activity.clone(), body);
         let conn = self.builder.serve_connection(io, service);
         tokio::pin!(conn);
-        let (header_read, idle) = (
-            self.settings.header_read_timeout,
-            self.settings.idle_timeout,
-        );
         // Checked again this often while a request is in flight.
         let busy_recheck = header_read.min(idle);
         let mut stopping = false;
@@ -244,56 +253,5 @@ impl Connection {
                 }
             }
         }
-    }
-}
-
-/// The router, for one connection: each request carries the peer address
-/// (`ConnectInfo<SocketAddr>`, as `axum::serve` would put it) and counts as
-/// in flight until its response body is sent.
-#[derive(Clone)]
-struct ConnService {
-    router: Router,
-    peer: SocketAddr,
-    activity: Arc<Activity>,
-}
-
-impl hyper::service::Service<Request<Incoming>> for ConnService {
-    type Response = Response<GuardedBody>;
-    type Error = Infallible;
-    type Future = ConnFuture;
-
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let guard = self.activity.begin(req.version() == http::Version::HTTP_2);
-        let mut req = req.map(Body::new);
-        req.extensions_mut().insert(ConnectInfo(self.peer));
-        let mut router = self.router.clone();
-        ConnFuture {
-            inner: tower_service::Service::call(&mut router, req),
-            guard: Some(guard),
-        }
-    }
-}
-
-/// A response body that keeps its request in flight until it is sent or
-/// dropped.
-type GuardedBody = Guarded<Body, Option<InFlight>>;
-
-pin_project! {
-    /// The router's response future; its body takes the request's guard.
-    struct ConnFuture {
-        #[pin]
-        inner: axum::routing::future::RouteFuture<Infallible>,
-        guard: Option<InFlight>,
-    }
-}
-
-impl Future for ConnFuture {
-    type Output = Result<Response<GuardedBody>, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let response = std::task::ready!(this.inner.poll(cx))?;
-        let guard = this.guard.take();
-        Poll::Ready(Ok(response.map(|body| Guarded::new(body, guard))))
     }
 }

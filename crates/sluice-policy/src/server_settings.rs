@@ -25,6 +25,9 @@ pub struct ConnectionSettings {
     pub max_connections: usize,
     /// The most open connections from one client address.
     pub max_connections_per_ip: usize,
+    /// The longest a request's body may take to arrive, from the end of
+    /// its head.
+    pub body_timeout: Duration,
 }
 
 /// What the reverse proxy waits for, and how much it asks of, its upstream.
@@ -59,12 +62,14 @@ impl Default for ServerSettings {
             http2_keepalive_timeout: Duration::from_secs(20),
             max_connections: 10_000,
             max_connections_per_ip: 256,
+            body_timeout: Duration::from_secs(60),
         };
         Self {
             data,
             control: ConnectionSettings {
                 max_connections: 1_024,
                 max_connections_per_ip: 256,
+                body_timeout: Duration::from_secs(30),
                 ..data
             },
             upstream: UpstreamSettings {
@@ -80,28 +85,30 @@ impl ServerSettings {
     /// Resolves `[server]`, pointing errors at the offending field.
     ///
     /// Fields are checked in a fixed order (the listeners' timeouts, the
-    /// data plane's caps, the control API's caps, then the upstream's), so
+    /// data plane's own fields, the control API's, then the upstream's), so
     /// that a file with several mistakes always reports the same one first.
     pub fn from_config(source: &Source, server: &ServerConfig) -> Result<Self, ConfigError> {
         let defaults = Self::default();
         let timeouts = connection_timeouts(source, server, &defaults.data)?;
         Ok(Self {
-            data: with_connection_caps(
+            data: with_listener_fields(
                 source,
                 timeouts,
-                ConnectionCaps {
+                ListenerFields {
                     max: &server.max_connections,
                     per_ip: &server.max_connections_per_ip,
+                    body_timeout: &server.body_timeout,
                     prefix: "",
                 },
                 &defaults.data,
             )?,
-            control: with_connection_caps(
+            control: with_listener_fields(
                 source,
                 timeouts,
-                ConnectionCaps {
+                ListenerFields {
                     max: &server.control_max_connections,
                     per_ip: &server.control_max_connections_per_ip,
+                    body_timeout: &server.control_body_timeout,
                     prefix: "control_",
                 },
                 &defaults.control,
@@ -160,7 +167,8 @@ fn count(
     }
 }
 
-/// The timeouts both listeners share, over `defaults` (whose caps are kept).
+/// The timeouts both listeners share, over `defaults` (whose own fields are
+/// kept).
 fn connection_timeouts(
     source: &Source,
     server: &ServerConfig,
@@ -200,22 +208,25 @@ fn connection_timeouts(
     })
 }
 
-/// One listener's connection-cap fields: `server.<prefix>max_connections`
-/// and `server.<prefix>max_connections_per_ip`.
-struct ConnectionCaps<'a> {
+/// One listener's own fields: `server.<prefix>max_connections`,
+/// `<prefix>max_connections_per_ip` and `<prefix>body_timeout`.
+struct ListenerFields<'a> {
     /// `<prefix>max_connections`.
     max: &'a Option<Spanned<usize>>,
     /// `<prefix>max_connections_per_ip`.
     per_ip: &'a Option<Spanned<usize>>,
+    /// `<prefix>body_timeout`.
+    body_timeout: &'a Option<Spanned<String>>,
     /// `""` for the data plane, `"control_"` for the control API.
     prefix: &'a str,
 }
 
-/// `timeouts` with one listener's caps, over that listener's `defaults`.
-fn with_connection_caps(
+/// `timeouts` with one listener's own fields, over that listener's
+/// `defaults`.
+fn with_listener_fields(
     source: &Source,
     timeouts: ConnectionSettings,
-    caps: ConnectionCaps<'_>,
+    caps: ListenerFields<'_>,
     defaults: &ConnectionSettings,
 ) -> Result<ConnectionSettings, ConfigError> {
     let prefix = caps.prefix;
@@ -231,6 +242,13 @@ fn with_connection_caps(
             caps.per_ip,
             &format!("{prefix}max_connections_per_ip"),
             defaults.max_connections_per_ip,
+        )?,
+        body_timeout: duration(
+            source,
+            caps.body_timeout,
+            &format!("{prefix}body_timeout"),
+            defaults.body_timeout,
+            Zero::Refused,
         )?,
         ..timeouts
     })
@@ -264,4 +282,31 @@ fn upstream_settings(
             defaults.max_in_flight,
         )?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(text: &str) -> Result<ServerSettings, ConfigError> {
+        let text = format!("[server]\n{text}\n[[limits]]\nkey = \"ip\"\nrate = \"1/s\"\n");
+        crate::Deployment::from_toml("test.toml", &text).map(|d| d.server)
+    }
+
+    #[test]
+    fn each_listener_has_its_own_body_timeout() {
+        let d = server("").unwrap();
+        assert_eq!(d.data.body_timeout, Duration::from_secs(60));
+        assert_eq!(d.control.body_timeout, Duration::from_secs(30));
+        let s = server("body_timeout = \"5s\"\ncontrol_body_timeout = \"2s\"").unwrap();
+        assert_eq!(s.data.body_timeout, Duration::from_secs(5));
+        assert_eq!(s.control.body_timeout, Duration::from_secs(2));
+        let e = server("control_body_timeout = \"0s\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("test.toml:2:24: server.control_body_timeout"),
+            "{e}"
+        );
+    }
 }

@@ -31,6 +31,12 @@ pub struct ServerConfig {
     pub control_max_connections: Option<Spanned<usize>>,
     /// The most open connections on `control_listen` from one address.
     pub control_max_connections_per_ip: Option<Spanned<usize>>,
+    /// The longest a request's body may take to arrive on `listen`, from
+    /// the end of its head.
+    pub body_timeout: Option<Spanned<String>>,
+    /// The longest a request's body may take to arrive on
+    /// `control_listen`, from the end of its head.
+    pub control_body_timeout: Option<Spanned<String>>,
     /// Proxy: the longest a connection to the upstream may take.
     pub upstream_connect_timeout: Option<Spanned<String>>,
     /// Proxy: the longest from sending a request to the upstream (its body

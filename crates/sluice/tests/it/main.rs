@@ -17,6 +17,7 @@ mod edge_paths;
 mod edge_proxy;
 mod edge_reload;
 mod edge_rls;
+mod edge_slow_bodies;
 mod envoy_compat;
 mod envoy_reference;
 mod envoy_reload;
