@@ -19,7 +19,7 @@ use crate::rules::Rules;
 pub const MAX_FILES: usize = 1024;
 
 /// The largest config file read, in bytes.
-pub const MAX_FILE_BYTES: u64 = 4 << 20;
+pub const MAX_FILE_BYTES: u64 = sluice_policy::file_read::MAX_CONFIG_BYTES;
 
 /// The deepest directory read below a configured one.
 pub const MAX_DEPTH: usize = 8;
@@ -141,27 +141,13 @@ fn collect(path: &Path, depth: usize, files: &mut Vec<PathBuf>) -> Result<(), Ru
     Ok(())
 }
 
-/// A config file's text, refusing one too large to be a config.
+/// A config file's text: a regular file (links followed) of at most
+/// [`MAX_FILE_BYTES`] (see [`sluice_policy::file_read`]).
 fn read(file: &Path, name: &str) -> Result<String, RulesError> {
-    use std::io::Read;
-    let f = std::fs::File::open(file).map_err(|error| RulesError::Read {
+    sluice_policy::file_read::read_text(file, MAX_FILE_BYTES).map_err(|error| RulesError::Read {
         file: name.to_owned(),
         error,
-    })?;
-    let mut text = String::new();
-    f.take(MAX_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|error| RulesError::Read {
-            file: name.to_owned(),
-            error,
-        })?;
-    if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(RulesError::Files {
-            file: name.to_owned(),
-            message: format!("larger than {MAX_FILE_BYTES} bytes"),
-        });
-    }
-    Ok(text)
+    })
 }
 
 #[cfg(test)]

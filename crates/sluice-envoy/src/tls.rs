@@ -146,9 +146,12 @@ impl ServerTls {
     }
 }
 
+/// The most bytes a certificate, key or CA file may hold (bundles included).
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
 fn read_all(files: &TlsFiles) -> Result<Vec<Vec<u8>>, TlsError> {
     let read = |file: &Path| {
-        std::fs::read(file).map_err(|error| TlsError::Read {
+        sluice_policy::file_read::read_bytes(file, MAX_PEM_BYTES).map_err(|error| TlsError::Read {
             file: file.to_owned(),
             error,
         })

@@ -67,7 +67,8 @@ impl XdsSettings {
     fn tls(&self) -> Result<Option<ClientTlsConfig>, SessionError> {
         let Some(ca) = &self.ca else { return Ok(None) };
         let read = |p: &PathBuf| {
-            std::fs::read(p).map_err(|e| SessionError::Files(format!("{}: {e}", p.display())))
+            sluice_policy::file_read::read_bytes(p, 1 << 20)
+                .map_err(|e| SessionError::Files(format!("{}: {e}", p.display())))
         };
         let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(ca)?));
         if let Some((cert, key)) = &self.identity {

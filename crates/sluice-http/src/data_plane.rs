@@ -15,26 +15,54 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use http::{Request, StatusCode};
-use sluice_policy::{Engine, Verdict};
+use sluice_policy::host::HostError;
+use sluice_policy::{DecideError, Engine, Verdict};
 
 use crate::layer::RateLimitLayer;
 use crate::metrics::Metrics;
 use crate::problem::Problem;
-use crate::proxy::{Proxy, ProxyError};
-use crate::verdict_json::VerdictJson;
+use crate::proxy::{Proxy, ProxyError, strip_hop_by_hop};
+use crate::verdict_json::{VerdictJson, decide_error_response};
 
 /// The data plane's router: the rate-limit layer around the echo or the
 /// reverse proxy.
 pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) -> Router {
+    let proxied = proxy.is_some();
     let inner = match proxy {
         Some(proxy) => Router::new().fallback(forward).with_state(proxy),
         None => Router::new().fallback(echo),
     };
-    inner.layer(
-        RateLimitLayer::new(engine)
-            .with_metrics(metrics)
-            .with_verdict(),
-    )
+    inner
+        .layer(
+            RateLimitLayer::new(engine)
+                .with_metrics(metrics)
+                .with_verdict(),
+        )
+        .layer(axum::middleware::map_request(move |req| {
+            at_the_edge(req, proxied)
+        }))
+}
+
+/// What the data plane does to a request before any limit sees it, so that
+/// what is limited is what is served:
+/// - behind the proxy, hop-by-hop fields go, those the `Connection` field
+///   names included (`Connection: X-Api-Key`), as the proxy would drop
+///   them: a limit never counts a key the upstream does not get;
+/// - an HTTP/1.1 request without a host (no `Host`, no absolute-form
+///   target) is refused with 400, as RFC 9112 §3.2 says.
+async fn at_the_edge(mut req: Request<Body>, proxied: bool) -> Result<Request<Body>, Response> {
+    if proxied {
+        strip_hop_by_hop(req.headers_mut());
+    }
+    if req.version() == http::Version::HTTP_11
+        && req.uri().authority().is_none()
+        && !req.headers().contains_key(http::header::HOST)
+    {
+        return Err(decide_error_response(&DecideError::Host(
+            HostError::Missing,
+        )));
+    }
+    Ok(req)
 }
 
 /// The verdict as JSON (read in place: the layer puts it there).

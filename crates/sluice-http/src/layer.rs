@@ -42,6 +42,7 @@ use axum::extract::ConnectInfo;
 use bytes::Bytes;
 use http::{Extensions, HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
+use sluice_policy::host::HostError;
 use sluice_policy::path::canonical;
 use sluice_policy::{
     ConfigError, DecideError, Deployment, Engine, Policy, RequestInfo, Source, Verdict,
@@ -293,15 +294,12 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let peer = (shared.peer)(req.headers(), req.extensions());
-        // HTTP/2 carries the host in the URI's authority, and so may an
-        // HTTP/1.1 request in absolute form without a Host field (hyper
-        // accepts one): `match.host` reads it from the Host field. (The
-        // usual origin-form request has no authority, and no lookup.)
-        if let Some(authority) = req.uri().authority()
-            && !req.headers().contains_key(http::header::HOST)
-            && let Ok(host) = http::HeaderValue::from_str(authority.host())
-        {
-            req.headers_mut().insert(http::header::HOST, host);
+        if let Err(e) = target_host(&mut req) {
+            let decided = Err(DecideError::Host(e));
+            if let Some(m) = &shared.metrics {
+                m.record_result(&decided);
+            }
+            return ResponseFuture::refused(refused(decided));
         }
         // The inner service (an upstream, a router) sees the canonical path
         // that was limited. A path with none is refused by the engine.
@@ -362,6 +360,34 @@ impl<S: Clone> RateLimit<S> {
     fn take_inner(&mut self) -> S {
         let clone = self.inner.clone();
         std::mem::replace(&mut self.inner, clone)
+    }
+}
+
+/// HTTP/2 carries the host in the URI's authority, and so does an HTTP/1.1
+/// request in absolute form: `match.host` reads it from the `Host` field,
+/// so it is put there when the field is absent. A `Host` that names
+/// another host than the authority is refused: one of them would be
+/// limited and the other served. (The usual origin-form request has no
+/// authority, and no lookup.)
+fn target_host<B>(req: &mut Request<B>) -> Result<(), HostError> {
+    let Some(authority) = req.uri().authority() else {
+        return Ok(());
+    };
+    match req.headers().get(http::header::HOST) {
+        None => {
+            if let Ok(host) = http::HeaderValue::from_str(authority.as_str()) {
+                req.headers_mut().insert(http::header::HOST, host);
+            }
+            Ok(())
+        }
+        Some(host)
+            if host
+                .as_bytes()
+                .eq_ignore_ascii_case(authority.as_str().as_bytes()) =>
+        {
+            Ok(())
+        }
+        Some(_) => Err(HostError::Conflict),
     }
 }
 

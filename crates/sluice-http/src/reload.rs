@@ -148,7 +148,11 @@ impl Reloader {
         // The deployment first: a policy compiled keeps its limits' labels
         // for the life of the process, which a config refused must not.
         let deployment = Deployment::compile(&source, &config)?;
-        Ok((Policy::compile(&source, &config)?, deployment))
+        let running = self.engine.policy();
+        Ok((
+            Policy::compile_replacing(&source, &config, &running)?,
+            deployment,
+        ))
     }
 
     /// Names, at WARN, the limits and plans the new policy drops, and counts
@@ -228,12 +232,13 @@ fn version_of(text: Option<&Snapshot>) -> String {
 
 /// The texts as they are now. `None` when the config is unreadable.
 fn snapshot(engine: &Engine, path: &Path) -> Option<Snapshot> {
-    let config = std::fs::read_to_string(path).ok()?;
+    use sluice_policy::file_read::{MAX_CONFIG_BYTES, MAX_KEYS_FILE_BYTES, read_text};
+    let config = read_text(path, MAX_CONFIG_BYTES).ok()?;
     let keys = engine
         .policy()
         .keys_file
         .as_ref()
-        .map(|keys| std::fs::read_to_string(keys).ok());
+        .map(|keys| read_text(keys, MAX_KEYS_FILE_BYTES).ok());
     Some(Snapshot { config, keys })
 }
 

@@ -128,8 +128,8 @@ pub fn refusal_response(verdict: &Verdict) -> Response {
 
 /// The problem for a request that could not be decided, with the engine's
 /// status for it ([`Outcome::http_status`]: 401 for a missing key, 403 for
-/// a denied client, 400 for a cost no limit could ever admit or a path with
-/// no canonical form, 500 for Sluice's own fault, whose details go only to
+/// a denied client, 400 for a cost no limit could ever admit, a path with
+/// no canonical form or an ambiguous host or client, 500 for Sluice's own fault, whose details go only to
 /// the log).
 pub fn decide_error(e: &DecideError) -> Problem {
     let status = Outcome::of_error(e).status_code();
@@ -138,6 +138,7 @@ pub fn decide_error(e: &DecideError) -> Problem {
         DecideError::Impossible { .. } => e.to_string(),
         DecideError::AmbiguousKey(a) => format!("{a}."),
         DecideError::Path(p) => format!("This request's path is refused: {p}."),
+        DecideError::Host(h) => format!("This request's host is refused: {h}."),
         DecideError::Denied => "This client is denied access.".to_owned(),
         DecideError::Internal(why) => {
             tracing::error!(error = %why, "a request could not be decided");

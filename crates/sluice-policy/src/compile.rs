@@ -40,6 +40,25 @@ impl Policy {
     /// callers that need both compile both; [`Policy::load`] and
     /// [`Policy::from_toml`] check them too.)
     pub fn compile(source: &Source, config: &Config) -> Result<Self, ConfigError> {
+        Self::compile_after(source, config, None)
+    }
+
+    /// [`compile`](Self::compile) for a reload: also refuses a keys file
+    /// that lost more than half of the `running` policy's assignments in
+    /// one change, unless `client.allow_keys_file_loss`.
+    pub fn compile_replacing(
+        source: &Source,
+        config: &Config,
+        running: &Policy,
+    ) -> Result<Self, ConfigError> {
+        Self::compile_after(source, config, Some(running))
+    }
+
+    fn compile_after(
+        source: &Source,
+        config: &Config,
+        running: Option<&Policy>,
+    ) -> Result<Self, ConfigError> {
         let mut limits = Limits::default();
         let global = limits.add_global(source, config)?;
         let client_key = config.client.key.clone();
@@ -59,11 +78,16 @@ impl Policy {
         let has_plan = |p: &str| plans.contains_key(p);
         let default_plan = default_plan(source, config, &has_plan)?;
         let (assignments, keys_file) = assignments(source, config, &has_plan)?;
+        refuse_keys_loss(source, config, &assignments, &keys_file, running)?;
+        let keys_file = keys_file.map(|(path, _)| path);
         let runtime_keys = runtime_keys(source, config)?;
         let limits = limits.defs;
         refuse_no_limits(source, config, &limits)?;
-        let trusted = TrustedProxies::new(config.client.trusted_proxies.clone())
+        let mut trusted = TrustedProxies::new(config.client.trusted_proxies.clone())
             .with_ipv6_prefix(ipv6_prefix(source, &config.client)?);
+        if let Some(header) = config.client.forwarded_header {
+            trusted = trusted.with_header(header);
+        }
         let events = crate::events::EventSettings::from_config(source, config)?;
         // The config is good: its limits' labels are kept for the life of
         // the process from now on (see `labels`).
@@ -348,12 +372,13 @@ fn default_plan(
 }
 
 /// The config's `[keys]` and its `[client] keys_file` (resolved against
-/// the config's folder), merged: key to plan, and the keys file's path.
+/// the config's folder), merged: key to plan, and the keys file's path
+/// with its number of entries.
 fn assignments(
     source: &Source,
     config: &Config,
     has_plan: &dyn Fn(&str) -> bool,
-) -> Result<(HashMap<String, String>, Option<PathBuf>), ConfigError> {
+) -> Result<(HashMap<String, String>, Option<(PathBuf, usize)>), ConfigError> {
     let mut assignments = HashMap::new();
     for (key, plan) in &config.keys {
         if !has_plan(plan.get_ref()) {
@@ -384,7 +409,55 @@ fn assignments(
         }
         assignments.insert(entry.key.clone(), entry.plan.clone());
     }
-    Ok((assignments, Some(path)))
+    Ok((assignments, Some((path, file.entries.len()))))
+}
+
+/// Refuses a keys file with no entries, and, on a reload, one whose change
+/// loses more than half of the running assignments, unless
+/// `client.allow_keys_file_loss`: an emptied or truncated file would move
+/// paying keys to the default plan (and loosen stricter plans) without a
+/// word, as an emptied config would switch limits off.
+fn refuse_keys_loss(
+    source: &Source,
+    config: &Config,
+    assignments: &HashMap<String, String>,
+    keys_file: &Option<(PathBuf, usize)>,
+    running: Option<&Policy>,
+) -> Result<(), ConfigError> {
+    let (Some(f), Some((path, entries))) = (&config.client.keys_file, keys_file) else {
+        return Ok(());
+    };
+    if config.client.allow_keys_file_loss {
+        return Ok(());
+    }
+    if *entries == 0 {
+        return Err(source.error_at(
+            Some(f.span()),
+            format!(
+                "client.keys_file: `{}` has no entries, so every key it assigned would lose its plan; refused (set client.allow_keys_file_loss = true if it is meant to be empty)",
+                path.display()
+            ),
+        ));
+    }
+    let Some(old) = running.filter(|p| p.keys_file.is_some()) else {
+        return Ok(());
+    };
+    let lost = old
+        .assignments
+        .keys()
+        .filter(|k| !assignments.contains_key(*k))
+        .count();
+    if lost * 2 > old.assignments.len() {
+        return Err(source.error_at(
+            Some(f.span()),
+            format!(
+                "client.keys_file: `{}` lost {lost} of the {} keys assigned now in one change (more than half); refused, the running config stays (set client.allow_keys_file_loss = true if this is meant, or make the change in smaller steps)",
+                path.display(),
+                old.assignments.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `[client] runtime_keys_file`, resolved against the config's folder and

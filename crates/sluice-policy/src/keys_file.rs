@@ -62,7 +62,7 @@ impl KeysFile {
     /// Reads and parses a keys file. A missing file is an error unless
     /// `missing_ok`, when it reads as empty.
     pub fn read(path: &Path, missing_ok: bool) -> Result<Self, ConfigError> {
-        let text = match std::fs::read_to_string(path) {
+        let text = match crate::file_read::read_text(path, crate::file_read::MAX_KEYS_FILE_BYTES) {
             Ok(t) => t,
             Err(e) if missing_ok && e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => {

@@ -110,7 +110,12 @@ impl Matcher {
 
     /// Whether a request matches every condition.
     pub fn matches_request(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
-        if !self.methods.is_empty() && !self.methods.contains(method) {
+        // A limit on GET is a limit on HEAD too: a server answers HEAD with
+        // its GET handler, less the body.
+        if !self.methods.is_empty()
+            && !self.methods.contains(method)
+            && !(method == Method::HEAD && self.methods.contains(&Method::GET))
+        {
             return false;
         }
         if let Some(prefix) = &self.path_prefix {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
-use http::{HeaderMap, Method};
+use http::{HeaderMap, HeaderName, Method};
 
 use crate::client_ip::TrustedProxies;
 use crate::config::{CarryOver, HeadersConfig};
@@ -100,15 +100,26 @@ pub struct MissingKey {
     pub from: KeySource,
 }
 
-/// A request carries a key header more than once, with different values:
-/// which client it is depends on which one is read (an upstream reading the
-/// last would see another identity than the limit counted), so it is
-/// refused.
+/// A request names its client ambiguously: a key header with more than one
+/// value (on several lines, or comma-separated on one), or forwarding
+/// headers from a trusted proxy that name different clients. Which client
+/// it is depends on which one is read (an upstream reading the last would
+/// see another identity than the limit counted), so it is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the request has more than one `{from}` value, so which client it is is ambiguous")]
+#[error("{}", ambiguity(from))]
 pub struct AmbiguousKey {
     /// Where the key comes from.
     pub from: KeySource,
+}
+
+/// What is ambiguous about a request's key from `from`.
+fn ambiguity(from: &KeySource) -> String {
+    match from {
+        KeySource::Ip => crate::client_ip::AmbiguousClient.to_string(),
+        _ => format!(
+            "the request has more than one `{from}` value, so which client it is is ambiguous"
+        ),
+    }
 }
 
 /// Why a request's limits could not be resolved.
@@ -168,13 +179,21 @@ impl Policy {
     }
 
     /// The client address of a request from `peer`, per the trusted proxies.
-    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    pub fn client_ip(
+        &self,
+        peer: IpAddr,
+        headers: &HeaderMap,
+    ) -> Result<IpAddr, crate::client_ip::AmbiguousClient> {
         self.trusted.client_ip(peer, headers)
     }
 
     /// The network that identifies the client of a request from `peer`:
     /// its IPv4 address, or its IPv6 address's `client.ipv6_prefix`.
-    pub fn client_net(&self, peer: IpAddr, headers: &HeaderMap) -> ipnet::IpNet {
+    pub fn client_net(
+        &self,
+        peer: IpAddr,
+        headers: &HeaderMap,
+    ) -> Result<ipnet::IpNet, crate::client_ip::AmbiguousClient> {
         self.trusted.client_net(peer, headers)
     }
 
@@ -215,10 +234,17 @@ impl Policy {
             .and_then(|source| key_of(source, req, &self.trusted).ok().flatten());
         // The client's network (an IPv6 client's /64, by default): it is
         // denied if a deny entry covers any of it, and allowed only if an
-        // allow entry covers all of it.
-        let net = req
+        // allow entry covers all of it. A client whose forwarding headers
+        // disagree may be any of the clients they name: denied, so that
+        // it cannot slip past a deny list.
+        let net = match req
             .peer
-            .map(|peer| self.trusted.client_net(peer, req.headers));
+            .map(|peer| self.trusted.client_net(peer, req.headers))
+        {
+            Some(Err(_)) if !a.deny_cidrs.is_empty() => return Access::Denied,
+            Some(Ok(net)) => Some(net),
+            _ => None,
+        };
         let key_listed =
             |keys: &[String]| key.as_deref().is_some_and(|k| keys.iter().any(|x| x == k));
         let denied_net =
@@ -421,34 +447,68 @@ impl Policy {
 }
 
 /// The key a source gives a request: `None` when it lacks one, an error
-/// when a key header is given twice with different values.
+/// when the request names its client ambiguously.
 fn key_of<'a>(
     source: &KeySource,
     req: &RequestInfo<'a>,
     trusted: &TrustedProxies,
 ) -> Result<Option<KeyText<'a>>, AmbiguousKey> {
+    let ambiguous = || AmbiguousKey {
+        from: source.clone(),
+    };
     Ok(match source {
         KeySource::Global => Some(KeyText::Borrowed("")),
-        KeySource::Ip => req.peer.map(|peer| match peer {
+        KeySource::Ip => match req.peer {
+            None => None,
             // The usual client: an IPv4 peer, no proxy trusted. Its network
             // is its address (the rule `Policy::key_id_for` takes a short
             // cut by).
-            std::net::IpAddr::V4(_) if trusted.is_empty() => KeyText::ip(peer),
-            _ => KeyText::net(trusted.client_net(peer, req.headers)),
-        }),
-        KeySource::Header(name) => {
-            let text = |v: &'a http::HeaderValue| v.to_str().ok().map(str::trim);
-            let first = req.headers.get(name).and_then(text);
-            // A map with as many values as names repeats no field: the
-            // usual case, decided without walking the field's values.
-            if req.headers.len() != req.headers.keys_len()
-                && req.headers.get_all(name).iter().any(|v| text(v) != first)
-            {
-                return Err(AmbiguousKey {
-                    from: source.clone(),
-                });
-            }
-            first.filter(|v| !v.is_empty()).map(KeyText::Borrowed)
-        }
+            Some(peer @ std::net::IpAddr::V4(_)) if trusted.is_empty() => Some(KeyText::ip(peer)),
+            Some(peer) => Some(KeyText::net(
+                trusted
+                    .client_net(peer, req.headers)
+                    .map_err(|_| ambiguous())?,
+            )),
+        },
+        KeySource::Header(name) => header_key(name, req.headers)
+            .map_err(|()| ambiguous())?
+            .map(KeyText::Borrowed),
     })
+}
+
+/// The key a header gives: its value, trimmed; `None` when it is absent,
+/// empty or not visible ASCII. The field's lines are one comma-separated
+/// list (RFC 9110 §5.3), so `K, r1` on one line is two values, as on two
+/// lines: values that differ are ambiguous (an upstream reading another
+/// than the first would see another identity than the limit counted), and
+/// equal repeats are one key.
+fn header_key<'a>(name: &HeaderName, headers: &'a HeaderMap) -> Result<Option<&'a str>, ()> {
+    let mut lines = headers.get_all(name).iter();
+    let Some(first) = lines.next() else {
+        return Ok(None);
+    };
+    let first = first.to_str().ok();
+    let alone = lines.next().is_none();
+    // The usual case: one line, one value.
+    if alone {
+        match first {
+            None => return Ok(None),
+            Some(text) if !text.contains(',') => {
+                let text = text.trim();
+                return Ok((!text.is_empty()).then_some(text));
+            }
+            Some(_) => {}
+        }
+    }
+    let mut key: Option<&'a str> = None;
+    for line in headers.get_all(name) {
+        let text = line.to_str().map_err(|_| ())?;
+        for value in text.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+            match key {
+                Some(k) if k != value => return Err(()),
+                _ => key = Some(value),
+            }
+        }
+    }
+    Ok(key)
 }

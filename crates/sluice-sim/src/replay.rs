@@ -319,9 +319,10 @@ fn client_of<'h>(source: Option<&KeySource>, policy: &Policy, req: &RequestInfo<
             Some(KeyText::Borrowed(key)) => Client::Key(key),
             _ => Client::None,
         },
-        Some(KeySource::Ip) | None => req.peer.map_or(Client::None, |peer| {
-            Client::Ip(policy.client_net(peer, req.headers).addr())
-        }),
+        Some(KeySource::Ip) | None => req
+            .peer
+            .and_then(|peer| policy.client_net(peer, req.headers).ok())
+            .map_or(Client::None, |net| Client::Ip(net.addr())),
     }
 }
 

@@ -175,8 +175,29 @@ fn load(path: &std::path::Path) -> Result<(Policy, Deployment), sluice_policy::C
     Ok((Policy::compile(&source, &config)?, deployment))
 }
 
-#[tokio::main]
-async fn serve(
+/// How long SIGTERM (or SIGINT) lets requests in flight finish before the
+/// connections still open are closed.
+const SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves until a stop signal, on a runtime of its own. Once the servers
+/// have stopped, work still running on the runtime's blocking threads (a
+/// reload, say) is given a moment and then left behind: the process
+/// exits, whatever it was doing.
+fn serve(
+    config: PathBuf,
+    policy: Policy,
+    deployment: Deployment,
+    started: Deployment,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let served = runtime.block_on(serve_until_stopped(config, policy, deployment, started));
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    served
+}
+
+async fn serve_until_stopped(
     config: PathBuf,
     policy: Policy,
     deployment: Deployment,
@@ -232,18 +253,38 @@ async fn serve(
         }
         None => eprintln!("sluice: listening data=http://{data} control=http://{control}"),
     }
-    servers
-        .run(async move {
-            shutdown.await;
-            let _ = stop_tx.send(true);
-        })
-        .await?;
-    if let Some((_, task)) = grpc {
-        task.await??;
+    let mut stopping = stop_rx.clone();
+    let drained = async move {
+        servers
+            .run(async move {
+                shutdown.await;
+                let _ = stop_tx.send(true);
+            })
+            .await?;
+        if let Some((_, task)) = grpc {
+            task.await??;
+        }
+        anyhow::Ok(())
+    };
+    // Requests in flight get SHUTDOWN_TIMEOUT to finish; then the rest are
+    // cut off, however long their bodies or upstreams would take.
+    let deadline = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+        tokio::time::sleep(SHUTDOWN_TIMEOUT).await;
+    };
+    tokio::select! {
+        drained = drained => drained?,
+        () = deadline => tracing::warn!(
+            timeout = ?SHUTDOWN_TIMEOUT,
+            "requests still in flight at the shutdown deadline are cut off"
+        ),
     }
     tracing::info!("sluice stopped");
     Ok(())
 }
+
+/// An admin token shorter than this is warned about at start.
+const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
 /// The data plane and the control API, bound, with metrics, the status
 /// page's config version, connection caps that fit in the open files the
@@ -270,8 +311,19 @@ async fn http_servers(
         Ok(n) => servers = servers.with_descriptor_limit(n),
         Err(e) => tracing::warn!(error = %e, "cannot read the open-file limit"),
     }
+    if control_listen.ip().is_unspecified() {
+        tracing::warn!(
+            %control_listen,
+            "control_listen binds to every address: /v1/check and /v1/auth spend real quotas and /metrics shows traffic; bind it to loopback or a private address, or firewall it"
+        );
+    }
     match std::env::var("SLUICE_ADMIN_TOKEN") {
         Ok(token) if !token.trim().is_empty() => {
+            if token.trim().chars().count() < MIN_ADMIN_TOKEN_CHARS {
+                tracing::warn!(
+                    "SLUICE_ADMIN_TOKEN is shorter than {MIN_ADMIN_TOKEN_CHARS} characters: use a long random token (e.g. `openssl rand -hex 32`)"
+                );
+            }
             servers = servers.with_admin(Admin {
                 engine: engine.clone(),
                 token: token.trim().into(),

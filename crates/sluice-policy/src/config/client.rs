@@ -4,6 +4,7 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::forwarded::ForwardedHeader;
 use crate::key_source::KeySource;
 
 /// `[client]`.
@@ -15,13 +16,23 @@ pub struct ClientConfig {
     pub key: Option<KeySource>,
     /// The plan of a client key that is not assigned one.
     pub default_plan: Option<Spanned<String>>,
-    /// Proxies whose `X-Forwarded-For`/`Forwarded` headers are believed.
+    /// Proxies whose forwarding headers (`X-Forwarded-For`, `Forwarded`,
+    /// `X-Real-IP`) are believed.
     #[serde(default)]
     pub trusted_proxies: Vec<IpNet>,
+    /// The one forwarding header the trusted proxies write
+    /// (`"x-forwarded-for"`, `"forwarded"` or `"x-real-ip"`); the others
+    /// are ignored. Unset, every one present is read, and a request whose
+    /// headers name different clients is refused as ambiguous.
+    pub forwarded_header: Option<ForwardedHeader>,
     /// A file of key-to-plan assignments (`.csv`: `key,plan` lines;
     /// `.toml`: `"key" = "plan"`), relative to this config file. Its entries
     /// beat `[keys]`.
     pub keys_file: Option<Spanned<String>>,
+    /// Accept a keys file with no entries, and a reload that loses more
+    /// than half of the assigned keys at once (both refused by default).
+    #[serde(default)]
+    pub allow_keys_file_loss: bool,
     /// Where `POST /admin/keys/save` writes the runtime assignments (a
     /// `.toml` or `.csv` file, relative to this config file); they are
     /// loaded from it at start.

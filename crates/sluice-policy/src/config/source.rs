@@ -49,12 +49,15 @@ pub struct Source {
 impl Source {
     /// Reads a config file.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.to_owned(),
-            line: 0,
-            column: 0,
-            message: format!("cannot read the config: {e}"),
-        })?;
+        let text =
+            crate::file_read::read_text(path, crate::file_read::MAX_CONFIG_BYTES).map_err(|e| {
+                ConfigError {
+                    file: path.to_owned(),
+                    line: 0,
+                    column: 0,
+                    message: format!("cannot read the config: {e}"),
+                }
+            })?;
         Ok(Self {
             file: path.to_owned(),
             text,

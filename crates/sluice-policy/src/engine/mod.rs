@@ -228,6 +228,7 @@ impl<C: Clock> Engine<C> {
     /// spelling of `/export` is charged to `/export`'s limits, and a path
     /// with no canonical form is refused with [`DecideError::Path`].
     pub async fn decide(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
+        crate::host::check(req.headers)?;
         let path = crate::path::canonical(req.path)?;
         let req = &RequestInfo {
             path: &path,
@@ -260,8 +261,8 @@ impl<C: Clock> Engine<C> {
             if let Some(alike::Alike::One(met)) = &current.alike {
                 // A limit met alike has no `match`: the path is only
                 // checked, not rewritten.
-                if let Err(e) = crate::path::check(req.path) {
-                    return Some(Err(e.into()));
+                if let Err(e) = checked(req) {
+                    return Some(Err(e));
                 }
                 if let Some(decided) = self.decide_one_alike(current, met, req) {
                     return Some(decided);
@@ -284,13 +285,16 @@ impl<C: Clock> Engine<C> {
     ) -> Option<Result<Verdict, DecideError>> {
         if let Some(alike::Alike::All(all)) = &current.alike {
             // As for one limit: the path is only checked.
-            if let Err(e) = crate::path::check(req.path) {
-                return Some(Err(e.into()));
+            if let Err(e) = checked(req) {
+                return Some(Err(e));
             }
             // Its answer as it is (returned in place, not copied). `None`
             // when the store did not answer at once, as a plan of these
             // limits would not be either.
             return self.decide_all_alike(current, all, req);
+        }
+        if let Err(e) = crate::host::check(req.headers) {
+            return Some(Err(e.into()));
         }
         let path = match crate::path::canonical(req.path) {
             Ok(p) => p,
@@ -421,4 +425,14 @@ impl<C: Clock> PlansSink for Engine<C> {
     fn plans_loaded(&self, plans: HashMap<KeyId, String>) {
         self.runtime_plans.update(|m| m.mirrored(plans.clone()));
     }
+}
+
+/// Whether a request's path has a canonical form (without building it)
+/// and its host is unambiguous: what a request met by limits without a
+/// `match` must pass.
+#[inline]
+fn checked(req: &RequestInfo<'_>) -> Result<(), DecideError> {
+    crate::path::check(req.path)?;
+    crate::host::check(req.headers)?;
+    Ok(())
 }

@@ -63,6 +63,7 @@ impl Outcome {
             DecideError::Denied => Self::Denied,
             DecideError::Impossible { .. }
             | DecideError::Path(_)
+            | DecideError::Host(_)
             | DecideError::AmbiguousKey(_) => Self::Invalid,
             DecideError::Internal(_) => Self::Internal,
         }

@@ -275,9 +275,14 @@ pub enum DecideError {
     /// A limit needs a key the request lacks.
     #[error(transparent)]
     MissingKey(#[from] MissingKey),
-    /// A key header is given twice with different values.
+    /// The request names its client ambiguously: a key header with two
+    /// values, or forwarding headers that name different clients.
     #[error(transparent)]
     AmbiguousKey(#[from] crate::policy::AmbiguousKey),
+    /// The request's `Host` is ambiguous or malformed (see
+    /// [`host`](crate::host)).
+    #[error(transparent)]
+    Host(#[from] crate::host::HostError),
     /// The client is on the deny list.
     #[error("this client is denied")]
     Denied,
