@@ -371,6 +371,9 @@ fn default_plan(
     }
 }
 
+/// A keys file read: its path and its number of entries.
+type KeysFileRead = Option<(PathBuf, usize)>;
+
 /// The config's `[keys]` and its `[client] keys_file` (resolved against
 /// the config's folder), merged: key to plan, and the keys file's path
 /// with its number of entries.
@@ -378,7 +381,7 @@ fn assignments(
     source: &Source,
     config: &Config,
     has_plan: &dyn Fn(&str) -> bool,
-) -> Result<(HashMap<String, String>, Option<(PathBuf, usize)>), ConfigError> {
+) -> Result<(HashMap<String, String>, KeysFileRead), ConfigError> {
     let mut assignments = HashMap::new();
     for (key, plan) in &config.keys {
         if !has_plan(plan.get_ref()) {
@@ -421,7 +424,7 @@ fn refuse_keys_loss(
     source: &Source,
     config: &Config,
     assignments: &HashMap<String, String>,
-    keys_file: &Option<(PathBuf, usize)>,
+    keys_file: &KeysFileRead,
     running: Option<&Policy>,
 ) -> Result<(), ConfigError> {
     let (Some(f), Some((path, entries))) = (&config.client.keys_file, keys_file) else {

@@ -112,10 +112,10 @@ impl Matcher {
     pub fn matches_request(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
         // A limit on GET is a limit on HEAD too: a server answers HEAD with
         // its GET handler, less the body.
-        if !self.methods.is_empty()
-            && !self.methods.contains(method)
-            && !(method == Method::HEAD && self.methods.contains(&Method::GET))
-        {
+        let method_ok = self.methods.is_empty()
+            || self.methods.contains(method)
+            || (method == Method::HEAD && self.methods.contains(&Method::GET));
+        if !method_ok {
             return false;
         }
         if let Some(prefix) = &self.path_prefix {
