@@ -15,6 +15,7 @@ mod edge_connections;
 mod edge_control;
 mod edge_files;
 mod edge_forwarded;
+mod edge_ipv6_sources;
 mod edge_paths;
 mod edge_proxy;
 mod edge_reload;
