@@ -411,6 +411,7 @@ impl<R: Remote> Store for Protected<R> {
             owed_settled: settled,
             owed_dropped: dropped,
             local_limits: self.local.len(),
+            nodes: self.remote.nodes(),
         })
     }
 

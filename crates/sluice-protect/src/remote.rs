@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sluice_store::seam::{Check, Checked, CounterDef, Pending, Slot, StoreError};
+use sluice_store::seam::{Check, Checked, CounterDef, NodeEviction, Pending, Slot, StoreError};
 
 /// A store over the network, which can fail or be slow: Redis, say. It
 /// decides a group of checks all or nothing, as a [`Store`] does, but may
@@ -42,6 +42,12 @@ pub trait Remote: Send + Sync + std::fmt::Debug + 'static {
 
     /// What the store is, for metrics and the status page (`redis`).
     fn kind(&self) -> &'static str;
+
+    /// What each of its nodes last said about evicting keys (see
+    /// [`NodeEviction`]), for metrics; empty when it does not know.
+    fn nodes(&self) -> Vec<NodeEviction> {
+        Vec::new()
+    }
 }
 
 /// Why a remote store did not decide.

@@ -52,4 +52,24 @@ pub struct RemoteHealth {
     pub owed_dropped: u64,
     /// How many limits the local fallback holds a share of.
     pub local_limits: usize,
+    /// What each of the store's nodes last said about evicting keys, in
+    /// the order the store reads them; empty until one has been read.
+    pub nodes: Vec<NodeEviction>,
+}
+
+/// What one node of a store over the network last said about evicting
+/// keys under memory pressure. A store shared with a cache may evict the
+/// limits' state, and a limit whose state is evicted starts full again:
+/// it admits more than it allows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeEviction {
+    /// The node's address (`host:port`), without any password.
+    pub node: String,
+    /// The node's eviction policy as it names it (Redis's
+    /// `maxmemory_policy`, e.g. `noeviction`, `allkeys-lru`); `None` when
+    /// it could not be read.
+    pub policy: Option<String>,
+    /// Keys the node has evicted since it started (Redis's
+    /// `evicted_keys`); `None` when it could not be read.
+    pub evicted_keys: Option<u64>,
 }

@@ -49,7 +49,7 @@ mod runtime;
 
 pub use check::{Check, Checked, DecidedBy, Decisions, Fallback, StoreError};
 pub use counter::{Counter, CounterDef, Slot};
-pub use health::{BreakerState, RemoteHealth};
+pub use health::{BreakerState, NodeEviction, RemoteHealth};
 pub use options::ProtectOptions;
 pub use pending::{Pending, now_or_never};
 pub use runtime::{PlansSink, RuntimeStore, RuntimeStoreError};
