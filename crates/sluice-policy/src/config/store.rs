@@ -38,6 +38,14 @@ pub struct StoreConfig {
     /// Redis: let concurrent decisions share script calls.
     #[serde(default = "yes")]
     pub batch: bool,
+    /// Redis: start and run even when a node's `maxmemory-policy` can
+    /// evict Sluice's keys (`allkeys-*`, `volatile-*`); Sluice then logs a
+    /// warning instead of refusing to start.
+    #[serde(default)]
+    pub accept_eviction: bool,
+    /// Redis: how often each node's `maxmemory-policy` and evictions are
+    /// read again while running, e.g. `"30s"`.
+    pub eviction_check_interval: Option<Spanned<String>>,
 }
 
 /// `store.fallback`.
@@ -77,6 +85,8 @@ impl Default for StoreConfig {
             breaker_open: None,
             over_limit_cache: true,
             batch: true,
+            accept_eviction: false,
+            eviction_check_interval: None,
         }
     }
 }
