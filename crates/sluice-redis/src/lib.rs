@@ -13,8 +13,12 @@
 //! - [`runtime_state`]: [`RuntimeState`], runtime plan assignments and
 //!   burst credits shared by every instance, and the watcher that keeps
 //!   each instance's copy current.
+//! - [`eviction`]: whether Redis may evict Sluice's keys (its
+//!   `maxmemory-policy`), read at start and periodically, and how many
+//!   keys it has evicted.
 
 pub mod error;
+pub mod eviction;
 pub mod remote;
 mod runtime_seam;
 pub mod runtime_state;

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use sluice_protect::{Remote, RemoteError};
-use sluice_store::seam::{Check, Checked, CounterDef, Pending, Slot, StoreError};
+use sluice_store::seam::{Check, Checked, CounterDef, NodeEviction, Pending, Slot, StoreError};
 use smallvec::SmallVec;
 
+use crate::eviction::{self, EvictingPolicy, EvictionWatch, Phase};
 use crate::script::LimitParams;
 use crate::store::{Conn, Prepared, RedisStore};
 use crate::topology::Topology;
@@ -21,6 +22,7 @@ pub struct RedisRemote {
     url: StoreUrl,
     batch: bool,
     store: ArcSwapOption<RedisStore>,
+    eviction: EvictionWatch,
 }
 
 impl std::fmt::Debug for RedisRemote {
@@ -40,7 +42,42 @@ impl RedisRemote {
             url,
             batch,
             store: ArcSwapOption::empty(),
+            eviction: EvictionWatch::default(),
         })
+    }
+
+    /// Reads every node's eviction policy and evictions now (see
+    /// [`eviction`]), for metrics. Fails when a node's policy can evict
+    /// Sluice's keys and `accept` (`[store] accept_eviction`) is false; an
+    /// unreadable policy is only logged. Does nothing while not connected.
+    pub async fn check_eviction(&self, accept: bool, phase: Phase) -> Result<(), EvictingPolicy> {
+        let Some(store) = self.store.load_full() else {
+            return Ok(());
+        };
+        let Some(topology) = store.topology() else {
+            return Ok(());
+        };
+        let readings = eviction::read_nodes(topology).await;
+        self.eviction.record(readings, accept, phase)
+    }
+
+    /// Reads every node's eviction policy and evictions again every
+    /// `every` (at least [`eviction::MIN_INTERVAL`]) while this store
+    /// lives, logging what changed. Must be called within a tokio runtime.
+    pub fn watch_eviction(self: &Arc<Self>, every: Duration, accept: bool) {
+        let every = every.max(eviction::MIN_INTERVAL);
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(remote) = this.upgrade() else { return };
+                // A policy that can evict is logged; too late to refuse.
+                let _ = remote.check_eviction(accept, Phase::Running).await;
+            }
+        });
     }
 
     /// The URL.
@@ -150,6 +187,10 @@ impl Remote for RedisRemote {
 
     fn kind(&self) -> &'static str {
         "redis"
+    }
+
+    fn nodes(&self) -> Vec<NodeEviction> {
+        self.eviction.nodes()
     }
 }
 

@@ -163,6 +163,12 @@ impl RedisStore {
         }
     }
 
+    /// The nodes it decides on, unless it runs over one plain connection
+    /// (tests and benchmarks).
+    pub fn topology(&self) -> Option<&Topology> {
+        self.inner.backend.topology()
+    }
+
     /// A connection to the node that holds keys tagged `tag`.
     pub(crate) fn conn(&self, tag: &str) -> Conn {
         self.inner.backend.conn(tag)

@@ -63,6 +63,14 @@ impl Backend {
         }
     }
 
+    /// The topology, unless this is one plain connection (tests).
+    pub(super) fn topology(&self) -> Option<&Topology> {
+        match self {
+            Self::Topology(t) => Some(t),
+            Self::Direct(_) | Self::PerTag(_) => None,
+        }
+    }
+
     /// A connection to the node holding keys tagged `tag`.
     pub(super) fn conn(&self, tag: &str) -> Conn {
         match self {

@@ -13,6 +13,7 @@
 //! included), so a Redis outage turns into prompt errors, never a hang.
 
 mod cluster;
+mod node_info;
 pub mod options;
 pub mod ring;
 mod sentinel;
@@ -27,6 +28,7 @@ use redis::cluster_async::ClusterConnection;
 
 use crate::{RedisStoreError, StoreUrl};
 
+pub use node_info::NodeInfo;
 pub use options::TopologyOptions;
 
 use self::sentinel::SentinelMaster;
@@ -42,9 +44,17 @@ pub struct Topology {
 
 #[derive(Clone)]
 enum Kind {
-    Single { conn: ConnectionManager, db: i64 },
+    Single {
+        conn: ConnectionManager,
+        db: i64,
+        /// `host:port`, for what is said about the node.
+        name: String,
+    },
     Cluster(ClusterConnection),
-    Shards { shards: Arc<Shards>, db: i64 },
+    Shards {
+        shards: Arc<Shards>,
+        db: i64,
+    },
     Sentinel(SentinelMaster),
 }
 
@@ -52,7 +62,10 @@ impl std::fmt::Debug for Topology {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut s = f.debug_struct("Topology");
         match &self.kind {
-            Kind::Single { db, .. } => s.field("kind", &"single").field("db", db),
+            Kind::Single { db, name, .. } => s
+                .field("kind", &"single")
+                .field("node", name)
+                .field("db", db),
             Kind::Cluster(_) => s.field("kind", &"cluster"),
             Kind::Shards { shards, db } => s
                 .field("kind", &"shards")
@@ -115,6 +128,7 @@ impl Topology {
             StoreUrl::Single(node) => Kind::Single {
                 conn: single::connect_node(node, options).await?,
                 db: node.db,
+                name: node.to_string(),
             },
             StoreUrl::Cluster(seeds) => {
                 Kind::Cluster(cluster::connect_cluster(seeds, options).await?)
@@ -142,7 +156,7 @@ impl Topology {
     /// (plus, for shards, one hash and a binary search).
     pub fn route(&self, tag: &str) -> Route {
         let conn = match &self.kind {
-            Kind::Single { conn, db } => RouteConn::Node {
+            Kind::Single { conn, db, .. } => RouteConn::Node {
                 conn: conn.clone(),
                 db: *db,
             },

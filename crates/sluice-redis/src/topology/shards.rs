@@ -54,6 +54,11 @@ impl Shards {
         self.ring.node(tag)
     }
 
+    /// Every node, as (`host:port`, connection), in URL order.
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = (&str, &ConnectionManager)> {
+        self.names.iter().map(String::as_str).zip(&self.nodes)
+    }
+
     /// The connection to the node serving `tag`.
     pub(crate) fn route(&self, tag: &str) -> Option<&ConnectionManager> {
         self.nodes.get(self.ring.node(tag))

@@ -5,6 +5,7 @@
 
 mod common;
 mod conformance;
+mod eviction_nodes;
 mod registered;
 mod reload_fallback;
 mod reserve;
