@@ -17,6 +17,8 @@
 //! | `sluice_store_fallback_unrecorded_total` | — | fallback admissions not recorded for charging (the ledger was full) |
 //! | `sluice_store_fallback_owed_keys` | — | (limit, key) pairs still owed to Redis |
 //! | `sluice_store_info` | `store` | 1, labelled `memory` or `redis` |
+//! | `sluice_redis_maxmemory_policy` | `node`, `policy` | 1 per Redis node, labelled with its `maxmemory-policy` as last read |
+//! | `sluice_redis_evicted_keys_total` | `node` | each Redis node's own `evicted_keys` (since it started), as last read |
 //! | `sluice_connections_open` | `listener` | open connections: `data`, `control` |
 //! | `sluice_connections_refused_total` | `listener`, `reason` | connections refused at accept: `full`, `per_client` |
 //! | `sluice_connections_closed_total` | `listener`, `reason` | connections closed by a timeout: `slow_head`, `idle` |
@@ -40,6 +42,7 @@
 //! (`listener_gauges`) sections, written by `const_series`.
 
 mod const_series;
+mod eviction_gauges;
 mod families;
 mod labels;
 mod listener_gauges;

@@ -1,11 +1,12 @@
 //! The store's metrics at scrape time: which store the limits live in and,
-//! for Redis, its fallback, errors, over-limit cache, owed cost and circuit
-//! breaker.
+//! for Redis, its fallback, errors, over-limit cache, owed cost, circuit
+//! breaker and its nodes' eviction (`eviction_gauges`).
 
 use prometheus_client::encoding::DescriptorEncoder;
 use sluice_store::seam::{BreakerState, RemoteHealth};
 
 use super::const_series::{counter, gauge};
+use super::eviction_gauges::encode_eviction;
 
 /// `sluice_store_info` (the store says what it is), then, for a store
 /// over the network (`health`), its health.
@@ -22,6 +23,7 @@ pub(super) fn encode_store(
     )?;
     if let Some(health) = health {
         encode_remote(encoder, health)?;
+        encode_eviction(encoder, &health.nodes)?;
     }
     Ok(())
 }
