@@ -203,7 +203,7 @@ async fn serve_until_stopped(
     deployment: Deployment,
     started: Deployment,
 ) -> anyhow::Result<()> {
-    let engine = Arc::new(engine_for(policy, &deployment.store).await);
+    let engine = Arc::new(engine_for(policy, &deployment.store).await?);
     // With Redis, runtime plans and credits changed through any instance
     // apply here within a poll.
     engine.watch_runtime_state(RUNTIME_POLL);
@@ -338,15 +338,25 @@ async fn http_servers(
 /// The engine over the configured store: the one place a store URL turns
 /// into a store. With Redis, it first tries to connect for a moment; if
 /// Redis is not there yet, Sluice starts anyway on the fallback and
-/// connects in the background. Keys are then named by a hasher keyed by
-/// `SLUICE_KEY_SECRET`, which every instance shares.
-async fn engine_for(policy: Policy, store: &StoreSettings) -> Engine {
+/// connects in the background. Once connected, a node whose
+/// `maxmemory-policy` can evict Sluice's keys refuses the start, unless
+/// `[store] accept_eviction`; the policies are read again periodically.
+/// Keys are then named by a hasher keyed by `SLUICE_KEY_SECRET`, which
+/// every instance shares.
+async fn engine_for(policy: Policy, store: &StoreSettings) -> anyhow::Result<Engine> {
     let Some(url) = store.url.clone() else {
-        return Engine::in_memory(policy, store.max_keys);
+        return Ok(Engine::in_memory(policy, store.max_keys));
     };
     let shared = sluice_redis::shared(url.clone(), store.batch, store.shared.clone());
     match shared.connect(std::time::Duration::from_secs(2)).await {
-        Ok(()) => tracing::info!(store = %url, "limits are shared in Redis"),
+        Ok(()) => {
+            tracing::info!(store = %url, "limits are shared in Redis");
+            let start = sluice_redis::eviction::Phase::Start;
+            shared
+                .remote()
+                .check_eviction(store.accept_eviction, start)
+                .await?;
+        }
         Err(e) => tracing::warn!(
             store = %url,
             error = %e,
@@ -363,16 +373,19 @@ async fn engine_for(policy: Policy, store: &StoreSettings) -> Engine {
             KeyHasher::from_secret(DEFAULT_KEY_SECRET)
         }
     };
+    shared
+        .remote()
+        .watch_eviction(store.eviction_check_interval, store.accept_eviction);
     let runtime = Arc::new(RuntimeState::new(shared.remote().clone()));
     let wait = store.shared.timeout;
-    Engine::on(
+    Ok(Engine::on(
         policy,
         shared,
         runtime,
         hasher,
         sluice_core::SystemClock::new(),
     )
-    .with_credit_wait(wait)
+    .with_credit_wait(wait))
 }
 
 /// How often an instance on Redis checks for runtime plan and credit

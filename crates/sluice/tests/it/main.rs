@@ -43,6 +43,7 @@ mod proxy_upstream_down;
 mod quickstart_one_key;
 mod quickstart_plans;
 mod redis_degradation;
+mod redis_eviction;
 mod redis_policy_parity;
 mod redis_recovery;
 mod redis_shared;
