@@ -97,6 +97,28 @@ impl ConnLimits {
     }
 }
 
+impl ConnPermit {
+    /// Counts this connection against `client` too, once its client is
+    /// known (a PROXY protocol header named it); refused, and counted as
+    /// such, when that network holds its most connections. A permit that
+    /// already counts against a client keeps it.
+    pub fn count_client(&mut self, client: IpNet) -> Result<(), Refused> {
+        if self.client.is_some() {
+            return Ok(());
+        }
+        let mut open = self.limits.open.lock();
+        if open.by_client.get(&client).copied().unwrap_or(0) >= self.limits.max_per_client {
+            self.limits
+                .refused_per_client
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(Refused::PerClient);
+        }
+        *open.by_client.entry(client).or_insert(0) += 1;
+        self.client = Some(client);
+        Ok(())
+    }
+}
+
 impl Drop for ConnPermit {
     fn drop(&mut self) {
         let mut open = self.limits.open.lock();
@@ -135,6 +157,27 @@ mod tests {
         assert_eq!(limits.open(), 2);
         let _a3 = limits.try_acquire(net("192.0.2.1/32")).unwrap();
         assert_eq!(limits.open(), 3);
+    }
+
+    #[test]
+    fn a_client_named_later_counts_like_one_known_at_once() {
+        let limits = ConnLimits::new(10, 2);
+        let _a = limits.try_acquire(net("192.0.2.1/32")).unwrap();
+        let mut later = limits.try_acquire(None).unwrap();
+        later.count_client(net("192.0.2.1/32").unwrap()).unwrap();
+        assert_eq!(
+            limits.try_acquire(net("192.0.2.1/32")).unwrap_err(),
+            Refused::PerClient
+        );
+        let mut refused = limits.try_acquire(None).unwrap();
+        assert_eq!(
+            refused.count_client(net("192.0.2.1/32").unwrap()),
+            Err(Refused::PerClient)
+        );
+        drop(refused);
+        drop(later);
+        assert_eq!(limits.open(), 1);
+        let _b = limits.try_acquire(net("192.0.2.1/32")).unwrap();
     }
 
     #[test]

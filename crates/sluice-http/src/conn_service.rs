@@ -1,6 +1,7 @@
 //! The router, as one connection serves it: each request carries the
 //! connection's peer (`ConnectInfo<SocketAddr>`, as `axum::serve` would
-//! put it), counts as in flight until its response body is sent, and has its body bounded
+//! put it: the client a PROXY protocol header named, when one did), counts
+//! as in flight until its response body is sent, and has its body bounded
 //! by a [`Deadline`]; a request whose body ran out of time is answered
 //! [`timed_out`] (`408`).
 

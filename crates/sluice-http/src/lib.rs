@@ -17,8 +17,9 @@
 //!   with the [`top_keys`] sketch and the rate-limited [`rejection_log`].
 //! - [`server`]: binds both and shuts down gracefully; each is served by a
 //!   [`listener`] that caps connections ([`conn_limits`]), closes slow
-//!   and idle ones ([`conn_activity`]) and bounds request bodies
-//!   ([`body_deadline`], in [`conn_service`]).
+//!   and idle ones ([`conn_activity`]), bounds request bodies
+//!   ([`body_deadline`], in [`conn_service`]) and reads the PROXY protocol
+//!   from listed load balancers ([`proxy_protocol`], [`proxy_protocol_io`]).
 
 pub mod account_events;
 pub mod admin;
@@ -37,6 +38,8 @@ pub mod metrics;
 pub mod nginx_auth;
 pub mod problem;
 pub mod proxy;
+pub mod proxy_protocol;
+pub mod proxy_protocol_io;
 pub mod rejection_log;
 pub mod reload;
 pub mod server;

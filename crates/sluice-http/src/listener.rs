@@ -16,6 +16,14 @@
 //!   [`crate::body_deadline`]). HTTP/2 connections are also pinged every
 //!   `http2_keepalive_interval`, and closed when a ping goes unanswered
 //!   for `http2_keepalive_timeout`.
+//! - **The PROXY protocol.** A connection from a peer in `proxy_protocol`
+//!   (a layer-4 load balancer) must start with a PROXY protocol header
+//!   (v1 or v2), read within `header_read_timeout` and at most about 4 KiB
+//!   (see [`crate::proxy_protocol_io`]); without a valid one it is closed.
+//!   The client it names is then the connection's peer for everything
+//!   else: the per-client cap, trusted-proxy rules, `ip` keys and access
+//!   lists. The balancer itself counts only against `max_connections`.
+//!   Bytes from other peers are HTTP, never read as a header.
 //! - **Accept errors** (out of file descriptors, say) back off, from 5 ms
 //!   doubling to 1 s, instead of spinning, and are logged at most once a
 //!   second.
@@ -23,21 +31,24 @@
 //!   accepting, every connection is asked to finish its request in flight
 //!   and close, and `serve` returns once they have.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use ipnet::IpNet;
 use sluice_policy::Engine;
 use sluice_policy::server_settings::ConnectionSettings;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::conn_activity::{Activity, Expired, WatchedIo};
-use crate::conn_limits::{ConnLimits, Refused};
+use crate::conn_limits::{ConnLimits, ConnPermit, Refused};
 use crate::conn_service::ConnService;
+use crate::proxy_protocol::Header;
+use crate::proxy_protocol_io::{ProxiedPeers, Replayed, read_header};
 
 /// The first accept-error backoff, doubled up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(5);
@@ -54,6 +65,7 @@ pub struct Listener {
     settings: ConnectionSettings,
     limits: Arc<ConnLimits>,
     engine: Arc<Engine>,
+    proxied: ProxiedPeers,
 }
 
 impl Listener {
@@ -61,11 +73,13 @@ impl Listener {
     /// peers are trusted proxies and how client networks are told apart.
     pub fn new(listener: TcpListener, settings: ConnectionSettings, engine: Arc<Engine>) -> Self {
         let limits = ConnLimits::new(settings.max_connections, settings.max_connections_per_ip);
+        let proxied = ProxiedPeers::new(settings.proxy_protocol.clone());
         Self {
             listener,
             settings,
             limits,
             engine,
+            proxied,
         }
     }
 
@@ -113,9 +127,13 @@ impl Listener {
                     continue;
                 }
             };
-            let client = {
-                let policy = self.engine.policy();
-                (!policy.trusts(peer.ip())).then(|| policy.network_of(peer.ip()))
+            // A balancer's connection counts against its client, once its
+            // header names one.
+            let proxied = self.proxied.lists(peer.ip());
+            let client = if proxied {
+                None
+            } else {
+                client_of(&self.engine, peer.ip())
             };
             let permit = match self.limits.try_acquire(client) {
                 Ok(p) => p,
@@ -125,17 +143,25 @@ impl Listener {
                 }
             };
             let _ = stream.set_nodelay(true);
-            let conn = Connection {
+            let mut conn = Connection {
                 builder: builder.clone(),
                 router: router.clone(),
                 timeouts: Timeouts::of(&self.settings),
                 shutdown: shutdown.clone(),
                 limits: self.limits.clone(),
+                engine: self.engine.clone(),
             };
             let open = open_tx.clone();
             tokio::spawn(async move {
-                conn.run(stream, peer).await;
-                drop(permit);
+                let admitted = if proxied {
+                    conn.read_proxy_header(stream, peer, permit).await
+                } else {
+                    Some((Replayed::new(stream), peer, permit))
+                };
+                if let Some((io, peer, permit)) = admitted {
+                    conn.run(io, peer).await;
+                    drop(permit);
+                }
                 drop(open);
             });
         }
@@ -153,6 +179,13 @@ fn is_per_connection(e: &std::io::Error) -> bool {
         e.kind(),
         ConnectionAborted | ConnectionReset | ConnectionRefused | Interrupted | WouldBlock
     )
+}
+
+/// The client network a connection from `ip` counts against; `None` for
+/// a trusted proxy, which is exempt.
+fn client_of(engine: &Engine, ip: IpAddr) -> Option<IpNet> {
+    let policy = engine.policy();
+    (!policy.trusts(ip)).then(|| policy.network_of(ip))
 }
 
 /// Tells a refused client why, if its socket takes the answer at once, and
@@ -205,12 +238,58 @@ struct Connection {
     shutdown: watch::Receiver<bool>,
     /// Where closures are counted.
     limits: Arc<ConnLimits>,
+    /// Whose policy says which clients are trusted proxies.
+    engine: Arc<Engine>,
 }
 
+/// A connection ready to serve: its socket (with any bytes read past a
+/// PROXY protocol header), its peer, and its place under the caps.
+type Admitted = (Replayed<TcpStream>, SocketAddr, ConnPermit);
+
 impl Connection {
-    async fn run(mut self, stream: TcpStream, peer: SocketAddr) {
+    /// Reads the PROXY protocol header a listed peer must send first,
+    /// within the header timeout; its client becomes the peer and is
+    /// counted against its cap. `None`: the connection is closed (no valid
+    /// header in time, its client's share full, or shutting down).
+    async fn read_proxy_header(
+        &mut self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        mut permit: ConnPermit,
+    ) -> Option<Admitted> {
+        let read = tokio::select! {
+            read = tokio::time::timeout(self.timeouts.header_read, read_header(&stream)) => read,
+            _ = self.shutdown.wait_for(|s| *s) => return None,
+        };
+        let (header, first) = match read {
+            Ok(Ok(read)) => read,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "closing a connection without a valid PROXY protocol header");
+                return None;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "closing a connection whose PROXY protocol header was too slow");
+                let slow = &self.limits.closed_slow_head;
+                slow.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return None;
+            }
+        };
+        let peer = match header {
+            Header::Proxied(client) => client,
+            Header::Local => peer,
+        };
+        if let Some(net) = client_of(&self.engine, peer.ip())
+            && let Err(why) = permit.count_client(net)
+        {
+            refuse(&stream, why);
+            return None;
+        }
+        Some((Replayed::with_first(stream, first), peer, permit))
+    }
+
+    async fn run(mut self, io: Replayed<TcpStream>, peer: SocketAddr) {
         let activity = Activity::new();
-        let io = TokioIo::new(WatchedIo::new(stream, activity.clone()));
+        let io = TokioIo::new(WatchedIo::new(io, activity.clone()));
         let Timeouts {
             header_read,
             idle,

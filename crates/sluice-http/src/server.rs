@@ -104,7 +104,7 @@ pub async fn serve(engine: Arc<Engine>, deployment: &Deployment) -> std::io::Res
     Ok(Servers {
         engine,
         upstream: deployment.upstream.clone(),
-        settings: deployment.server,
+        settings: deployment.server.clone(),
         admin: None,
         metrics: None,
         reloader: None,
@@ -209,13 +209,13 @@ mod tests {
     #[test]
     fn caps_that_fit_are_kept_and_others_are_lowered_to_fit() {
         let d = ServerSettings::default();
-        assert_eq!(fit_to_descriptors(d, 1_000_000), d);
+        assert_eq!(fit_to_descriptors(d.clone(), 1_000_000), d);
         // 20,000 files: the data plane gives way to the other caps.
-        let f = fit_to_descriptors(d, 20_000);
+        let f = fit_to_descriptors(d.clone(), 20_000);
         assert_eq!(f.control.max_connections, 1_024);
         assert_eq!(f.upstream.max_in_flight, 1_024);
         assert_eq!(f.data.max_connections, 10_000);
-        let f = fit_to_descriptors(d, 5_000);
+        let f = fit_to_descriptors(d.clone(), 5_000);
         assert_eq!(f.data.max_connections, 5_000 - 256 - 2 * 1_024);
         // 300 files: every cap shrinks, and together they fit.
         let f = fit_to_descriptors(d, 300);

@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
+use ipnet::IpNet;
 use toml::Spanned;
 
 use crate::ConfigError;
 use crate::config::{ServerConfig, Source};
 
 /// The timeouts and caps of one listener's connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionSettings {
     /// The longest a request's head may take to arrive: from its first byte,
     /// or from the connection's start for the first request.
@@ -28,6 +29,9 @@ pub struct ConnectionSettings {
     /// The longest a request's body may take to arrive, from the end of
     /// its head.
     pub body_timeout: Duration,
+    /// The peers (layer-4 load balancers) whose connections start with a
+    /// PROXY protocol header; empty: none.
+    pub proxy_protocol: Vec<IpNet>,
 }
 
 /// What the reverse proxy waits for, and how much it asks of, its upstream.
@@ -43,7 +47,7 @@ pub struct UpstreamSettings {
 }
 
 /// `[server]`, resolved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerSettings {
     /// The data plane (`listen`).
     pub data: ConnectionSettings,
@@ -63,15 +67,16 @@ impl Default for ServerSettings {
             max_connections: 10_000,
             max_connections_per_ip: 256,
             body_timeout: Duration::from_secs(60),
+            proxy_protocol: Vec::new(),
         };
         Self {
-            data,
             control: ConnectionSettings {
                 max_connections: 1_024,
                 max_connections_per_ip: 256,
                 body_timeout: Duration::from_secs(30),
-                ..data
+                ..data.clone()
             },
+            data,
             upstream: UpstreamSettings {
                 connect_timeout: Duration::from_secs(5),
                 response_timeout: Duration::from_secs(60),
@@ -93,22 +98,24 @@ impl ServerSettings {
         Ok(Self {
             data: with_listener_fields(
                 source,
-                timeouts,
+                &timeouts,
                 ListenerFields {
                     max: &server.max_connections,
                     per_ip: &server.max_connections_per_ip,
                     body_timeout: &server.body_timeout,
+                    proxy_protocol: &server.proxy_protocol,
                     prefix: "",
                 },
                 &defaults.data,
             )?,
             control: with_listener_fields(
                 source,
-                timeouts,
+                &timeouts,
                 ListenerFields {
                     max: &server.control_max_connections,
                     per_ip: &server.control_max_connections_per_ip,
                     body_timeout: &server.control_body_timeout,
+                    proxy_protocol: &server.control_proxy_protocol,
                     prefix: "control_",
                 },
                 &defaults.control,
@@ -204,12 +211,13 @@ fn connection_timeouts(
             defaults.http2_keepalive_timeout,
             Zero::Refused,
         )?,
-        ..*defaults
+        ..defaults.clone()
     })
 }
 
 /// One listener's own fields: `server.<prefix>max_connections`,
-/// `<prefix>max_connections_per_ip` and `<prefix>body_timeout`.
+/// `<prefix>max_connections_per_ip`, `<prefix>body_timeout` and
+/// `<prefix>proxy_protocol`.
 struct ListenerFields<'a> {
     /// `<prefix>max_connections`.
     max: &'a Option<Spanned<usize>>,
@@ -217,6 +225,8 @@ struct ListenerFields<'a> {
     per_ip: &'a Option<Spanned<usize>>,
     /// `<prefix>body_timeout`.
     body_timeout: &'a Option<Spanned<String>>,
+    /// `<prefix>proxy_protocol`.
+    proxy_protocol: &'a [IpNet],
     /// `""` for the data plane, `"control_"` for the control API.
     prefix: &'a str,
 }
@@ -225,7 +235,7 @@ struct ListenerFields<'a> {
 /// `defaults`.
 fn with_listener_fields(
     source: &Source,
-    timeouts: ConnectionSettings,
+    timeouts: &ConnectionSettings,
     caps: ListenerFields<'_>,
     defaults: &ConnectionSettings,
 ) -> Result<ConnectionSettings, ConfigError> {
@@ -250,7 +260,8 @@ fn with_listener_fields(
             defaults.body_timeout,
             Zero::Refused,
         )?,
-        ..timeouts
+        proxy_protocol: caps.proxy_protocol.to_vec(),
+        ..timeouts.clone()
     })
 }
 
@@ -308,5 +319,26 @@ mod tests {
             e.starts_with("test.toml:2:24: server.control_body_timeout"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn each_listener_has_its_own_proxy_protocol_peers() {
+        let d = server("").unwrap();
+        assert!(d.data.proxy_protocol.is_empty() && d.control.proxy_protocol.is_empty());
+        let s = server("proxy_protocol = [\"10.0.0.0/8\", \"2001:db8::/32\"]").unwrap();
+        let nets: Vec<String> = s
+            .data
+            .proxy_protocol
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(nets, ["10.0.0.0/8", "2001:db8::/32"]);
+        assert!(s.control.proxy_protocol.is_empty());
+        let s = server("control_proxy_protocol = [\"192.0.2.0/24\"]").unwrap();
+        assert_eq!(s.control.proxy_protocol.len(), 1);
+        let e = server("proxy_protocol = [\"10.0.0.300/8\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("test.toml:2:"), "{e}");
     }
 }

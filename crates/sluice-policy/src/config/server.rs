@@ -2,6 +2,7 @@
 //! proxy waits for its upstream, as written (resolved by
 //! `crate::server_settings`).
 
+use ipnet::IpNet;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -37,6 +38,14 @@ pub struct ServerConfig {
     /// The longest a request's body may take to arrive on
     /// `control_listen`, from the end of its head.
     pub control_body_timeout: Option<Spanned<String>>,
+    /// The networks of layer-4 load balancers whose connections to
+    /// `listen` start with a PROXY protocol header (v1 or v2) naming the
+    /// client; empty: none do.
+    #[serde(default)]
+    pub proxy_protocol: Vec<IpNet>,
+    /// The same for `control_listen`.
+    #[serde(default)]
+    pub control_proxy_protocol: Vec<IpNet>,
     /// Proxy: the longest a connection to the upstream may take.
     pub upstream_connect_timeout: Option<Spanned<String>>,
     /// Proxy: the longest from sending a request to the upstream (its body

@@ -18,6 +18,7 @@ mod edge_forwarded;
 mod edge_ipv6_sources;
 mod edge_paths;
 mod edge_proxy;
+mod edge_proxy_protocol;
 mod edge_reload;
 mod edge_request_fields;
 mod edge_rls;
