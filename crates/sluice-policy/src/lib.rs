@@ -6,6 +6,7 @@
 
 pub mod client_ip;
 mod compile;
+mod compile_keys;
 mod compile_limit;
 pub mod config;
 mod delay_queue;
@@ -25,6 +26,7 @@ pub mod log_budget;
 pub mod matcher;
 pub mod path;
 pub mod policy;
+mod request_key;
 mod runtime;
 pub mod server_settings;
 pub mod settle;
