@@ -55,6 +55,9 @@ pub struct ServerSettings {
     pub control: ConnectionSettings,
     /// The upstream, in proxy mode.
     pub upstream: UpstreamSettings,
+    /// How long a stop signal lets requests in flight finish before the
+    /// connections still open are closed and the process exits.
+    pub shutdown_timeout: Duration,
 }
 
 impl Default for ServerSettings {
@@ -82,6 +85,7 @@ impl Default for ServerSettings {
                 response_timeout: Duration::from_secs(60),
                 max_in_flight: 1_024,
             },
+            shutdown_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -121,6 +125,13 @@ impl ServerSettings {
                 &defaults.control,
             )?,
             upstream: upstream_settings(source, server, &defaults.upstream)?,
+            shutdown_timeout: duration(
+                source,
+                &server.shutdown_timeout,
+                "shutdown_timeout",
+                defaults.shutdown_timeout,
+                Zero::Refused,
+            )?,
         })
     }
 }

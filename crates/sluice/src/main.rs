@@ -175,10 +175,6 @@ fn load(path: &std::path::Path) -> Result<(Policy, Deployment), sluice_policy::C
     Ok((Policy::compile(&source, &config)?, deployment))
 }
 
-/// How long SIGTERM (or SIGINT) lets requests in flight finish before the
-/// connections still open are closed.
-const SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Serves until a stop signal, on a runtime of its own. Once the servers
 /// have stopped, work still running on the runtime's blocking threads (a
 /// reload, say) is given a moment and then left behind: the process
@@ -253,34 +249,55 @@ async fn serve_until_stopped(
         }
         None => eprintln!("sluice: listening data=http://{data} control=http://{control}"),
     }
-    let mut stopping = stop_rx.clone();
+    let stopped = async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    };
+    let timeout = deployment.server.shutdown_timeout;
+    serve_until(
+        servers,
+        grpc.map(|(_, task)| task),
+        stopped,
+        stop_rx,
+        timeout,
+    )
+    .await?;
+    tracing::info!("sluice stopped");
+    Ok(())
+}
+
+/// Serves until `stopped` completes (and sends on the stop channel that
+/// `stopping` watches). Requests in flight then get `timeout` to finish;
+/// those left are cut off, however long their bodies or upstreams would
+/// take.
+async fn serve_until<E>(
+    servers: sluice_http::Servers,
+    grpc: Option<tokio::task::JoinHandle<Result<(), E>>>,
+    stopped: impl Future<Output = ()> + Send + 'static,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    timeout: std::time::Duration,
+) -> anyhow::Result<()>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
     let drained = async move {
-        servers
-            .run(async move {
-                shutdown.await;
-                let _ = stop_tx.send(true);
-            })
-            .await?;
-        if let Some((_, task)) = grpc {
+        servers.run(stopped).await?;
+        if let Some(task) = grpc {
             task.await??;
         }
         anyhow::Ok(())
     };
-    // Requests in flight get SHUTDOWN_TIMEOUT to finish; then the rest are
-    // cut off, however long their bodies or upstreams would take.
     let deadline = async move {
         let _ = stopping.wait_for(|s| *s).await;
-        tokio::time::sleep(SHUTDOWN_TIMEOUT).await;
+        tokio::time::sleep(timeout).await;
     };
     tokio::select! {
-        drained = drained => drained?,
-        () = deadline => tracing::warn!(
-            timeout = ?SHUTDOWN_TIMEOUT,
-            "requests still in flight at the shutdown deadline are cut off"
-        ),
+        drained = drained => drained,
+        () = deadline => {
+            tracing::warn!(?timeout, "requests still in flight at the shutdown deadline are cut off");
+            Ok(())
+        }
     }
-    tracing::info!("sluice stopped");
-    Ok(())
 }
 
 /// An admin token shorter than this is warned about at start.

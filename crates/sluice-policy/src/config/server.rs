@@ -53,4 +53,7 @@ pub struct ServerConfig {
     pub upstream_response_timeout: Option<Spanned<String>>,
     /// Proxy: the most requests in flight to the upstream at once.
     pub upstream_max_in_flight: Option<Spanned<usize>>,
+    /// How long SIGTERM (or SIGINT) lets requests in flight finish before
+    /// Sluice closes what is still open and exits.
+    pub shutdown_timeout: Option<Spanned<String>>,
 }
