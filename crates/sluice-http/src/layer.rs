@@ -294,7 +294,7 @@ where
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         let peer = (shared.peer)(req.headers(), req.extensions());
-        if let Err(e) = target_host(&mut req) {
+        if let Err(e) = target_host(&mut req).and_then(|()| host_if_read(&req, &shared.engine)) {
             let decided = Err(DecideError::Host(e));
             if let Some(m) = &shared.metrics {
                 m.record_result(&decided);
@@ -389,6 +389,21 @@ fn target_host<B>(req: &mut Request<B>) -> Result<(), HostError> {
         }
         Some(_) => Err(HostError::Conflict),
     }
+}
+
+/// An HTTP/1.1 request must name its host (RFC 9112 §3.2). The layer
+/// refuses one that names none when a limit matches on the host, which it
+/// would slip past; the data plane refuses every such request
+/// ([`data_plane`](crate::data_plane)). (A request built in a test without
+/// `Host` passes a policy that reads no host.)
+fn host_if_read<B>(req: &Request<B>, engine: &Engine) -> Result<(), HostError> {
+    if req.version() == http::Version::HTTP_11
+        && !req.headers().contains_key(http::header::HOST)
+        && engine.policy().reads_host()
+    {
+        return Err(HostError::Missing);
+    }
+    Ok(())
 }
 
 /// Replaces a URI's path, keeping its query (and scheme and authority).

@@ -258,10 +258,16 @@ fn a_bad_limit_in_code_is_a_config_error() {
 /// Sends one HTTP/1.1 request in absolute form, with no Host field (which
 /// hyper accepts), and returns its status code.
 async fn absolute_form_status(base: &str) -> u16 {
+    raw_status(base, "GET http://api.example.com/ HTTP/1.1\r\n").await
+}
+
+/// Sends `head` (its request line and fields), then `Connection: close`,
+/// and returns the status code.
+async fn raw_status(base: &str, head: &str) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = base.trim_start_matches("http://").trim_end_matches('/');
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(b"GET http://api.example.com/ HTTP/1.1\r\nConnection: close\r\n\r\n")
+    tcp.write_all(format!("{head}Connection: close\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut reply = String::new();
@@ -273,31 +279,50 @@ async fn absolute_form_status(base: &str) -> u16 {
         .unwrap_or_else(|| panic!("not an HTTP reply: {reply:?}"))
 }
 
-/// A host-matched limit applies to a request whose host is only in its
-/// absolute-form URI: without the Host field, it must not slip past.
-#[tokio::test]
-async fn a_host_limit_applies_to_an_absolute_form_request_without_host() {
-    let layer = RateLimitLayer::from_toml(
-        r#"
-        [[limits]]
-        name = "api-host"
-        key = "global"
-        rate = "1/min"
-        burst = 2
-        match = { host = "api.example.com" }
-        "#,
-    )
-    .unwrap();
-    let base = serve(
+const API_HOST: &str = r#"
+    [[limits]]
+    name = "api-host"
+    key = "global"
+    rate = "1/min"
+    burst = 2
+    match = { host = "api.example.com" }
+"#;
+
+async fn serve_ok(layer: RateLimitLayer) -> String {
+    serve(
         Router::new()
             .route("/", get(|| async { "ok" }))
             .layer(layer),
     )
-    .await;
+    .await
+}
+
+/// A host-matched limit applies to a request whose host is only in its
+/// absolute-form URI: without the Host field, it must not slip past.
+#[tokio::test]
+async fn a_host_limit_applies_to_an_absolute_form_request_without_host() {
+    let base = serve_ok(RateLimitLayer::from_toml(API_HOST).unwrap()).await;
     let statuses = [
         absolute_form_status(&base).await,
         absolute_form_status(&base).await,
         absolute_form_status(&base).await,
     ];
     assert_eq!(statuses, [200, 200, 429]);
+}
+
+/// Nor may a request slip past a host limit by naming no host, two hosts,
+/// or another host in its target than in `Host`: each is a 400. Without a
+/// host limit, a request without `Host` is the app's business.
+#[tokio::test]
+async fn a_request_that_names_its_host_ambiguously_is_refused() {
+    let base = serve_ok(RateLimitLayer::from_toml(API_HOST).unwrap()).await;
+    for head in [
+        "GET / HTTP/1.1\r\n",
+        "GET / HTTP/1.1\r\nHost: other.example.com\r\nHost: api.example.com\r\n",
+        "GET http://api.example.com/ HTTP/1.1\r\nHost: other.example.com\r\n",
+    ] {
+        assert_eq!(raw_status(&base, head).await, 400, "{head:?}");
+    }
+    let base = serve_ok(RateLimitLayer::from_toml(PER_IP).unwrap()).await;
+    assert_eq!(raw_status(&base, "GET / HTTP/1.1\r\n").await, 200);
 }

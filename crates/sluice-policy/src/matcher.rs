@@ -101,6 +101,11 @@ impl Matcher {
         *self == Self::default()
     }
 
+    /// Whether the matcher reads the request's host (`match.host`).
+    pub fn reads_host(&self) -> bool {
+        self.host.is_some()
+    }
+
     /// Whether a request with this method and path matches, ignoring host
     /// and header conditions (which then do not hold: a matcher with a host
     /// or header condition never matches here).

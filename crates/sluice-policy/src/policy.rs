@@ -281,6 +281,17 @@ impl Policy {
         self.plans.get(plan).map_or(&[], Vec::as_slice)
     }
 
+    /// Whether a limit or a cost rule matches on the request's host, so
+    /// that a request naming none would slip past it.
+    pub fn reads_host(&self) -> bool {
+        self.limits.iter().any(|l| l.matcher.reads_host())
+            || self
+                .cost_rules
+                .values()
+                .flatten()
+                .any(|r| r.matcher.reads_host())
+    }
+
     /// A plan's `bucket = "shared"` rules.
     pub fn cost_rules(&self, plan: &str) -> &[CostRule] {
         self.cost_rules.get(plan).map_or(&[], Vec::as_slice)
