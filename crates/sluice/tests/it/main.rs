@@ -23,6 +23,7 @@ mod edge_reload;
 mod edge_request_fields;
 mod edge_rls;
 mod edge_slow_bodies;
+mod edge_slow_readers;
 mod envoy_compat;
 mod envoy_reference;
 mod envoy_reload;
