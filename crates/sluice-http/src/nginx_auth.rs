@@ -11,7 +11,17 @@
 //!   problem+json body also in a `Sluice-Problem` field, so that nginx
 //!   (`error_page 403 =429`) can send the client a proper 429;
 //! - `401` when a limit's key is missing, its problem also in
-//!   `Sluice-Problem`.
+//!   `Sluice-Problem`;
+//! - `403` too for a request refused before any limit because the client
+//!   sent it ambiguous or malformed (two API keys, forwarding fields that
+//!   name different clients, an encoded `/` in the path): its problem says
+//!   `400`. Answered `400`, nginx would turn it into a 500 that any client
+//!   could cause at will.
+//!
+//! Every `403` carries `Sluice-Status`, the status Sluice means (`429`,
+//! `400`, `403` for a denied client, `503` for the `deny` fallback), so
+//! that nginx can pick the one it answers with. Sluice's own faults stay
+//! `500`.
 //!
 //! The client address is the connecting peer (nginx), unless nginx is a
 //! trusted proxy: then it is read from `X-Forwarded-For` as everywhere else.
@@ -31,6 +41,10 @@ use crate::verdict_json::{decide_error, refusal};
 
 /// `Sluice-Problem`: the refusal's problem+json, for nginx to send on.
 pub const SLUICE_PROBLEM: HeaderName = HeaderName::from_static("sluice-problem");
+
+/// `Sluice-Status`: on a `403`, the status Sluice means, for nginx to
+/// answer with.
+pub const SLUICE_STATUS: HeaderName = HeaderName::from_static("sluice-status");
 
 /// The handler of `GET /v1/auth`.
 pub async fn auth(
@@ -64,7 +78,16 @@ pub async fn auth(
     metrics.record_result(&decided);
     let verdict = match decided {
         Ok(v) => v,
-        Err(e) => return with_problem_field(decide_error(&e)),
+        Err(e) => {
+            let problem = decide_error(&e);
+            // nginx passes a 401 on; a 500 is Sluice's own fault, and
+            // nginx's 500 says so truly.
+            return if problem.status == 401 || problem.status >= 500 {
+                with_problem_field(problem)
+            } else {
+                forbidden(problem)
+            };
+        }
     };
     if verdict.allowed {
         // A delayed request (`on_limit = "delay"`, or a leaky bucket) is
@@ -77,9 +100,20 @@ pub async fn auth(
         add_headers(&verdict, response.headers_mut());
         return response;
     }
-    let mut response = with_problem_field(refusal(&verdict));
-    *response.status_mut() = StatusCode::FORBIDDEN;
+    let mut response = forbidden(refusal(&verdict));
     add_headers(&verdict, response.headers_mut());
+    response
+}
+
+/// The problem as a `403`, which nginx passes on, with the status meant
+/// in `Sluice-Status`.
+fn forbidden(problem: Problem) -> Response {
+    let meant = problem.status;
+    let mut response = with_problem_field(problem);
+    *response.status_mut() = StatusCode::FORBIDDEN;
+    response
+        .headers_mut()
+        .insert(SLUICE_STATUS, HeaderValue::from(meant));
     response
 }
 

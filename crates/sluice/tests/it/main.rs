@@ -38,6 +38,7 @@ mod hot_reload;
 mod legacy_headers;
 mod metrics;
 mod nginx_auth_request;
+mod nginx_auth_tricks;
 mod nginx_perimeter;
 mod policy_features;
 mod proxy_forwarding;
