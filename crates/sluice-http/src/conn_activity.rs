@@ -12,6 +12,11 @@
 //!   `header_read_timeout` of its first byte (this is what closes a client
 //!   that sends one header byte every few seconds);
 //! - **busy**: a request is in flight, until its response body is sent.
+//!   A response whose last frame was handed to the connection and not
+//!   taken back for `send_timeout` is a reader that does not read (its
+//!   socket buffer full, or, on HTTP/2, no flow-control window granted):
+//!   the connection is closed, as nginx's `send_timeout` does. Waiting on
+//!   the upstream for the next frame is not a stall.
 //!
 //! The socket wrapper ([`WatchedIo`]) notes the first byte after idle; the
 //! request guard ([`InFlight`]) notes when requests start and end. On an
@@ -46,6 +51,13 @@ pub struct Activity {
     /// start no request head: once it has served a request, only the idle
     /// timeout applies.
     http2: AtomicBool,
+    /// The requests whose response handed the connection a frame that it
+    /// has not sent yet (it has not asked for the next one): request id,
+    /// and milliseconds from `start` to the hand-over. At most one entry
+    /// per request in flight.
+    sending: parking_lot::Mutex<Vec<(u64, u64)>>,
+    /// The next request's id.
+    next_id: AtomicU64,
 }
 
 /// Why the watchdog closes a connection.
@@ -55,6 +67,9 @@ pub enum Expired {
     Header,
     /// No request for `idle_timeout`.
     Idle,
+    /// A response frame not taken for `send_timeout`: a reader that does
+    /// not read.
+    Send,
 }
 
 impl Activity {
@@ -68,6 +83,8 @@ impl Activity {
             reading: AtomicBool::new(false),
             reading_since: AtomicU64::new(0),
             http2: AtomicBool::new(false),
+            sending: parking_lot::Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(0),
         })
     }
 
@@ -100,14 +117,22 @@ impl Activity {
         self.reading.store(false, Ordering::Relaxed);
         InFlight {
             activity: self.clone(),
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
         }
     }
 
     /// When the connection expires if nothing happens before, and why;
-    /// `None` while a request is in flight.
-    pub fn deadline(&self, header_read: Duration, idle: Duration) -> Option<(Instant, Expired)> {
+    /// while a request is in flight, only a response frame not taken for
+    /// `send` makes it expire.
+    pub fn deadline(
+        &self,
+        header_read: Duration,
+        idle: Duration,
+        send: Duration,
+    ) -> Option<(Instant, Expired)> {
         if self.in_flight.load(Ordering::Relaxed) > 0 {
-            return None;
+            let oldest = self.sending.lock().iter().map(|&(_, since)| since).min()?;
+            return Some((self.at(oldest) + send, Expired::Send));
         }
         if self.reading.load(Ordering::Relaxed) {
             let since = self.at(self.reading_since.load(Ordering::Relaxed));
@@ -127,10 +152,35 @@ impl Activity {
 #[derive(Debug)]
 pub struct InFlight {
     activity: Arc<Activity>,
+    id: u64,
+}
+
+impl InFlight {
+    /// Notes that the response handed the connection a frame: until the
+    /// connection asks for the next ([`taken`](Self::taken)), the frame
+    /// waits on the client.
+    pub fn handed(&self) {
+        let a = &self.activity;
+        let now = a.now_ms();
+        let mut sending = a.sending.lock();
+        if !sending.iter().any(|&(id, _)| id == self.id) {
+            sending.push((self.id, now));
+        }
+    }
+
+    /// Notes that the connection asked for the response's next frame: the
+    /// last one has been taken.
+    pub fn taken(&self) {
+        self.activity
+            .sending
+            .lock()
+            .retain(|&(id, _)| id != self.id);
+    }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        self.taken();
         let a = &self.activity;
         a.served.fetch_add(1, Ordering::Relaxed);
         a.idle_since.store(a.now_ms(), Ordering::Relaxed);

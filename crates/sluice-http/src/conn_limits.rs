@@ -38,6 +38,8 @@ pub struct ConnLimits {
     pub closed_slow_head: AtomicU64,
     /// Connections closed for sitting idle too long.
     pub closed_idle: AtomicU64,
+    /// Connections closed for a response the client did not read.
+    pub closed_slow_send: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +67,7 @@ impl ConnLimits {
             refused_per_client: AtomicU64::new(0),
             closed_slow_head: AtomicU64::new(0),
             closed_idle: AtomicU64::new(0),
+            closed_slow_send: AtomicU64::new(0),
         })
     }
 

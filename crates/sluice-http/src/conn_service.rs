@@ -23,7 +23,7 @@ use pin_project_lite::pin_project;
 
 use crate::body_deadline::{Deadline, Overdue, timed_out};
 use crate::conn_activity::{Activity, InFlight};
-use crate::guarded_body::Guarded;
+use crate::sending_body::SendingBody;
 
 /// The router, for one connection.
 #[derive(Clone)]
@@ -53,7 +53,7 @@ impl ConnService {
 }
 
 impl hyper::service::Service<Request<Incoming>> for ConnService {
-    type Response = Response<GuardedBody>;
+    type Response = Response<SendingBody>;
     type Error = Infallible;
     type Future = ConnFuture;
 
@@ -83,10 +83,6 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     }
 }
 
-/// A response body that keeps its request in flight until it is sent or
-/// dropped.
-pub type GuardedBody = Guarded<Body, Option<InFlight>>;
-
 pin_project! {
     /// The router's response future; its body takes the request's guard.
     pub struct ConnFuture {
@@ -100,7 +96,7 @@ pin_project! {
 }
 
 impl Future for ConnFuture {
-    type Output = Result<Response<GuardedBody>, Infallible>;
+    type Output = Result<Response<SendingBody>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -110,6 +106,6 @@ impl Future for ConnFuture {
             response = timed_out(*this.http1);
         }
         let guard = this.guard.take();
-        Poll::Ready(Ok(response.map(|body| Guarded::new(body, guard))))
+        Poll::Ready(Ok(response.map(|body| SendingBody::new(body, guard))))
     }
 }

@@ -42,6 +42,7 @@ pub mod proxy_protocol;
 pub mod proxy_protocol_io;
 pub mod rejection_log;
 pub mod reload;
+pub mod sending_body;
 pub mod server;
 pub mod status_page;
 pub mod top_keys;

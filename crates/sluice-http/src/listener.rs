@@ -218,6 +218,7 @@ struct Timeouts {
     header_read: Duration,
     idle: Duration,
     body: Duration,
+    send: Duration,
 }
 
 impl Timeouts {
@@ -226,6 +227,7 @@ impl Timeouts {
             header_read: settings.header_read_timeout,
             idle: settings.idle_timeout,
             body: settings.body_timeout,
+            send: settings.send_timeout,
         }
     }
 }
@@ -294,15 +296,16 @@ impl Connection {
             header_read,
             idle,
             body,
+            send,
         } = self.timeouts;
         let service = ConnService::new(self.router.clone(), peer, activity.clone(), body);
         let conn = self.builder.serve_connection(io, service);
         tokio::pin!(conn);
         // Checked again this often while a request is in flight.
-        let busy_recheck = header_read.min(idle);
+        let busy_recheck = header_read.min(idle).min(send);
         let mut stopping = false;
         loop {
-            let (wake, expires) = match activity.deadline(header_read, idle) {
+            let (wake, expires) = match activity.deadline(header_read, idle, send) {
                 Some((at, why)) => (at, Some(why)),
                 None => (tokio::time::Instant::now() + busy_recheck, None),
             };
@@ -310,7 +313,7 @@ impl Connection {
                 _ = conn.as_mut() => return,
                 () = tokio::time::sleep_until(wake) => {
                     // Expired only if nothing changed while it slept.
-                    if let (Some(why), Some((at, again))) = (expires, activity.deadline(header_read, idle))
+                    if let (Some(why), Some((at, again))) = (expires, activity.deadline(header_read, idle, send))
                         && again == why
                         && at <= tokio::time::Instant::now()
                     {
@@ -318,6 +321,7 @@ impl Connection {
                         let counter = match why {
                             Expired::Header => &self.limits.closed_slow_head,
                             Expired::Idle => &self.limits.closed_idle,
+                            Expired::Send => &self.limits.closed_slow_send,
                         };
                         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return;

@@ -18,6 +18,9 @@ pub struct ConnectionSettings {
     pub header_read_timeout: Duration,
     /// How long a connection may sit idle between requests.
     pub idle_timeout: Duration,
+    /// The longest a response frame may wait on the client to be taken (a
+    /// reader that does not read): then the connection is closed.
+    pub send_timeout: Duration,
     /// How often HTTP/2 connections are pinged; `None`: never.
     pub http2_keepalive_interval: Option<Duration>,
     /// How long a ping's answer may take.
@@ -65,6 +68,7 @@ impl Default for ServerSettings {
         let data = ConnectionSettings {
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
+            send_timeout: Duration::from_secs(60),
             http2_keepalive_interval: Some(Duration::from_secs(20)),
             http2_keepalive_timeout: Duration::from_secs(20),
             max_connections: 10_000,
@@ -212,6 +216,13 @@ fn connection_timeouts(
             &server.idle_timeout,
             "idle_timeout",
             defaults.idle_timeout,
+            Zero::Refused,
+        )?,
+        send_timeout: duration(
+            source,
+            &server.send_timeout,
+            "send_timeout",
+            defaults.send_timeout,
             Zero::Refused,
         )?,
         http2_keepalive_interval: (!interval.is_zero()).then_some(interval),

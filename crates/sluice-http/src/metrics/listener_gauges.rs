@@ -27,7 +27,7 @@ pub(super) fn encode_listeners(
         "Connections refused at accept, by listener and cap",
         listeners,
         |l| {
-            [
+            vec![
                 ("full", load(&l.refused_full)),
                 ("per_client", load(&l.refused_per_client)),
             ]
@@ -39,9 +39,10 @@ pub(super) fn encode_listeners(
         "Connections closed by a timeout, by listener and reason",
         listeners,
         |l| {
-            [
+            vec![
                 ("slow_head", load(&l.closed_slow_head)),
                 ("idle", load(&l.closed_idle)),
+                ("slow_send", load(&l.closed_slow_send)),
             ]
         },
     )
@@ -78,11 +79,11 @@ fn encode_by_reason(
     metric: &str,
     help: &str,
     listeners: &[(&'static str, Arc<ConnLimits>)],
-    counts: impl Fn(&ConnLimits) -> [(&'static str, u64); 2],
+    counts: impl Fn(&ConnLimits) -> Vec<(&'static str, u64)>,
 ) -> Result<(), std::fmt::Error> {
     let rows: Vec<(&str, &str, u64)> = listeners
         .iter()
-        .flat_map(|(name, l)| counts(l).map(|(reason, n)| (*name, reason, n)))
+        .flat_map(|(name, l)| counts(l).into_iter().map(|(reason, n)| (*name, reason, n)))
         .collect();
     let labels: Vec<[(&str, &str); 2]> = rows
         .iter()

@@ -18,6 +18,9 @@ pub struct ServerConfig {
     pub header_read_timeout: Option<Spanned<String>>,
     /// How long a keep-alive connection may sit idle between requests.
     pub idle_timeout: Option<Spanned<String>>,
+    /// The longest a response may wait on a client that does not read it
+    /// (on both listeners); then the connection is closed.
+    pub send_timeout: Option<Spanned<String>>,
     /// How often an HTTP/2 connection is pinged to check the peer is alive
     /// (`"0s"`: never).
     pub http2_keepalive_interval: Option<Spanned<String>>,
