@@ -2,7 +2,8 @@
 //! Sentinels (quorum 2), all on loopback ports, all killed on drop.
 //!
 //! The Sentinels run `redis-server <conf> --sentinel` (what the
-//! `redis-sentinel` command is) with `down-after-milliseconds` 500 and
+//! `redis-sentinel` command is) with `down-after-milliseconds` 500 (unless
+//! [`SentinelSetup::start_with_down_after`] says otherwise) and
 //! `failover-timeout` 3000, so a killed master is replaced within seconds.
 
 use std::path::PathBuf;
@@ -11,6 +12,9 @@ use std::time::Duration;
 
 use crate::redis_server::{RedisServer, free_port};
 use crate::resp::{self, Reply};
+
+/// The Sentinels' `down-after-milliseconds` unless told otherwise.
+const DOWN_AFTER: Duration = Duration::from_millis(500);
 
 /// How long the deployment may take to settle (replica in sync, Sentinels
 /// aware of each other). Sentinels learn of the replica from the master's INFO (every 10 s) and
@@ -26,7 +30,7 @@ pub struct RedisSentinel {
 }
 
 impl RedisSentinel {
-    fn start(dir: &std::path::Path, name: &str, master_port: u16) -> Self {
+    fn start(dir: &std::path::Path, name: &str, master_port: u16, down_after: Duration) -> Self {
         let port = free_port();
         let conf = dir.join(format!("sentinel-{port}.conf"));
         let text = format!(
@@ -34,10 +38,11 @@ impl RedisSentinel {
              bind 127.0.0.1\n\
              dir {dir}\n\
              sentinel monitor {name} 127.0.0.1 {master_port} 2\n\
-             sentinel down-after-milliseconds {name} 500\n\
+             sentinel down-after-milliseconds {name} {down_after}\n\
              sentinel failover-timeout {name} 3000\n\
              sentinel parallel-syncs {name} 1\n",
-            dir = dir.display()
+            dir = dir.display(),
+            down_after = down_after.as_millis()
         );
         std::fs::write(&conf, text).unwrap_or_else(|e| panic!("{}: {e}", conf.display()));
         let child = Command::new("redis-server")
@@ -91,6 +96,13 @@ impl SentinelSetup {
     /// the replica is in sync and every Sentinel knows the replica and the
     /// other two Sentinels (needed to agree on a failover).
     pub fn start(name: &str) -> Self {
+        Self::start_with_down_after(name, DOWN_AFTER)
+    }
+
+    /// Like [`Self::start`], with the Sentinels' `down-after-milliseconds`
+    /// at `down_after`: how long the master may fail to answer before a
+    /// failover (a longer one lets a test block the master without one).
+    pub fn start_with_down_after(name: &str, down_after: Duration) -> Self {
         let master = RedisServer::start();
         let mport = master.port().to_string();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &mport]);
@@ -101,7 +113,7 @@ impl SentinelSetup {
         ));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let sentinels = (0..3)
-            .map(|_| RedisSentinel::start(&dir, name, master.port()))
+            .map(|_| RedisSentinel::start(&dir, name, master.port(), down_after))
             .collect();
         let setup = Self {
             sentinels,
@@ -161,6 +173,18 @@ impl SentinelSetup {
     /// replica after `down-after-milliseconds` and an election.
     pub fn kill_master(&mut self) {
         self.master.kill();
+    }
+
+    /// Kills the initial replica (SIGKILL): with it dead, a failover has
+    /// no replica to promote.
+    pub fn kill_replica(&mut self) {
+        self.replica.kill();
+    }
+
+    /// Starts the initial master again on its port, empty (after
+    /// [`Self::kill_master`]).
+    pub fn restart_master(&mut self) {
+        self.master.restart();
     }
 
     /// Asks a Sentinel for a failover now (`SENTINEL FAILOVER`), without
