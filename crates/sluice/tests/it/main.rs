@@ -33,6 +33,7 @@ mod envoy_tls;
 mod envoy_xds;
 mod faults_cluster;
 mod faults_network;
+mod faults_topologies;
 mod graceful_shutdown;
 mod hot_reload;
 mod legacy_headers;
