@@ -49,6 +49,27 @@ fn start(certs: &Certs, url: &str, trust: bool) -> Sluice {
     )
 }
 
+/// Polls with fresh keys until Redis decides (a reply without
+/// `Sluice-Fallback`), over TLS; panics after 20 s (a hang guard).
+async fn until_redis_decides(sluice: &Sluice) {
+    let client = client();
+    let started = Instant::now();
+    for n in 0.. {
+        let key = format!("probe-{n}");
+        let r = send(client.get(sluice.url("/")).header("X-Api-Key", key)).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        if !r.has("sluice-fallback") {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "Redis never decided over TLS; log:\n{}",
+            sluice.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn rediss_with_a_private_ca() {
     if !require_redis() {
@@ -65,19 +86,7 @@ async fn rediss_with_a_private_ca() {
 
     // With the CA: Redis decides, over TLS.
     let trusted = start(&certs, &url, true);
-    let started = Instant::now();
-    loop {
-        let r = send(client.get(trusted.url("/")).header("X-Api-Key", "k")).await;
-        assert_eq!(r.status, 200);
-        if !r.has("sluice-fallback") {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "Redis never decided over TLS"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_redis_decides(&trusted).await;
     let keys = redis.command(&["KEYS", "sluice:*"]).unwrap();
     assert!(keys.contains("sluice:{"), "the decision was stored: {keys}");
 
@@ -95,7 +104,9 @@ async fn rediss_with_a_private_ca() {
 /// request, and the status page says the breaker is open. The log names
 /// the certificate's fault (`reason`, rustls's words), once per place that
 /// logs it, not per retry; nothing panics; Redis ran no command but the
-/// test's own `PING`s: no TLS session was ever set up.
+/// test's own `PING`s: no TLS session was ever set up. Then Redis is given
+/// a good certificate (`CONFIG SET tls-cert-file`): a later try in the
+/// background takes it up, and Redis decides.
 async fn a_bad_certificate_is_refused(label: &str, make: impl FnOnce(&Certs), reason: &str) {
     if !require_redis() {
         return;
@@ -137,6 +148,13 @@ async fn a_bad_certificate_is_refused(label: &str, make: impl FnOnce(&Certs), re
         .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_ping:"))
         .collect();
     assert!(run.is_empty(), "{label}: Redis ran commands: {run:?}");
+
+    certs.signed("good", "ca", true);
+    let (crt, key) = (certs.path("good.crt"), certs.path("good.key"));
+    let (crt, key) = (crt.display().to_string(), key.display().to_string());
+    let set = ["CONFIG", "SET", "tls-cert-file", &crt, "tls-key-file", &key];
+    assert!(redis.command(&set).unwrap().starts_with("+OK"));
+    until_redis_decides(&sluice).await;
 }
 
 #[tokio::test]
