@@ -77,19 +77,6 @@ fn run_briefly(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
     }
 }
 
-/// Waits until the log holds `text`.
-async fn log_says(s: &Sluice, text: &str) {
-    let deadline = Instant::now() + GUARD;
-    while !s.log().contains(text) {
-        assert!(
-            Instant::now() < deadline,
-            "never logged {text:?}; log:\n{}",
-            s.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// A config named through a link to a FIFO (no writer) or to `/dev/zero` is
 /// refused at once. Before, opening the FIFO waited forever, and reading
 /// `/dev/zero` grew memory without end.
@@ -127,7 +114,7 @@ async fn a_reload_through_a_link_to_a_fifo_fails_and_the_config_stays() {
     std::os::unix::fs::symlink(&fifo, &tmp_link).unwrap();
     std::fs::rename(&tmp_link, &link).unwrap();
     s.signal("HUP");
-    log_says(&s, "config reload failed").await;
+    s.log_says("config reload failed").await;
     assert!(s.log().contains("a FIFO"), "{}", s.log());
     let r = send(client().get(s.url("/")).header("X-Api-Key", "alice")).await;
     assert_eq!(r.status, 200);
@@ -208,16 +195,16 @@ async fn an_emptied_or_gutted_keys_file_is_refused_and_plans_stay() {
     assert!(is_pro(&s, "k1").await);
     std::fs::write(&keys, "").unwrap();
     s.signal("HUP");
-    log_says(&s, "has no entries").await;
+    s.log_says("has no entries").await;
     assert!(is_pro(&s, "k1").await, "k1 lost its plan:\n{}", s.log());
     std::fs::write(&keys, "k1,pro\n").unwrap();
     s.signal("HUP");
-    log_says(&s, "lost 2 of the 3").await;
+    s.log_says("lost 2 of the 3").await;
     assert!(is_pro(&s, "k2").await, "k2 lost its plan:\n{}", s.log());
     // A change that keeps most keys applies.
     std::fs::write(&keys, "k1,pro\nk2,pro\nk4,pro\n").unwrap();
     s.signal("HUP");
-    log_says(&s, "config reloaded").await;
+    s.log_says("config reloaded").await;
     assert!(is_pro(&s, "k4").await);
     let _ = std::fs::remove_file(&keys);
 }

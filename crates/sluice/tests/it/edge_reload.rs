@@ -9,19 +9,6 @@ use std::time::{Duration, Instant};
 
 use common::{Sluice, client, example, raw_get, send};
 
-/// Waits until the log holds `text` (a guard of 20 s, not a timing claim).
-async fn log_says(s: &Sluice, text: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !s.log().contains(text) {
-        assert!(
-            Instant::now() < deadline,
-            "never logged {text:?}; log:\n{}",
-            s.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// `/export` still has its limit of two, and a request without a key is
 /// still refused: the quick start is still in force.
 async fn quickstart_still_serves(s: &Sluice, key: &str) {
@@ -39,7 +26,7 @@ async fn an_emptied_config_keeps_the_old_one_serving() {
     let s = Sluice::start_with("reload-empty", &example("quickstart.toml"));
     // `: > quickstart.toml`
     std::fs::File::create(s.config_path()).unwrap();
-    log_says(&s, "no_limits").await;
+    s.log_says("no_limits").await;
     quickstart_still_serves(&s, "emptied").await;
     // Said explicitly, no limits is allowed.
     std::fs::write(s.config_path(), "no_limits = true\n").unwrap();
@@ -60,7 +47,7 @@ async fn a_truncated_config_keeps_the_old_one_serving() {
         .expect("the export limit");
     std::fs::write(s.config_path(), &text[..cut + 8]).unwrap();
     s.signal("HUP");
-    log_says(&s, "config reload failed").await;
+    s.log_says("config reload failed").await;
     quickstart_still_serves(&s, "truncated").await;
 }
 
@@ -129,7 +116,7 @@ async fn a_reload_that_removes_limits_names_them_and_counts_them() {
         .replace("demo-pro-key = \"pro\"\n", "");
     std::fs::write(s.config_path(), without).unwrap();
     s.signal("HUP");
-    log_says(&s, "removes limits").await;
+    s.log_says("removes limits").await;
     let log = s.log();
     let line = log.lines().find(|l| l.contains("removes limits")).unwrap();
     assert!(line.contains("WARN"), "{line}");

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::nginx::{Nginx, binary};
-use common::{Sluice, Upstream, UpstreamReply, client, send, sf_item, unused_port};
+use common::{Sluice, Upstream, UpstreamReply, client, send, sf_item};
 use std::time::Duration;
 
 const CONFIG: &str = r#"
@@ -30,22 +30,7 @@ fn setup() -> Option<(Sluice, Upstream, Nginx)> {
         status: 200,
         delay: Duration::ZERO,
     });
-    let control = sluice
-        .control_url("")
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    let port = unused_port();
-    let nginx = Nginx::start(
-        &nginx,
-        "auth_request.conf",
-        port,
-        &[
-            ("127.0.0.1:8088", format!("127.0.0.1:{port}")),
-            ("127.0.0.1:8000", upstream.addr.to_string()),
-            ("127.0.0.1:9090", control),
-        ],
-    );
+    let nginx = Nginx::auth_request(&nginx, &sluice, &upstream);
     Some((sluice, upstream, nginx))
 }
 

@@ -8,7 +8,7 @@
 use crate::common;
 
 use common::nginx::{Nginx, binary};
-use common::{RawReply, Sluice, Upstream, UpstreamReply, raw_http, unused_port};
+use common::{Sluice, Upstream, UpstreamReply, raw_http};
 use std::time::Duration;
 
 /// Behind nginx on loopback; `extra` goes into `[client]`. Keys have a
@@ -63,59 +63,12 @@ fn setup(label: &str, extra: &str) -> Option<Edge> {
         status: 200,
         delay: Duration::ZERO,
     });
-    let control = sluice
-        .control_url("")
-        .trim_start_matches("http://")
-        .to_owned();
-    let port = unused_port();
-    let nginx = Nginx::start(
-        &nginx,
-        "auth_request.conf",
-        port,
-        &[
-            ("127.0.0.1:8088", format!("127.0.0.1:{port}")),
-            ("127.0.0.1:8000", upstream.addr.to_string()),
-            ("127.0.0.1:9090", control),
-        ],
-    );
+    let nginx = Nginx::auth_request(&nginx, &sluice, &upstream);
     Some(Edge {
         _sluice: sluice,
         upstream,
         nginx,
     })
-}
-
-impl Edge {
-    /// `line` (method and target), then `fields` as written, then
-    /// `Host: sluice.test` unless `fields` has a Host, on a connection of
-    /// its own; nginx's answer. Never a 500.
-    async fn send(&self, line: &str, fields: &[&str]) -> RawReply {
-        let mut head = format!("{line} HTTP/1.1\r\n");
-        if !fields
-            .iter()
-            .any(|f| f.to_ascii_lowercase().starts_with("host:"))
-        {
-            head.push_str("Host: sluice.test\r\n");
-        }
-        for f in fields {
-            head.push_str(f);
-            head.push_str("\r\n");
-        }
-        head.push_str("Connection: close\r\n\r\n");
-        let addr = format!("127.0.0.1:{}", self.nginx.port).parse().unwrap();
-        let r = raw_http(addr, &head).await;
-        assert!(
-            r.status != 0 && r.status < 500,
-            "{head:?}: {}\nnginx: {}",
-            r.text,
-            self.nginx.error_log()
-        );
-        r
-    }
-
-    async fn status(&self, line: &str, fields: &[&str]) -> u16 {
-        self.send(line, fields).await.status
-    }
 }
 
 #[tokio::test]
@@ -126,7 +79,7 @@ async fn path_spellings_are_counted_as_their_canonical_path_or_refused() {
     let key = ["X-Api-Key: paths"];
     // The export limit (2) is spent by two spellings of /export/1...
     for path in ["/export/1", "//export/./1"] {
-        assert_eq!(edge.status(&format!("GET {path}"), &key).await, 200);
+        assert_eq!(edge.nginx.status(&format!("GET {path}"), &key).await, 200);
     }
     // ...and every other spelling of it is refused as /export/1 is.
     for path in [
@@ -137,7 +90,7 @@ async fn path_spellings_are_counted_as_their_canonical_path_or_refused() {
         "/export/%2e/1",
         "///export/1?q=%2F",
     ] {
-        let r = edge.send(&format!("GET {path}"), &key).await;
+        let r = edge.nginx.send(&format!("GET {path}"), &key).await;
         assert_eq!(r.status, 429, "{path}: {}", r.text);
         assert!(r.text.contains("\"export\""), "{path}: {}", r.text);
     }
@@ -154,13 +107,13 @@ async fn path_spellings_are_counted_as_their_canonical_path_or_refused() {
         "/export/%zz",
     ] {
         assert_eq!(
-            edge.status(&format!("GET {path}"), &key).await,
+            edge.nginx.status(&format!("GET {path}"), &key).await,
             400,
             "{path}"
         );
     }
     // Paths are case-sensitive: /EXPORT is another path (security.md).
-    let r = edge.send("GET /EXPORT/1", &key).await;
+    let r = edge.nginx.send("GET /EXPORT/1", &key).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(!r.text.contains("\"export\""), "{}", r.text);
     assert_eq!(edge.upstream.arrived(), 3);
@@ -172,7 +125,7 @@ async fn key_and_method_tricks_are_limited_or_refused() {
         return;
     };
     for _ in 0..2 {
-        let r = edge.send("GET /export/1", &["X-Api-Key: k"]).await;
+        let r = edge.nginx.send("GET /export/1", &["X-Api-Key: k"]).await;
         assert_eq!(r.status, 200, "{}", r.text);
     }
     let spent = edge.upstream.arrived();
@@ -187,7 +140,7 @@ async fn key_and_method_tricks_are_limited_or_refused() {
             &["X-Api-Key: k", "X-Original-Method: POST"],
         ),
     ] {
-        let r = edge.send(line, fields).await;
+        let r = edge.nginx.send(line, fields).await;
         assert_eq!(r.status, 429, "{line} {fields:?}: {}", r.text);
     }
     // Two different keys: which client it is would depend on which one is
@@ -197,7 +150,7 @@ async fn key_and_method_tricks_are_limited_or_refused() {
         &["X-Api-Key: other, k"],
         &["X-Api-Key: other", "X-Api-Key: k"],
     ] {
-        let r = edge.send("GET /export/1", fields).await;
+        let r = edge.nginx.send("GET /export/1", fields).await;
         assert_eq!(r.status, 400, "{fields:?}: {}", r.text);
         assert!(r.text.contains("application/problem+json"), "{}", r.text);
     }
@@ -211,7 +164,10 @@ async fn host_tricks_are_limited_as_the_host_or_refused() {
     };
     let key = "X-Api-Key: h";
     // The host limit (1) on a.test is spent...
-    assert_eq!(edge.status("GET /", &["Host: a.test", key]).await, 200);
+    assert_eq!(
+        edge.nginx.status("GET /", &["Host: a.test", key]).await,
+        200
+    );
     // ...whatever the case or port it is written with...
     for host in [
         "Host: a.test",
@@ -219,7 +175,7 @@ async fn host_tricks_are_limited_as_the_host_or_refused() {
         "Host: a.test:8088",
         "Host: a.test.",
     ] {
-        let r = edge.send("GET /", &[host, key]).await;
+        let r = edge.nginx.send("GET /", &[host, key]).await;
         assert_eq!(r.status, 429, "{host}: {}", r.text);
         assert!(r.text.contains("\"host-a\""), "{host}: {}", r.text);
     }
@@ -230,7 +186,7 @@ async fn host_tricks_are_limited_as_the_host_or_refused() {
         &["Host: b.test, a.test", key],
         &["Host: user@a.test", key],
     ] {
-        assert_eq!(edge.status("GET /", fields).await, 400, "{fields:?}");
+        assert_eq!(edge.nginx.status("GET /", fields).await, 400, "{fields:?}");
     }
     let nginx = format!("127.0.0.1:{}", edge.nginx.port).parse().unwrap();
     let r = raw_http(
@@ -242,7 +198,10 @@ async fn host_tricks_are_limited_as_the_host_or_refused() {
     // HTTP/1.0 may leave the host out; another host is not a.test.
     let r = raw_http(nginx, "GET / HTTP/1.0\r\nX-Api-Key: h\r\n\r\n").await;
     assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(edge.status("GET /", &["Host: b.test", key]).await, 200);
+    assert_eq!(
+        edge.nginx.status("GET /", &["Host: b.test", key]).await,
+        200
+    );
     assert_eq!(edge.upstream.arrived(), 3);
 }
 
@@ -260,7 +219,7 @@ async fn forged_addresses_gain_nothing(edge: &Edge) {
         let mine = &forged[..=i % 3];
         let mut fields: Vec<&str> = mine.iter().map(String::as_str).collect();
         fields.push(&key);
-        got.push(edge.status("GET /ip", &fields).await);
+        got.push(edge.nginx.status("GET /ip", &fields).await);
     }
     assert_eq!(got, [200, 200, 200, 429, 429, 429]);
     assert_eq!(edge.upstream.arrived(), 3);

@@ -6,7 +6,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::nginx::{Nginx, binary};
-use common::{Upstream, UpstreamReply, client, send, unused_port};
+use common::{Upstream, UpstreamReply, client, send};
 
 #[tokio::test]
 async fn the_edge_limits_a_key_and_refusals_never_reach_the_upstream() {
@@ -17,16 +17,7 @@ async fn the_edge_limits_a_key_and_refusals_never_reach_the_upstream() {
         status: 200,
         delay: Duration::ZERO,
     });
-    let port = unused_port();
-    let nginx = Nginx::start(
-        &nginx,
-        "perimeter.conf",
-        port,
-        &[
-            ("127.0.0.1:8089", format!("127.0.0.1:{port}")),
-            ("127.0.0.1:8000", upstream.addr.to_string()),
-        ],
-    );
+    let nginx = Nginx::perimeter(&nginx, &upstream, &[]);
     let c = client();
     let start = Instant::now();
     let mut admitted = 0;

@@ -12,7 +12,7 @@
 use crate::common;
 
 use common::nginx::{Nginx, binary};
-use common::{RawReply, Upstream, UpstreamReply, raw_http, unused_port};
+use common::{Upstream, UpstreamReply};
 use std::time::Duration;
 
 struct Edge {
@@ -26,14 +26,10 @@ fn setup() -> Option<Edge> {
         status: 200,
         delay: Duration::ZERO,
     });
-    let port = unused_port();
-    let nginx = Nginx::start(
+    let nginx = Nginx::perimeter(
         &nginx,
-        "perimeter.conf",
-        port,
+        &upstream,
         &[
-            ("127.0.0.1:8089", format!("127.0.0.1:{port}")),
-            ("127.0.0.1:8000", upstream.addr.to_string()),
             (
                 "zone=sluice_per_key:10m rate=20r/s",
                 "zone=sluice_per_key:10m rate=1r/m".to_owned(),
@@ -48,37 +44,6 @@ fn setup() -> Option<Edge> {
 }
 
 impl Edge {
-    /// `line` (method and target), `Host: sluice.test` unless `fields`
-    /// has a Host, then `fields` as written, on a connection of its own;
-    /// nginx's answer. Never a 5xx.
-    async fn send(&self, line: &str, fields: &[&str]) -> RawReply {
-        let mut head = format!("{line} HTTP/1.1\r\n");
-        if !fields
-            .iter()
-            .any(|f| f.to_ascii_lowercase().starts_with("host:"))
-        {
-            head.push_str("Host: sluice.test\r\n");
-        }
-        for f in fields {
-            head.push_str(f);
-            head.push_str("\r\n");
-        }
-        head.push_str("Connection: close\r\n\r\n");
-        let addr = format!("127.0.0.1:{}", self.nginx.port).parse().unwrap();
-        let r = raw_http(addr, &head).await;
-        assert!(
-            r.status != 0 && r.status < 500,
-            "{head:?}: {}\nnginx: {}",
-            r.text,
-            self.nginx.error_log()
-        );
-        r
-    }
-
-    async fn status(&self, line: &str, fields: &[&str]) -> u16 {
-        self.send(line, fields).await.status
-    }
-
     /// The `X-Api-Key` values of the last request the backend received.
     fn last_keys(&self) -> Vec<String> {
         let seen = self.upstream.recorded();
@@ -106,12 +71,12 @@ async fn every_spelling_of_a_path_is_counted() {
         "/EXPORT/1",
         "/x/../export/1",
     ] {
-        got.push(edge.status(&format!("GET {path}"), &key).await);
+        got.push(edge.nginx.status(&format!("GET {path}"), &key).await);
     }
     assert_eq!(got, [200, 200, 200, 429, 429, 429]);
     // nginx refuses the ones it cannot place.
     for path in ["/../export/1", "/%2e%2e/export/1", "/export/%zz"] {
-        assert_eq!(edge.status(&format!("GET {path}"), &key).await, 400);
+        assert_eq!(edge.nginx.status(&format!("GET {path}"), &key).await, 400);
     }
     assert_eq!(edge.upstream.arrived(), 3);
 }
@@ -122,7 +87,7 @@ async fn a_spent_key_gets_no_further_by_another_spelling() {
         return;
     };
     for _ in 0..3 {
-        assert_eq!(edge.status("GET /", &["X-Api-Key: k"]).await, 200);
+        assert_eq!(edge.nginx.status("GET /", &["X-Api-Key: k"]).await, 200);
     }
     assert_eq!(edge.last_keys(), ["k"]);
     let spent = edge.upstream.arrived();
@@ -135,24 +100,25 @@ async fn a_spent_key_gets_no_further_by_another_spelling() {
         ("GET /", &["X-Api-Key: k", "Connection: X-Api-Key"]),
         ("GET /", &["X-Api-Key: k", "X-Api-Key: other"]),
     ] {
-        let r = edge.send(line, fields).await;
+        let r = edge.nginx.send(line, fields).await;
         assert_eq!(r.status, 429, "{line} {fields:?}: {}", r.text);
     }
     // A list is no key: refused, not counted as a fresh one.
     for value in ["k, k", "k, other", "other, k", "k,"] {
         let field = format!("X-Api-Key: {value}");
-        let r = edge.send("GET /", &[&field]).await;
+        let r = edge.nginx.send("GET /", &[&field]).await;
         assert_eq!(r.status, 400, "{value}: {}", r.text);
         assert!(r.text.contains("application/problem+json"), "{}", r.text);
     }
     // Two hosts: nginx refuses them.
     let two_hosts = ["Host: a.test", "Host: b.test", "X-Api-Key: fresh"];
-    assert_eq!(edge.status("GET /", &two_hosts).await, 400);
+    assert_eq!(edge.nginx.status("GET /", &two_hosts).await, 400);
     assert_eq!(edge.upstream.arrived(), spent);
     // A fresh key first and k second: nginx counts the first line (before
     // 1.23) and the backend sees that one only, or (1.23 on) it reads the
     // lines as a list and refuses them.
     let r = edge
+        .nginx
         .send("GET /", &["X-Api-Key: other", "X-Api-Key: k"])
         .await;
     match r.status {
@@ -168,6 +134,7 @@ async fn the_backend_sees_only_the_address_nginx_wrote() {
         return;
     };
     let r = edge
+        .nginx
         .send(
             "GET /",
             &[

@@ -315,6 +315,20 @@ impl Sluice {
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
+
+    /// Waits until the log holds `text` (a guard of 20 s against hangs, not
+    /// a timing claim).
+    pub async fn log_says(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.log().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "never logged {text:?}; log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// An HTTP client for the tests: no proxies, a generous overall timeout.

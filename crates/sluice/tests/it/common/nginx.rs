@@ -2,6 +2,8 @@
 //! ports rewritten to ephemeral ones, in a private prefix directory.
 
 use std::path::PathBuf;
+
+use super::{RawReply, Sluice, Upstream, raw_http, unused_port};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -100,6 +102,74 @@ impl Nginx {
     /// The URL of `path` on nginx.
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// `deploy/nginx/auth_request.conf` in front of `upstream`, asking
+    /// `sluice`'s `/v1/auth`.
+    pub fn auth_request(binary: &PathBuf, sluice: &Sluice, upstream: &Upstream) -> Self {
+        let control = sluice
+            .control_url("")
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let port = unused_port();
+        Self::start(
+            binary,
+            "auth_request.conf",
+            port,
+            &[
+                ("127.0.0.1:8088", format!("127.0.0.1:{port}")),
+                ("127.0.0.1:8000", upstream.addr.to_string()),
+                ("127.0.0.1:9090", control),
+            ],
+        )
+    }
+
+    /// `deploy/nginx/perimeter.conf` in front of `upstream`, with `more`
+    /// replaced in it too.
+    pub fn perimeter(binary: &PathBuf, upstream: &Upstream, more: &[(&str, String)]) -> Self {
+        let port = unused_port();
+        let mut replace = vec![
+            ("127.0.0.1:8089", format!("127.0.0.1:{port}")),
+            ("127.0.0.1:8000", upstream.addr.to_string()),
+        ];
+        replace.extend(more.iter().cloned());
+        Self::start(binary, "perimeter.conf", port, &replace)
+    }
+
+    /// `line` (method and target), `Host: sluice.test` unless `fields` has
+    /// a Host, then `fields` as written, on a connection of its own:
+    /// nginx's answer, which must not be a 5xx (a client could cause it at
+    /// will).
+    pub async fn send(&self, line: &str, fields: &[&str]) -> RawReply {
+        let mut head = format!("{line} HTTP/1.1\r\n");
+        if !fields
+            .iter()
+            .any(|f| f.to_ascii_lowercase().starts_with("host:"))
+        {
+            head.push_str("Host: sluice.test\r\n");
+        }
+        for f in fields {
+            head.push_str(f);
+            head.push_str("\r\n");
+        }
+        head.push_str("Connection: close\r\n\r\n");
+        let addr = format!("127.0.0.1:{}", self.port)
+            .parse()
+            .expect("an address");
+        let r = raw_http(addr, &head).await;
+        assert!(
+            r.status != 0 && r.status < 500,
+            "{head:?}: {}\nnginx: {}",
+            r.text,
+            self.error_log()
+        );
+        r
+    }
+
+    /// [`send`](Self::send)'s status.
+    pub async fn status(&self, line: &str, fields: &[&str]) -> u16 {
+        self.send(line, fields).await.status
     }
 }
 
