@@ -29,6 +29,7 @@ pub mod conn_limits;
 pub mod conn_service;
 pub mod control;
 pub mod data_plane;
+pub mod forwarding_fields;
 pub mod guarded_body;
 pub use sluice_headers as headers;
 pub mod layer;

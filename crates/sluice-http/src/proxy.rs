@@ -1,8 +1,9 @@
 //! The reverse proxy to the upstream.
 //!
 //! An admitted request is forwarded with its method, (canonical) path,
-//! query, headers (less hop-by-hop ones) and body, streamed; the upstream's
-//! answer streams back. What can go wrong, and what the client gets (see
+//! query, headers (less hop-by-hop ones, and with the forwarding fields
+//! Sluice writes: see [`forwarding_fields`](crate::forwarding_fields)) and
+//! body, streamed; the upstream's answer streams back. What can go wrong, and what the client gets (see
 //! [`ProxyError`]):
 //!
 //! - the upstream refuses the connection, or fails mid-request: 502;
@@ -59,6 +60,17 @@ pub struct Proxy {
     upstream: Uri,
     settings: UpstreamSettings,
     in_flight: Arc<Semaphore>,
+    trusts: Trusts,
+}
+
+/// Whether a peer is a trusted proxy (read from the policy in force).
+#[derive(Clone)]
+pub struct Trusts(pub Arc<dyn Fn(std::net::IpAddr) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Trusts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Trusts(..)")
+    }
 }
 
 const HOP_BY_HOP: [&str; 8] = [
@@ -106,7 +118,15 @@ impl Proxy {
             upstream,
             settings,
             in_flight: Arc::new(Semaphore::new(settings.max_in_flight)),
+            trusts: Trusts(Arc::new(|_| false)),
         }
+    }
+
+    /// Tells trusted proxies apart by `trusts`: their forwarding fields are
+    /// kept and extended; every other peer's are replaced.
+    pub fn with_trusts(mut self, trusts: Trusts) -> Self {
+        self.trusts = trusts;
+        self
     }
 
     fn target(&self, uri: &Uri) -> Result<Uri, http::Error> {
@@ -129,6 +149,13 @@ impl Proxy {
         parts.uri = self.target(&parts.uri)?;
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
+        if let Some(axum::extract::ConnectInfo(peer)) = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        {
+            let peer = peer.ip();
+            crate::forwarding_fields::write(&mut parts.headers, peer, (self.trusts.0)(peer));
+        }
         let body_failed = Arc::new(AtomicBool::new(false));
         let body = Body::new(Watched {
             body,

@@ -158,7 +158,12 @@ impl Servers {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let (tx, rx) = watch::channel(false);
-        let proxy = self.upstream.map(|u| Proxy::new(u, self.settings.upstream));
+        let engine = self.engine.clone();
+        let proxy = self.upstream.map(|u| {
+            Proxy::new(u, self.settings.upstream).with_trusts(crate::proxy::Trusts(Arc::new(
+                move |ip| engine.policy().trusts(ip),
+            )))
+        });
         let metrics = self
             .metrics
             .unwrap_or_else(|| Arc::new(Metrics::new(&self.engine, None)));

@@ -15,6 +15,14 @@ pub struct Matcher {
     header: Option<HeaderCondition>,
 }
 
+/// Header fields by which a client asks a framework to treat a request as
+/// another method.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
 /// A path glob: `*` is one whole segment (or, inside a segment, any run of
 /// characters but `/`), `**` any number of segments, zero included.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +114,28 @@ impl Matcher {
         self.host.is_some()
     }
 
+    /// Whether a request is one of the methods: by its own method, or by a
+    /// method-override field (`X-HTTP-Method-Override` and its kin, which
+    /// many frameworks obey), so that `POST` with `X-HTTP-Method-Override:
+    /// DELETE` meets a limit on `DELETE`. A limit on `GET` is a limit on
+    /// `HEAD` too: a server answers `HEAD` with its `GET` handler.
+    fn meets_method(&self, method: &Method, headers: &HeaderMap) -> bool {
+        let listed = |m: &Method| {
+            self.methods.contains(m) || (*m == Method::HEAD && self.methods.contains(&Method::GET))
+        };
+        listed(method)
+            || METHOD_OVERRIDES.iter().any(|name| {
+                headers.get_all(*name).iter().any(|v| {
+                    v.as_bytes()
+                        .split(|&b| b == b',')
+                        .filter_map(|m| {
+                            Method::from_bytes(m.trim_ascii().to_ascii_uppercase().as_slice()).ok()
+                        })
+                        .any(|m| listed(&m))
+                })
+            })
+    }
+
     /// Whether a request with this method and path matches, ignoring host
     /// and header conditions (which then do not hold: a matcher with a host
     /// or header condition never matches here).
@@ -115,12 +145,7 @@ impl Matcher {
 
     /// Whether a request matches every condition.
     pub fn matches_request(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
-        // A limit on GET is a limit on HEAD too: a server answers HEAD with
-        // its GET handler, less the body.
-        let method_ok = self.methods.is_empty()
-            || self.methods.contains(method)
-            || (method == Method::HEAD && self.methods.contains(&Method::GET));
-        if !method_ok {
+        if !self.methods.is_empty() && !self.meets_method(method, headers) {
             return false;
         }
         if let Some(prefix) = &self.path_prefix {
@@ -372,6 +397,25 @@ mod tests {
             })
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_method_override_field_meets_the_methods() {
+        let m = Matcher::compile(&MatchConfig {
+            methods: vec!["DELETE".into(), "GET".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        let post = Method::POST;
+        let mut h = HeaderMap::new();
+        assert!(!m.matches_request(&post, "/", &h));
+        h.insert("x-http-method-override", HeaderValue::from_static("delete"));
+        assert!(m.matches_request(&post, "/", &h));
+        h.insert("x-http-method-override", HeaderValue::from_static("HEAD"));
+        assert!(m.matches_request(&post, "/", &h), "HEAD meets GET");
+        h.insert("x-http-method-override", HeaderValue::from_static("PUT"));
+        assert!(!m.matches_request(&post, "/", &h));
+        assert!(m.matches_request(&Method::HEAD, "/", &HeaderMap::new()));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Fields a limit reads that a client could give ambiguously, against the
 //! real binary: `Host` twice, missing or with userinfo; a target that names
-//! another host; `HEAD` past a limit on `GET`; a key header with a list of
-//! values on one line; a key header that `Connection` marks hop-by-hop.
+//! another host; `HEAD` past a limit on `GET`, or `POST` past a limit on
+//! `DELETE` by a method-override field; a key header with a list of values
+//! on one line; a key header that `Connection` marks hop-by-hop; and the
+//! forwarding fields a client writes for the upstream to believe.
 
 use crate::common;
 
@@ -130,4 +132,63 @@ async fn a_key_the_connection_field_drops_is_not_counted() {
     let got = upstream.recorded();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].headers.get("x-api-key").unwrap(), "alice");
+}
+
+/// `POST` with `X-HTTP-Method-Override: DELETE` is served as `DELETE` by
+/// many frameworks: it meets a limit on `DELETE`. Before, it passed.
+#[tokio::test]
+async fn a_method_override_meets_the_limit_on_its_method() {
+    let s = Sluice::start_with(
+        "method-override",
+        "[[limits]]\nname = \"delete\"\nkey = \"ip\"\nmatch = { methods = [\"DELETE\"] }\nrate = \"1/min\"\nburst = 1\n",
+    );
+    let post = |field: &str| {
+        format!("POST /item HTTP/1.1\r\nHost: d.test\r\nContent-Length: 0\r\n{field}\r\n")
+    };
+    assert_eq!(
+        status(&s, "DELETE /item HTTP/1.1\r\nHost: d.test\r\n").await,
+        200
+    );
+    for field in [
+        "X-HTTP-Method-Override: DELETE",
+        "X-HTTP-Method: delete",
+        "X-Method-Override: PATCH, DELETE",
+    ] {
+        assert_eq!(status(&s, &post(field)).await, 429, "{field}");
+    }
+    assert_eq!(status(&s, &post("X-HTTP-Method-Override: PUT")).await, 200);
+}
+
+/// The upstream must not believe a client's own forwarding fields: from a
+/// peer that is not a trusted proxy they are replaced by Sluice's (its
+/// `X-Forwarded-For` is the peer), and a trusted proxy's chain is extended.
+/// Before, they went through as the client wrote them.
+#[tokio::test]
+async fn the_upstream_gets_the_forwarding_fields_sluice_writes() {
+    let upstream = Upstream::start(UpstreamReply {
+        status: 200,
+        delay: Duration::ZERO,
+    });
+    let forged = "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Host: admin.test\r\n\
+                  X-Original-URL: /admin/export\r\nX-Real-IP: 6.6.6.6\r\n";
+    let s = Sluice::start_with("fwd-fields", &proxy_config(&upstream.url()));
+    let head = format!("GET / HTTP/1.1\r\nHost: q.test\r\nX-Api-Key: alice\r\n{forged}");
+    assert_eq!(status(&s, &head).await, 200);
+    let got = &upstream.recorded()[0].headers;
+    assert_eq!(got["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(got["x-forwarded-host"], "q.test");
+    assert_eq!(got["x-forwarded-proto"], "http");
+    assert!(!got.contains_key("x-original-url") && !got.contains_key("x-real-ip"));
+    drop(s);
+    let trusting = common::replace_once(
+        &proxy_config(&upstream.url()),
+        "[client]\n",
+        "[client]\ntrusted_proxies = [\"127.0.0.0/8\"]\n",
+    );
+    let s = Sluice::start_with("fwd-fields-trusted", &trusting);
+    let head =
+        "GET / HTTP/1.1\r\nHost: q.test\r\nX-Api-Key: alice\r\nX-Forwarded-For: 198.51.100.7\r\n";
+    assert_eq!(status(&s, head).await, 200);
+    let got = &upstream.recorded()[1].headers;
+    assert_eq!(got["x-forwarded-for"], "198.51.100.7, 127.0.0.1");
 }
