@@ -34,7 +34,7 @@ pub mod limiter;
 mod math;
 pub mod rate;
 
-pub use algorithm::{Algorithm, Outcome};
+pub use algorithm::{Algorithm, Debited, Outcome};
 pub use algorithms::{
     fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket, sliding_log::SlidingLog,
     sliding_window::SlidingWindow, token_bucket::TokenBucket,

@@ -1,7 +1,7 @@
 //! One type for "any of the six algorithms", for stores and configs that pick
 //! the algorithm at run time.
 
-use crate::algorithm::{Algorithm, Outcome};
+use crate::algorithm::{Algorithm, Debited, Outcome};
 use crate::algorithms::bucket::BucketState;
 use crate::algorithms::fixed_window::FixedWindowState;
 use crate::algorithms::gcra::GcraState;
@@ -320,6 +320,25 @@ impl Limiter {
         }
     }
 
+    /// Charges `amount` whatever is left, into debt up to `max_debt` (see
+    /// [`Algorithm::debit`]). A fresh state, or one of another algorithm,
+    /// is first replaced by this algorithm's fresh state (only if something
+    /// is charged).
+    pub fn debit(&self, state: &mut State, now: Nanos, amount: u64, max_debt: u64) -> Debited {
+        let (t, a, d) = (now, amount, max_debt);
+        match self {
+            Self::FixedWindow(l) => debit_in(l, state, as_fixed, State::FixedWindow, t, a, d),
+            Self::SlidingLog(l) => {
+                let wrap = |s| State::SlidingLog(Box::new(s));
+                debit_in(l, state, as_log, wrap, t, a, d)
+            }
+            Self::SlidingWindow(l) => debit_in(l, state, as_sliding, State::SlidingWindow, t, a, d),
+            Self::TokenBucket(l) => debit_in(l, state, as_bucket, State::Bucket, t, a, d),
+            Self::LeakyBucket(l) => debit_in(l, state, as_bucket, State::Bucket, t, a, d),
+            Self::Gcra(l) => debit_in(l, state, as_gcra, State::Gcra, t, a, d),
+        }
+    }
+
     /// Checks and commits in one step.
     pub fn check_and_apply(
         &self,
@@ -332,6 +351,63 @@ impl Limiter {
             self.apply(state, u);
         }
         Ok(o.decision)
+    }
+}
+
+/// [`Algorithm::debit`] on the state `get` finds in `slot`, or on a fresh
+/// one that `wrap` puts in its place when something is charged.
+fn debit_in<A: Algorithm>(
+    alg: &A,
+    slot: &mut State,
+    get: fn(&mut State) -> Option<&mut A::State>,
+    wrap: impl FnOnce(A::State) -> State,
+    now: Nanos,
+    amount: u64,
+    max_debt: u64,
+) -> Debited {
+    if let Some(s) = get(slot) {
+        return alg.debit(s, now, amount, max_debt);
+    }
+    let mut fresh = A::State::default();
+    let debited = alg.debit(&mut fresh, now, amount, max_debt);
+    if debited.charged > 0 {
+        *slot = wrap(fresh);
+    }
+    debited
+}
+
+fn as_fixed(s: &mut State) -> Option<&mut FixedWindowState> {
+    match s {
+        State::FixedWindow(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn as_log(s: &mut State) -> Option<&mut SlidingLogState> {
+    match s {
+        State::SlidingLog(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn as_sliding(s: &mut State) -> Option<&mut SlidingWindowState> {
+    match s {
+        State::SlidingWindow(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn as_bucket(s: &mut State) -> Option<&mut BucketState> {
+    match s {
+        State::Bucket(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn as_gcra(s: &mut State) -> Option<&mut GcraState> {
+    match s {
+        State::Gcra(s) => Some(s),
+        _ => None,
     }
 }
 

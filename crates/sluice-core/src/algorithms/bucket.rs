@@ -4,7 +4,14 @@
 //! rate. Quantities are *scaled* so that all arithmetic is exact integers:
 //! with the rate reduced to `a` units per `p` nanoseconds, one unit of cost
 //! is `p` scaled units and the level drains `a` scaled units per nanosecond.
+//!
+//! A level above the capacity is debt ([`Algorithm::debit`]): every request
+//! is refused until it has drained back to the capacity. Without debt the
+//! level never passes the capacity, and nothing here changes.
+//!
+//! [`Algorithm::debit`]: crate::Algorithm::debit
 
+use crate::algorithm::Debited;
 use crate::clock::Nanos;
 use crate::error::LimitError;
 use crate::math::ceil_div;
@@ -25,7 +32,8 @@ pub(crate) struct Meter {
 
 /// A meter's per-key state: the used level (scaled) as of `last`.
 ///
-/// The default, level 0, is a full, idle bucket.
+/// The default, level 0, is a full, idle bucket. A level above the capacity
+/// (`burst * p`) is a key in debt.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct BucketState {
     /// Used capacity in scaled units.
@@ -138,19 +146,50 @@ impl Meter {
     }
 
     /// Takes `amount` units of cost out of the meter at `now` (see
-    /// [`Algorithm::refund`](crate::Algorithm::refund)), down to empty.
+    /// [`Algorithm::refund`](crate::Algorithm::refund)), down to empty: a
+    /// key in debt gets its debt back first.
     pub(crate) fn refund(&self, s: &mut BucketState, now: Nanos, amount: u64) {
         // Nothing given back changes nothing (not even the time of the
         // state, which a clock that steps back would then see).
         if amount == 0 {
             return;
         }
-        // amount <= burst, so amount * p <= cap: no overflow.
-        let take = amount.min(self.burst) * self.p;
+        // Not capped at the burst: a key in debt gets its debt back first.
+        let take = u128::from(amount) * u128::from(self.p);
+        let level = u128::from(self.level_at(s, now)).saturating_sub(take);
         *s = BucketState {
-            level: self.level_at(s, now).saturating_sub(take),
+            // At most the level it was.
+            level: level as u64,
             last: now.max(s.last),
         };
+    }
+
+    /// Charges `amount` units at `now` whatever is left (see
+    /// [`Algorithm::debit`](crate::Algorithm::debit)): the level may rise
+    /// past the capacity by `max_debt` units at most, and never past
+    /// `u64::MAX`. Nothing charged changes nothing.
+    pub(crate) fn debit(
+        &self,
+        s: &mut BucketState,
+        now: Nanos,
+        amount: u64,
+        max_debt: u64,
+    ) -> Debited {
+        let level = self.level_at(s, now);
+        let p = u128::from(self.p);
+        let ceiling = (u128::from(self.cap).saturating_add(u128::from(max_debt) * p))
+            .min(u128::from(u64::MAX));
+        let room = ceiling.saturating_sub(u128::from(level)) / p;
+        // At most `amount`, so it fits.
+        let charged = room.min(u128::from(amount)) as u64;
+        if charged > 0 {
+            *s = BucketState {
+                // level + charged * p <= ceiling <= u64::MAX.
+                level: level + charged * self.p,
+                last: now.max(s.last),
+            };
+        }
+        Debited::of(amount, charged)
     }
 
     /// When the state is fully drained.

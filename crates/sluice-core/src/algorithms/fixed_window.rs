@@ -5,8 +5,13 @@
 //! Across a boundary a client can pass `burst` at the end of one window and
 //! `burst` again at the start of the next: up to twice the limit in a short
 //! span. That is the price of its tiny state and simple semantics.
+//!
+//! Debt ([`Algorithm::debit`]) is a count above `burst`. Each window boundary
+//! pays off one burst of it and carries the rest into the next window, whose
+//! requests are refused until the carried count leaves room; with
+//! [`FixedWindow::with_debt_forgiven`] the boundary drops it instead.
 
-use crate::algorithm::{Algorithm, Outcome, ensure_possible};
+use crate::algorithm::{Algorithm, Debited, Outcome, ensure_possible};
 use crate::algorithms::window::Windows;
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -62,9 +67,40 @@ impl FixedWindow {
         })
     }
 
+    /// The same limit, with debt ([`Algorithm::debit`]) forgiven at the
+    /// end of the window it was charged in (`true`) instead of carried
+    /// into the next windows, one burst paid off per window (`false`, the
+    /// default).
+    pub fn with_debt_forgiven(mut self, forgiven: bool) -> Self {
+        self.windows.forgive = forgiven;
+        self
+    }
+
+    /// Whether debt is forgiven at the end of its window.
+    pub fn debt_forgiven(&self) -> bool {
+        self.windows.forgive
+    }
+
     /// The window length in nanoseconds, rounded up.
     pub fn window_len(&self) -> Nanos {
         self.windows.at(self.windows.len)
+    }
+
+    /// The window and its count as seen at scaled time `t` (debt carried
+    /// in from an earlier window included), and the possibly clamped `t`.
+    fn view(&self, s: &FixedWindowState, t: u128) -> (u64, u64, u128) {
+        let w = &self.windows;
+        let index = w.index(t);
+        let count = u64::from(s.count);
+        if count == 0 {
+            return (index, 0, t);
+        }
+        match s.window.cmp(&index) {
+            std::cmp::Ordering::Equal => (index, count, t),
+            // The clock stepped back: stay in the stored window.
+            std::cmp::Ordering::Greater => (s.window, count, w.start(s.window)),
+            std::cmp::Ordering::Less => (index, w.carried(count, index - s.window), t),
+        }
     }
 }
 
@@ -85,26 +121,18 @@ impl Algorithm for FixedWindow {
     ) -> Result<Outcome<FixedWindowState>, CheckError> {
         let w = &self.windows;
         ensure_possible(cost, w.burst)?;
-        let mut t = w.scaled(now);
-        let mut index = w.index(t);
-        let mut count = 0;
-        if state.count > 0 && state.window >= index {
-            // Same window, or the clock stepped back: stay in the stored one.
-            if state.window > index {
-                index = state.window;
-                t = w.start(index);
-            }
-            count = u64::from(state.count);
-        }
-        let end = w.start(index) + w.len;
-        let until_end = w.until(t, end);
+        let (index, count, t) = self.view(state, w.scaled(now));
         if count + cost <= w.burst {
             let used = count + cost;
             let decision = Decision {
                 allowed: true,
                 limit: w.burst,
                 remaining: w.burst - used,
-                reset_after: if used > 0 { until_end } else { 0 },
+                reset_after: if used > 0 {
+                    w.until(t, w.start(index) + w.len)
+                } else {
+                    0
+                },
                 retry_after: None,
                 delay: 0,
             };
@@ -115,12 +143,16 @@ impl Algorithm for FixedWindow {
             });
             Ok(Outcome { decision, update })
         } else {
+            // count + cost > burst >= cost, so count > 0. Without debt both
+            // are the end of this window.
+            let fits = w.boundaries_to_clear(count + cost - w.burst);
+            let clear = w.boundaries_to_clear(count);
             let decision = Decision {
                 allowed: false,
                 limit: w.burst,
-                remaining: w.burst - count,
-                reset_after: until_end,
-                retry_after: Some(until_end),
+                remaining: w.burst.saturating_sub(count),
+                reset_after: w.until(t, w.start_after(index, clear)),
+                retry_after: Some(w.until(t, w.start_after(index, fits))),
                 delay: 0,
             };
             Ok(Outcome {
@@ -135,21 +167,50 @@ impl Algorithm for FixedWindow {
         *state = update;
     }
 
+    /// From the count of the current window (debt carried into it
+    /// included): a cost charged in an earlier window without debt has
+    /// already been given back by that window's end.
     fn refund(&self, state: &mut FixedWindowState, now: Nanos, amount: u64) {
         let w = &self.windows;
-        // The stored window, if it is still (or, after a step back, ahead
-        // of) the current one.
-        if state.window >= w.index(w.scaled(now)) {
-            let back = u32::try_from(amount).unwrap_or(u32::MAX);
-            state.count = state.count.saturating_sub(back);
+        let (index, count, _) = self.view(state, w.scaled(now));
+        if count > 0 {
+            *state = FixedWindowState {
+                window: index,
+                // At most the count it was.
+                count: count.saturating_sub(amount) as u32,
+            };
         }
+    }
+
+    /// Into the current window's count, up to `burst + max_debt` and
+    /// `u32::MAX`.
+    fn debit(
+        &self,
+        state: &mut FixedWindowState,
+        now: Nanos,
+        amount: u64,
+        max_debt: u64,
+    ) -> Debited {
+        let w = &self.windows;
+        let (index, count, _) = self.view(state, w.scaled(now));
+        let ceiling = w.burst.saturating_add(max_debt).min(u64::from(u32::MAX));
+        let charged = ceiling.saturating_sub(count).min(amount);
+        if charged > 0 {
+            *state = FixedWindowState {
+                window: index,
+                // count + charged <= ceiling <= u32::MAX.
+                count: (count + charged) as u32,
+            };
+        }
+        Debited::of(amount, charged)
     }
 
     fn idle_at(&self, state: &FixedWindowState) -> Nanos {
         if state.count == 0 {
             return 0;
         }
+        let clear = self.windows.boundaries_to_clear(state.count.into());
         self.windows
-            .at(self.windows.start(state.window.saturating_add(1)))
+            .at(self.windows.start(state.window.saturating_add(clear)))
     }
 }

@@ -5,11 +5,13 @@
 //! intervals later (starting from `max(TAT, now)`), and passes if the new TAT
 //! is at most `burst` intervals ahead of now. From idle, `burst` units pass at
 //! once. Its decisions equal a token bucket's; its state is a single number.
+//! A TAT more than `burst` intervals ahead is debt (see
+//! [`Algorithm::debit`]): every request is refused until it is paid off.
 //!
 //! Time is kept in scaled units (nanoseconds times `a`, with the rate reduced
 //! to `a` units per `p` ns) so that the emission interval `p / a` ns is exact.
 
-use crate::algorithm::{Algorithm, Outcome, ensure_possible};
+use crate::algorithm::{Algorithm, Debited, Outcome, ensure_possible};
 use crate::algorithms::bucket::Meter;
 use crate::clock::Nanos;
 use crate::decision::Decision;
@@ -189,15 +191,38 @@ impl Algorithm for Gcra {
     }
 
     /// The TAT moves `amount` emission intervals earlier, but never before
-    /// now: a TAT in the past is a full limit already.
+    /// now: a TAT in the past is a full limit already. A TAT more than the
+    /// burst ahead (debt) moves back by the whole amount.
     fn refund(&self, state: &mut GcraState, now: Nanos, amount: u64) {
         let m = &self.meter;
         let now_s = u128::from(now) * u128::from(m.a);
         let tat = state.tat();
         if tat > now_s {
-            let back = u128::from(amount.min(m.burst)) * u128::from(m.p);
+            let back = u128::from(amount) * u128::from(m.p);
             *state = GcraState::from_tat(tat.saturating_sub(back).max(now_s));
         }
+    }
+
+    /// The TAT moves `charged` intervals later (from `max(TAT, now)`), up
+    /// to `burst + max_debt` intervals ahead of now; debt never takes it
+    /// past `u64::MAX` nanoseconds (so that a store holding the TAT in one
+    /// 64-bit word, at a scale of 1, can keep it).
+    fn debit(&self, state: &mut GcraState, now: Nanos, amount: u64, max_debt: u64) -> Debited {
+        let m = &self.meter;
+        let (a, p) = (u128::from(m.a), u128::from(m.p));
+        let now_s = u128::from(now) * a;
+        let base = state.tat().max(now_s);
+        let full = now_s + u128::from(m.cap);
+        let ceiling = full
+            .saturating_add(u128::from(max_debt) * p)
+            .min(full.max(u128::from(u64::MAX) * a));
+        let room = ceiling.saturating_sub(base) / p;
+        // At most `amount`, so it fits.
+        let charged = room.min(u128::from(amount)) as u64;
+        if charged > 0 {
+            *state = GcraState::from_tat(base + u128::from(charged) * p);
+        }
+        Debited::of(amount, charged)
     }
 
     fn idle_at(&self, state: &GcraState) -> Nanos {

@@ -11,7 +11,7 @@
 //! requests *behind* the one being served, admitting N + 1: nginx `burst=N`
 //! corresponds to Sluice `burst = N + 1`.
 
-use crate::algorithm::{Algorithm, Outcome, ensure_possible};
+use crate::algorithm::{Algorithm, Debited, Outcome, ensure_possible};
 use crate::algorithms::bucket::{BucketState, Meter};
 use crate::clock::Nanos;
 use crate::error::{CheckError, LimitError};
@@ -82,6 +82,10 @@ impl Algorithm for LeakyBucket {
 
     fn refund(&self, state: &mut BucketState, now: Nanos, amount: u64) {
         self.meter.refund(state, now, amount);
+    }
+
+    fn debit(&self, state: &mut BucketState, now: Nanos, amount: u64, max_debt: u64) -> Debited {
+        self.meter.debit(state, now, amount, max_debt)
     }
 
     fn idle_at(&self, state: &BucketState) -> Nanos {

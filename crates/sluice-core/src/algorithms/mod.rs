@@ -9,6 +9,7 @@ pub mod bucket;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+mod log_debt;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;

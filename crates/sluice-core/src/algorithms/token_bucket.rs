@@ -4,7 +4,7 @@
 //! and is refused otherwise (taking nothing). From idle, `burst` units pass
 //! at once; after that, the rate.
 
-use crate::algorithm::{Algorithm, Outcome, ensure_possible};
+use crate::algorithm::{Algorithm, Debited, Outcome, ensure_possible};
 use crate::algorithms::bucket::{BucketState, Meter};
 use crate::clock::Nanos;
 use crate::error::{CheckError, LimitError};
@@ -67,6 +67,10 @@ impl Algorithm for TokenBucket {
 
     fn refund(&self, state: &mut BucketState, now: Nanos, amount: u64) {
         self.meter.refund(state, now, amount);
+    }
+
+    fn debit(&self, state: &mut BucketState, now: Nanos, amount: u64, max_debt: u64) -> Debited {
+        self.meter.debit(state, now, amount, max_debt)
     }
 
     fn idle_at(&self, state: &BucketState) -> Nanos {

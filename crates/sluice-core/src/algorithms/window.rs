@@ -22,6 +22,9 @@ pub(crate) struct Windows {
     pub(crate) len: u128,
     /// Units admitted per window.
     pub(crate) burst: u64,
+    /// Whether debt is forgiven at the end of the window (see
+    /// [`carried`](Self::carried)); off by default.
+    pub(crate) forgive: bool,
 }
 
 impl Windows {
@@ -46,7 +49,45 @@ impl Windows {
         if len / u128::from(a) > u128::from(500 * 365 * 86_400 * crate::clock::SECOND) {
             return Err(LimitError::TooLong { burst });
         }
-        Ok(Self { a, len, burst })
+        Ok(Self {
+            a,
+            len,
+            burst,
+            forgive: false,
+        })
+    }
+
+    /// What is left of `count` units, counted in one window, `windows`
+    /// windows later: each window boundary pays off one burst, and the rest
+    /// (debt) carries on. With debt forgiven, nothing carries. A count of
+    /// at most one burst (no debt) is gone at the next boundary either way.
+    #[inline]
+    pub(crate) fn carried(&self, count: u64, windows: u64) -> u64 {
+        if windows == 0 {
+            count
+        } else if self.forgive {
+            0
+        } else {
+            count.saturating_sub(windows.saturating_mul(self.burst))
+        }
+    }
+
+    /// The number of window boundaries until `count > 0` units counted in
+    /// one window are gone: `ceil(count / burst)`, or 1 with debt forgiven.
+    #[inline]
+    pub(crate) fn boundaries_to_clear(&self, count: u64) -> u64 {
+        if self.forgive {
+            1
+        } else {
+            count.div_ceil(self.burst)
+        }
+    }
+
+    /// The scaled start of the window `windows` after window `index`.
+    #[inline]
+    pub(crate) fn start_after(&self, index: u64, windows: u64) -> u128 {
+        self.start(index)
+            .saturating_add(u128::from(windows).saturating_mul(self.len))
     }
 
     /// `now` in scaled units.
