@@ -2,14 +2,18 @@
 //!
 //! * [`models`]: slow, deliberately naive reference models of the six
 //!   algorithms, written straight from their definitions.
+//! * [`window_models`]: those of the three window algorithms.
 //! * [`scenario`]: proptest strategies for limits and request sequences on a
 //!   simulated clock.
+//! * [`settlements`]: sequences that also debit and refund.
 //!
 //! Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
 pub mod models;
 pub mod scenario;
+pub mod settlements;
+pub mod window_models;
 
 use sluice_core::Rate;
 

@@ -1,11 +1,13 @@
 //! Reference models: the six algorithms written straight from their
 //! definitions, for clarity rather than speed.
 //!
-//! A model only answers one question, "how many whole units of cost are free
-//! at time `now`?" ([`Model::free`]), and records admitted requests
-//! ([`Model::admit`]). A request of cost `c` passes iff `c <= free(now)`.
-//! Everything else in a [`Decision`] is derived from those two by
-//! [`decide`], from the *definitions* of the fields:
+//! A model only answers two questions, "how many whole units of cost are
+//! free at time `now`?" ([`Model::free`]) and "is the key in debt?"
+//! ([`Model::in_debt`]), and records admitted requests ([`Model::admit`]),
+//! refunds and debits. A request of cost `c` passes iff the key is not in
+//! debt and `c <= free(now)` ([`fits`]). Everything else in a [`Decision`]
+//! is derived from those by [`decide`], from the *definitions* of the
+//! fields:
 //!
 //! * `remaining`: `free(now)` after the request (if admitted) is recorded;
 //! * `reset_after`: the first whole nanosecond `d` at which `free(now + d)`
@@ -21,10 +23,13 @@
 //! request arrives. No model rounds anything: quantities are integers over a
 //! fixed denominator.
 //!
+//! Debt ([`Model::debit`]): what is left is charged first, then debt down to
+//! `max_debt` units below empty; the rest is the excess, returned. The
+//! window models are in `window_models.rs`.
+//!
 //! The models require the clock never to run backwards (they assert it); the
 //! tests that step the clock back compare the engine with itself instead.
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use sluice_core::Decision;
@@ -42,10 +47,19 @@ pub trait Model: Clone + Debug {
     /// Records an admitted request of `cost > 0` at `now`.
     fn admit(&mut self, now: u64, cost: u64);
 
+    /// Whether the key is in debt at `now`: more is charged than the limit
+    /// holds, so nothing passes, not even a peek.
+    fn in_debt(&self, now: u64) -> bool;
+
     /// Gives back `amount` of admitted cost at `now`, from where the
     /// algorithm's definition says it comes back (see
     /// `sluice_core::Algorithm::refund`), never beyond full.
     fn refund(&mut self, now: u64, amount: u64);
+
+    /// Charges `amount` at `now` whatever is left: what is free first, then
+    /// debt, at most `max_debt` units of it. Returns the excess, the part
+    /// not charged.
+    fn debit(&mut self, now: u64, amount: u64, max_debt: u64) -> u64;
 
     /// Whether admitted requests are held for the water ahead of them to
     /// drain (the leaky bucket without `nodelay`).
@@ -54,20 +68,22 @@ pub trait Model: Clone + Debug {
     }
 }
 
-/// The smallest `d` in `0..=horizon` such that `ready(now + d)` holds.
+/// The smallest `d` such that `ready(now + d)` holds, searched first within
+/// `horizon`, then within twice that, and so on (a debt can take many
+/// windows to pay off).
 ///
-/// `ready` must be monotone (once true, true for every later time); the
-/// search checks that it holds at the horizon.
+/// `ready` must be monotone (once true, true for every later time).
 pub fn earliest(now: u64, horizon: u64, ready: impl Fn(u64) -> bool) -> u64 {
-    assert!(
-        ready(now + horizon),
-        "model not ready within {horizon} ns of {now}"
-    );
     if ready(now) {
         return 0;
     }
+    let mut hi = horizon.max(1);
+    while !ready(now + hi) {
+        assert!(hi < u64::MAX - now, "model never ready after {now}");
+        hi = hi.saturating_mul(2).min(u64::MAX - now);
+    }
     // Invariant: not ready at now + lo, ready at now + hi.
-    let (mut lo, mut hi) = (0, horizon);
+    let mut lo = 0;
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if ready(now + mid) {
@@ -79,10 +95,15 @@ pub fn earliest(now: u64, horizon: u64, ready: impl Fn(u64) -> bool) -> u64 {
     hi
 }
 
-/// A bound on how long any model takes to become fully replenished: the
-/// sliding window counter needs up to two windows.
+/// A bound on how long any model without debt takes to become fully
+/// replenished: the sliding window counter needs up to two windows.
 pub fn horizon(p: Params) -> u64 {
     2 * p.window_ceil() + 2
+}
+
+/// Whether a request of `cost` passes at `at`.
+pub fn fits<M: Model>(model: &M, at: u64, cost: u64) -> bool {
+    !model.in_debt(at) && cost <= model.free(at)
 }
 
 /// The decision the model takes for `cost` at `now` (cost at most the burst),
@@ -93,7 +114,7 @@ pub fn decide<M: Model>(model: &M, now: u64, cost: u64) -> Decision {
     assert!(cost <= b, "the model only decides possible costs");
     let h = horizon(p);
     let free = model.free(now);
-    if cost <= free {
+    if fits(model, now, cost) {
         let mut after = model.clone();
         if cost > 0 {
             after.admit(now, cost);
@@ -116,14 +137,14 @@ pub fn decide<M: Model>(model: &M, now: u64, cost: u64) -> Decision {
             limit: b,
             remaining: free,
             reset_after: earliest(now, h, |t| model.free(t) == b),
-            retry_after: Some(earliest(now, h, |t| cost <= model.free(t))),
+            retry_after: Some(earliest(now, h, |t| fits(model, t, cost))),
             delay: 0,
         }
     }
 }
 
 /// Token bucket: `burst` tokens, refilled continuously at the rate, never
-/// above `burst`.
+/// above `burst`; in debt, fewer than none.
 ///
 /// Tokens are kept as the exact fraction `ticks / period`: one token is
 /// `period` ticks and `amount` ticks flow in every nanosecond. GCRA must make
@@ -131,7 +152,7 @@ pub fn decide<M: Model>(model: &M, now: u64, cost: u64) -> Decision {
 #[derive(Debug, Clone)]
 pub struct TokenBucketModel {
     p: Params,
-    ticks: u128,
+    ticks: i128,
     at: u64,
 }
 
@@ -145,14 +166,14 @@ impl TokenBucketModel {
         }
     }
 
-    fn full(p: Params) -> u128 {
-        u128::from(p.burst) * u128::from(p.period)
+    fn full(p: Params) -> i128 {
+        i128::from(p.burst) * i128::from(p.period)
     }
 
-    /// Tokens (in ticks) at `now`.
-    fn ticks_at(&self, now: u64) -> u128 {
+    /// Tokens (in ticks) at `now`: negative in debt.
+    fn ticks_at(&self, now: u64) -> i128 {
         assert!(now >= self.at, "the model's clock never runs backwards");
-        let inflow = u128::from(now - self.at) * u128::from(self.p.amount);
+        let inflow = i128::from(now - self.at) * i128::from(self.p.amount);
         (self.ticks + inflow).min(Self::full(self.p))
     }
 }
@@ -163,12 +184,16 @@ impl Model for TokenBucketModel {
     }
 
     fn free(&self, now: u64) -> u64 {
-        let whole = self.ticks_at(now) / u128::from(self.p.period);
+        let whole = self.ticks_at(now).max(0) / i128::from(self.p.period);
         u64::try_from(whole).expect("at most burst")
     }
 
+    fn in_debt(&self, now: u64) -> bool {
+        self.ticks_at(now) < 0
+    }
+
     fn admit(&mut self, now: u64, cost: u64) {
-        let take = u128::from(cost) * u128::from(self.p.period);
+        let take = i128::from(cost) * i128::from(self.p.period);
         let ticks = self.ticks_at(now);
         assert!(ticks >= take, "admitted more tokens than the bucket held");
         self.ticks = ticks - take;
@@ -176,14 +201,25 @@ impl Model for TokenBucketModel {
     }
 
     fn refund(&mut self, now: u64, amount: u64) {
-        let back = u128::from(amount) * u128::from(self.p.period);
+        let back = i128::from(amount) * i128::from(self.p.period);
         self.ticks = (self.ticks_at(now) + back).min(Self::full(self.p));
         self.at = now;
+    }
+
+    fn debit(&mut self, now: u64, amount: u64, max_debt: u64) -> u64 {
+        let period = i128::from(self.p.period);
+        // Tokens may go down to -max_debt.
+        let can_take = (self.ticks_at(now) + i128::from(max_debt) * period).max(0) / period;
+        let charged = i128::from(amount).min(can_take);
+        self.ticks = self.ticks_at(now) - charged * period;
+        self.at = now;
+        amount - u64::try_from(charged).expect("at most amount")
     }
 }
 
 /// Leaky bucket: admitted cost pours water into a bucket of `burst` that
-/// leaks at the rate; a request that would overflow it is refused.
+/// leaks at the rate; a request that would overflow it is refused. A debit
+/// may overflow it: that is debt.
 ///
 /// Water is kept as the exact fraction `ticks / period`; `amount` ticks leak
 /// out every nanosecond.
@@ -212,6 +248,10 @@ impl LeakyBucketModel {
         let leaked = u128::from(now - self.at) * u128::from(self.p.amount);
         self.ticks.saturating_sub(leaked)
     }
+
+    fn capacity(&self) -> u128 {
+        u128::from(self.p.burst) * u128::from(self.p.period)
+    }
 }
 
 impl Model for LeakyBucketModel {
@@ -220,17 +260,17 @@ impl Model for LeakyBucketModel {
     }
 
     fn free(&self, now: u64) -> u64 {
-        let capacity = u128::from(self.p.burst) * u128::from(self.p.period);
-        let room = capacity - self.ticks_at(now);
+        let room = self.capacity().saturating_sub(self.ticks_at(now));
         u64::try_from(room / u128::from(self.p.period)).expect("at most burst")
+    }
+
+    fn in_debt(&self, now: u64) -> bool {
+        self.ticks_at(now) > self.capacity()
     }
 
     fn admit(&mut self, now: u64, cost: u64) {
         self.ticks = self.ticks_at(now) + u128::from(cost) * u128::from(self.p.period);
-        assert!(
-            self.ticks <= u128::from(self.p.burst) * u128::from(self.p.period),
-            "the bucket overflowed"
-        );
+        assert!(self.ticks <= self.capacity(), "the bucket overflowed");
         self.at = now;
     }
 
@@ -240,169 +280,20 @@ impl Model for LeakyBucketModel {
         self.at = now;
     }
 
+    fn debit(&mut self, now: u64, amount: u64, max_debt: u64) -> u64 {
+        let period = u128::from(self.p.period);
+        // The water may rise to max_debt units above the brim.
+        let brim = self.capacity() + u128::from(max_debt) * period;
+        let can_pour = brim.saturating_sub(self.ticks_at(now)) / period;
+        let charged = u128::from(amount).min(can_pour);
+        self.ticks = self.ticks_at(now) + charged * period;
+        self.at = now;
+        amount - u64::try_from(charged).expect("at most amount")
+    }
+
     fn queues(&self) -> bool {
         !self.nodelay
     }
 }
 
-/// Fixed window: a count per aligned window
-/// `floor(now * amount / (burst * period))`, at most `burst` each.
-#[derive(Debug, Clone)]
-pub struct FixedWindowModel {
-    p: Params,
-    counts: BTreeMap<u64, u64>,
-}
-
-impl FixedWindowModel {
-    /// No window counted yet.
-    pub fn new(p: Params) -> Self {
-        Self {
-            p,
-            counts: BTreeMap::new(),
-        }
-    }
-}
-
-impl Model for FixedWindowModel {
-    fn params(&self) -> Params {
-        self.p
-    }
-
-    fn free(&self, now: u64) -> u64 {
-        let used = self
-            .counts
-            .get(&self.p.window_of(now))
-            .copied()
-            .unwrap_or(0);
-        self.p.burst - used
-    }
-
-    fn admit(&mut self, now: u64, cost: u64) {
-        *self.counts.entry(self.p.window_of(now)).or_default() += cost;
-    }
-
-    fn refund(&mut self, now: u64, amount: u64) {
-        // Only the current window's count: an earlier one is over.
-        if let Some(count) = self.counts.get_mut(&self.p.window_of(now)) {
-            *count = count.saturating_sub(amount);
-        }
-    }
-}
-
-/// Sliding log: every admitted unit's timestamp; at most `burst` of them in
-/// any window `(now - W, now]`, `W = burst * period / amount`.
-#[derive(Debug, Clone)]
-pub struct SlidingLogModel {
-    p: Params,
-    units: Vec<u64>,
-}
-
-impl SlidingLogModel {
-    /// An empty log.
-    pub fn new(p: Params) -> Self {
-        Self {
-            p,
-            units: Vec::new(),
-        }
-    }
-
-    /// Whether a unit logged at `at` is in `(now - W, now]`, i.e.
-    /// `0 <= now - at < W`, compared as `(now - at) * amount < burst * period`.
-    fn in_window(&self, at: u64, now: u64) -> bool {
-        at <= now
-            && u128::from(now - at) * u128::from(self.p.amount)
-                < u128::from(self.p.burst) * u128::from(self.p.period)
-    }
-}
-
-impl Model for SlidingLogModel {
-    fn params(&self) -> Params {
-        self.p
-    }
-
-    fn free(&self, now: u64) -> u64 {
-        if let Some(&newest) = self.units.last() {
-            assert!(now >= newest, "the model's clock never runs backwards");
-        }
-        let live = self.units.iter().filter(|&&at| self.in_window(at, now));
-        self.p.burst - live.count() as u64
-    }
-
-    fn admit(&mut self, now: u64, cost: u64) {
-        // The clock never runs backwards here, so a unit out of the window now
-        // is out of it for good: dropping it only keeps the model fast.
-        self.units.retain(|&at| {
-            u128::from(now - at) * u128::from(self.p.amount)
-                < u128::from(self.p.burst) * u128::from(self.p.period)
-        });
-        self.units.extend(std::iter::repeat_n(now, cost as usize));
-    }
-
-    fn refund(&mut self, _now: u64, amount: u64) {
-        // The newest units.
-        let keep = self.units.len().saturating_sub(amount as usize);
-        self.units.truncate(keep);
-    }
-}
-
-/// Sliding-window counter: per-window totals; the estimate at `now` is
-/// `previous * (1 - f) + current`, where `f` is the fraction of the current
-/// aligned window elapsed, and a request fits if the estimate plus its cost
-/// is at most `burst`.
-#[derive(Debug, Clone)]
-pub struct SlidingWindowModel {
-    p: Params,
-    totals: BTreeMap<u64, u64>,
-}
-
-impl SlidingWindowModel {
-    /// No window counted yet.
-    pub fn new(p: Params) -> Self {
-        Self {
-            p,
-            totals: BTreeMap::new(),
-        }
-    }
-
-    fn total(&self, window: Option<u64>) -> u128 {
-        window
-            .and_then(|w| self.totals.get(&w))
-            .map_or(0, |&n| u128::from(n))
-    }
-}
-
-impl Model for SlidingWindowModel {
-    fn params(&self) -> Params {
-        self.p
-    }
-
-    fn free(&self, now: u64) -> u64 {
-        // Work in units of 1/amount ns, where a window is `burst * period`
-        // long: estimate * len = previous * (len - elapsed) + current * len.
-        let len = u128::from(self.p.burst) * u128::from(self.p.period);
-        let t = u128::from(now) * u128::from(self.p.amount);
-        let index = self.p.window_of(now);
-        let elapsed = t - u128::from(index) * len;
-        let previous = self.total(index.checked_sub(1));
-        let current = self.total(Some(index));
-        let estimate_x_len = previous * (len - elapsed) + current * len;
-        let capacity_x_len = u128::from(self.p.burst) * len;
-        assert!(estimate_x_len <= capacity_x_len, "estimate above the burst");
-        u64::try_from((capacity_x_len - estimate_x_len) / len).expect("at most burst")
-    }
-
-    fn admit(&mut self, now: u64, cost: u64) {
-        *self.totals.entry(self.p.window_of(now)).or_default() += cost;
-    }
-
-    fn refund(&mut self, now: u64, amount: u64) {
-        // The latest window that admitted anything, while it still weighs
-        // on the estimate (the current window or the one before).
-        let index = self.p.window_of(now);
-        if let Some((&w, total)) = self.totals.iter_mut().next_back()
-            && w + 1 >= index
-        {
-            *total = total.saturating_sub(amount);
-        }
-    }
-}
+pub use super::window_models::{FixedWindowModel, SlidingLogModel, SlidingWindowModel};

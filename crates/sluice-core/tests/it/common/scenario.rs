@@ -104,7 +104,8 @@ pub fn params() -> impl Strategy<Value = Params> {
     (rate, 1u64..=50).prop_map(|((amount, period), burst)| Params::new(amount, period, burst))
 }
 
-fn advance(back: bool) -> BoxedStrategy<Advance> {
+/// How the clock moves before a step; `back` lets it step back.
+pub fn advance(back: bool) -> BoxedStrategy<Advance> {
     let forward = prop_oneof![
         3 => Just(Advance::Stay),
         1 => (1u64..=3).prop_map(Advance::Nanos),
@@ -120,7 +121,8 @@ fn advance(back: bool) -> BoxedStrategy<Advance> {
     }
 }
 
-fn cost() -> impl Strategy<Value = CostPick> {
+/// The cost of a request.
+pub fn cost() -> impl Strategy<Value = CostPick> {
     prop_oneof![
         1 => Just(CostPick::Zero),
         4 => Just(CostPick::One),
