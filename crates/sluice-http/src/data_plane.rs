@@ -49,10 +49,16 @@ pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) 
 ///   names included (`Connection: X-Api-Key`), as the proxy would drop
 ///   them: a limit never counts a key the upstream does not get;
 /// - an HTTP/1.1 request without a host (no `Host`, no absolute-form
-///   target) is refused with 400, as RFC 9112 §3.2 says.
+///   target), or whose `Host` is ambiguous or malformed
+///   ([`host`](sluice_policy::host)), is refused with 400, as RFC 9112
+///   §3.2 says, whether or not a limit reads the host (the layer checks it
+///   only then).
 async fn at_the_edge(mut req: Request<Body>, proxied: bool) -> Result<Request<Body>, Response> {
     if proxied {
         strip_hop_by_hop(req.headers_mut());
+    }
+    if let Err(e) = sluice_policy::host::check(req.headers()) {
+        return Err(decide_error_response(&DecideError::Host(e)));
     }
     if req.version() == http::Version::HTTP_11
         && req.uri().authority().is_none()

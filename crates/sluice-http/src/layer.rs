@@ -398,8 +398,8 @@ fn target_host<B>(req: &mut Request<B>) -> Result<(), HostError> {
 /// `Host` passes a policy that reads no host.)
 fn host_if_read<B>(req: &Request<B>, engine: &Engine) -> Result<(), HostError> {
     if req.version() == http::Version::HTTP_11
+        && engine.reads_host()
         && !req.headers().contains_key(http::header::HOST)
-        && engine.policy().reads_host()
     {
         return Err(HostError::Missing);
     }

@@ -100,8 +100,14 @@ impl Policy {
             })
             .collect();
         let alike = applies_alike(config, client_key.as_ref(), &limits, &global);
+        let reads_host = limits.iter().any(|l| l.matcher.reads_host())
+            || cost_rules
+                .values()
+                .flatten()
+                .any(|r| r.matcher.reads_host());
         Ok(Self {
             alike,
+            reads_host,
             limits,
             global,
             plans,

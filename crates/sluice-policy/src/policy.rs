@@ -141,6 +141,8 @@ pub struct Policy {
     /// with a `match`), with no client key, plans or access lists: a
     /// request is resolved by its keys alone.
     pub(crate) alike: bool,
+    /// Whether a limit or a cost rule matches on the request's host.
+    pub(crate) reads_host: bool,
     pub(crate) limits: Vec<LimitDef>,
     pub(crate) global: Vec<usize>,
     pub(crate) plans: BTreeMap<String, Vec<usize>>,
@@ -284,12 +286,7 @@ impl Policy {
     /// Whether a limit or a cost rule matches on the request's host, so
     /// that a request naming none would slip past it.
     pub fn reads_host(&self) -> bool {
-        self.limits.iter().any(|l| l.matcher.reads_host())
-            || self
-                .cost_rules
-                .values()
-                .flatten()
-                .any(|r| r.matcher.reads_host())
+        self.reads_host
     }
 
     /// A plan's `bucket = "shared"` rules.

@@ -84,6 +84,9 @@ pub struct Engine<C: Clock = SystemClock> {
     clock: C,
     /// Whether the store answers at once (in this process).
     at_once: bool,
+    /// Whether the policy in force reads the request's host (kept beside
+    /// it, for adapters that ask before every request).
+    reads_host: std::sync::atomic::AtomicBool,
     /// The longest a request waits for burst credits to be spent.
     credit_wait: Duration,
     /// The lines logged for shadowed limits that would have refused: at
@@ -151,6 +154,7 @@ impl<C: Clock> Engine<C> {
             .as_ref()
             .map(|r| RuntimePlans::from_keys(&r.loaded, &hasher))
             .unwrap_or_default();
+        let reads_host = std::sync::atomic::AtomicBool::new(policy.reads_host());
         let compiled = Compiled::new(policy, store.as_ref(), &hasher, None);
         // A decision may spend credits: both stores must answer at once
         // for `decide_now` to finish what it starts.
@@ -163,6 +167,7 @@ impl<C: Clock> Engine<C> {
             hasher,
             clock,
             at_once,
+            reads_host,
             credit_wait: Duration::from_millis(10),
             shadow_lines: crate::log_budget::LogBudget::new(10, 20),
         }
@@ -193,6 +198,13 @@ impl<C: Clock> Engine<C> {
         self.current.load().policy.clone()
     }
 
+    /// Whether a limit or cost rule of the policy in force matches on the
+    /// request's host (one relaxed load: adapters ask before every
+    /// request).
+    pub fn reads_host(&self) -> bool {
+        self.reads_host.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
@@ -218,8 +230,11 @@ impl<C: Clock> Engine<C> {
     /// and definition) is unchanged keeps its counters; a new or changed one
     /// starts fresh.
     pub fn replace_policy(&self, policy: Policy) {
+        let reads_host = policy.reads_host();
         self.current
             .replace(|old| Compiled::new(policy, self.store.as_ref(), &self.hasher, Some(old)));
+        self.reads_host
+            .store(reads_host, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Decides a request over every limit that applies to it.
@@ -228,7 +243,6 @@ impl<C: Clock> Engine<C> {
     /// spelling of `/export` is charged to `/export`'s limits, and a path
     /// with no canonical form is refused with [`DecideError::Path`].
     pub async fn decide(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
-        crate::host::check(req.headers)?;
         let path = crate::path::canonical(req.path)?;
         let req = &RequestInfo {
             path: &path,
@@ -236,6 +250,7 @@ impl<C: Clock> Engine<C> {
         };
         // Owned, not guarded: the decision may wait on the store.
         let current = self.current.load_full();
+        host_checked(&current.policy, req)?;
         let runtime = self
             .runtime_plans
             .in_force()
@@ -261,7 +276,7 @@ impl<C: Clock> Engine<C> {
             if let Some(alike::Alike::One(met)) = &current.alike {
                 // A limit met alike has no `match`: the path is only
                 // checked, not rewritten.
-                if let Err(e) = checked(req) {
+                if let Err(e) = checked(&current.policy, req) {
                     return Some(Err(e));
                 }
                 if let Some(decided) = self.decide_one_alike(current, met, req) {
@@ -285,7 +300,7 @@ impl<C: Clock> Engine<C> {
     ) -> Option<Result<Verdict, DecideError>> {
         if let Some(alike::Alike::All(all)) = &current.alike {
             // As for one limit: the path is only checked.
-            if let Err(e) = checked(req) {
+            if let Err(e) = checked(&current.policy, req) {
                 return Some(Err(e));
             }
             // Its answer as it is (returned in place, not copied). `None`
@@ -293,8 +308,8 @@ impl<C: Clock> Engine<C> {
             // limits would not be either.
             return self.decide_all_alike(current, all, req);
         }
-        if let Err(e) = crate::host::check(req.headers) {
-            return Some(Err(e.into()));
+        if let Err(e) = host_checked(&current.policy, req) {
+            return Some(Err(e));
         }
         let path = match crate::path::canonical(req.path) {
             Ok(p) => p,
@@ -431,8 +446,19 @@ impl<C: Clock> PlansSink for Engine<C> {
 /// and its host is unambiguous: what a request met by limits without a
 /// `match` must pass.
 #[inline]
-fn checked(req: &RequestInfo<'_>) -> Result<(), DecideError> {
+fn checked(policy: &Policy, req: &RequestInfo<'_>) -> Result<(), DecideError> {
     crate::path::check(req.path)?;
-    crate::host::check(req.headers)?;
+    host_checked(policy, req)
+}
+
+/// The request's host is unambiguous, when a limit reads it: otherwise one
+/// host could be limited and another served. (A policy that reads no host
+/// cannot be slipped past by one; Sluice's own data plane checks every
+/// request's host, whatever the policy.)
+#[inline]
+fn host_checked(policy: &Policy, req: &RequestInfo<'_>) -> Result<(), DecideError> {
+    if policy.reads_host() {
+        crate::host::check(req.headers)?;
+    }
     Ok(())
 }
