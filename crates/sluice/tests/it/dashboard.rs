@@ -24,15 +24,7 @@ fn used_metrics(d: &serde_json::Value) -> BTreeSet<String> {
     for panel in d["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
             let expr = target["expr"].as_str().unwrap();
-            let mut rest = expr;
-            while let Some(i) = rest.find("sluice_") {
-                let tail = &rest[i..];
-                let end = tail
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(tail.len());
-                names.insert(tail[..end].to_owned());
-                rest = &tail[end..];
-            }
+            common::prom::names_in(expr, &mut names);
         }
     }
     names

@@ -299,15 +299,7 @@ fn alert_metrics() -> BTreeSet<String> {
                 "{rule:?}"
             );
             let expr = rule["expr"].as_str().expect("expr");
-            let mut rest = expr;
-            while let Some(i) = rest.find("sluice_") {
-                let tail = &rest[i..];
-                let end = tail
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(tail.len());
-                names.insert(tail[..end].to_owned());
-                rest = &tail[end..];
-            }
+            common::prom::names_in(expr, &mut names);
         }
     }
     names

@@ -63,3 +63,16 @@ pub fn value(samples: &[Value], name: &str, labels: &[(&str, &str)]) -> Option<f
         })
         .and_then(|s| s["value"].as_f64())
 }
+
+/// Adds every `sluice_…` metric name a PromQL expression uses to `names`.
+pub fn names_in(expr: &str, names: &mut std::collections::BTreeSet<String>) {
+    let mut rest = expr;
+    while let Some(i) = rest.find("sluice_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.insert(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+}
