@@ -262,13 +262,23 @@ impl<R: Remote> Protected<R> {
                 if (opened || unreported)
                     && let Some(unlogged) = self.flaps.opened()
                 {
-                    tracing::warn!(
-                        store = %self.remote.address(),
-                        error = %e,
-                        unlogged_openings = unlogged,
-                        fallback = self.opts.fallback.name(),
-                        "shared store failing: the fallback decides until it recovers"
-                    );
+                    if let RemoteError::Misconfigured(_) = e {
+                        tracing::error!(
+                            store = %self.remote.address(),
+                            error = %e,
+                            unlogged_openings = unlogged,
+                            fallback = self.opts.fallback.name(),
+                            "shared store refused: fix its configuration; the fallback decides until then"
+                        );
+                    } else {
+                        tracing::warn!(
+                            store = %self.remote.address(),
+                            error = %e,
+                            unlogged_openings = unlogged,
+                            fallback = self.opts.fallback.name(),
+                            "shared store failing: the fallback decides until it recovers"
+                        );
+                    }
                 }
                 None
             }

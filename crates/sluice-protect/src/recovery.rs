@@ -153,12 +153,21 @@ async fn connect_loop<R: Remote>(this: Weak<Protected<R>>) {
             Ok(()) => return,
             Err(e) => {
                 if !warned {
-                    tracing::warn!(
-                        store = %store.remote.address(),
-                        error = %e,
-                        fallback = store.opts.fallback.name(),
-                        "cannot reach the shared store yet; the fallback decides until it connects"
-                    );
+                    if let RemoteError::Misconfigured(_) = e {
+                        tracing::error!(
+                            store = %store.remote.address(),
+                            error = %e,
+                            fallback = store.opts.fallback.name(),
+                            "cannot use the shared store until its configuration is fixed; the fallback decides until then"
+                        );
+                    } else {
+                        tracing::warn!(
+                            store = %store.remote.address(),
+                            error = %e,
+                            fallback = store.opts.fallback.name(),
+                            "cannot reach the shared store yet; the fallback decides until it connects"
+                        );
+                    }
                     warned = true;
                 }
             }

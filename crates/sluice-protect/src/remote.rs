@@ -65,4 +65,8 @@ pub enum RemoteError {
     /// It failed: the connection, or an error reply.
     #[error("{0}")]
     Failed(String),
+    /// It cannot be used until an operator changes something: its TLS
+    /// certificate does not verify, say. Retrying is not enough.
+    #[error("{0}")]
+    Misconfigured(String),
 }

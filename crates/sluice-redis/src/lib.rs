@@ -35,7 +35,7 @@ pub use batch::BatchConfig;
 pub use error::RedisStoreError;
 pub use remote::RedisRemote;
 pub use runtime_state::{RuntimeSink, RuntimeState};
-pub use sluice_protect::ProtectOptions;
+pub use sluice_protect::{ProtectOptions, RemoteError};
 pub use store::{RedisCheck, RedisStore, key_name};
 pub use url::StoreUrl;
 

@@ -224,6 +224,18 @@ pub(crate) fn remote_error(e: RedisStoreError) -> RemoteError {
         RedisStoreError::Check(e) => RemoteError::Refused(e.into()),
         RedisStoreError::NotConnected => RemoteError::NotConnected,
         RedisStoreError::Timeout(d) => RemoteError::Timeout(d),
+        e if certificate_refused(&e) => {
+            RemoteError::Misconfigured(format!("Redis's TLS certificate does not verify: {e}"))
+        }
         e => RemoteError::Failed(e.to_string()),
     }
+}
+
+/// Whether `e` comes from a TLS certificate that did not verify (an
+/// unknown issuer, another host's name, an expired certificate): no retry
+/// will fix that. redis-rs keeps rustls's error only as text, so its
+/// words are what is read (`rustls::Error::InvalidCertificate` is
+/// displayed as "invalid peer certificate: …").
+fn certificate_refused(e: &RedisStoreError) -> bool {
+    matches!(e, RedisStoreError::Redis(_)) && e.to_string().contains("invalid peer certificate")
 }

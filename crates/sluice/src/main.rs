@@ -374,6 +374,12 @@ async fn engine_for(policy: Policy, store: &StoreSettings) -> anyhow::Result<Eng
                 .check_eviction(store.accept_eviction, start)
                 .await?;
         }
+        Err(e @ sluice_redis::RemoteError::Misconfigured(_)) => tracing::error!(
+            store = %url,
+            error = %e,
+            fallback = store.shared.fallback.name(),
+            "cannot use Redis until its configuration is fixed: starting on the fallback, trying again in the background"
+        ),
         Err(e) => tracing::warn!(
             store = %url,
             error = %e,
