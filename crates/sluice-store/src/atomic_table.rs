@@ -25,7 +25,7 @@
 use std::sync::atomic::Ordering;
 
 use sluice_core::algorithms::gcra::GcraState;
-use sluice_core::{Algorithm, CheckError, Decision, Gcra, Nanos, Outcome};
+use sluice_core::{Algorithm, CheckError, Debited, Decision, Gcra, Nanos, Outcome};
 
 use crate::atomic_gcra::{AtomicGcra, Raw};
 use crate::key::KeyId;
@@ -315,6 +315,30 @@ impl TatMap {
             alg.refund(&mut s, now, amount);
             tat.store(word(&s), Ordering::Release);
         }
+    }
+
+    /// Charges `amount` to a key at `now`, into debt up to `max_debt` (see
+    /// [`Algorithm::debit`]); a key not held is taken in when anything is
+    /// charged, as a committed check takes it in. (The algorithm keeps a
+    /// TAT in debt within a word.)
+    pub(crate) fn debit<A: Algorithm<State = GcraState>>(
+        &mut self,
+        alg: &A,
+        key: KeyId,
+        (now, cap): (Nanos, usize),
+        amount: u64,
+        max_debt: u64,
+    ) -> Debited {
+        let held = self.map.get(&key.low());
+        let mut s = held.map_or_else(GcraState::default, state);
+        let debited = alg.debit(&mut s, now, amount, max_debt);
+        if debited.charged > 0 {
+            match held {
+                Some(tat) => tat.store(word(&s), Ordering::Release),
+                None => self.insert(key.low(), word(&s), now, cap),
+            }
+        }
+        debited
     }
 
     /// Commits an update to a key (under the exclusive lock).

@@ -6,8 +6,8 @@ use sluice_core::algorithms::gcra::GcraState;
 use sluice_core::algorithms::sliding_log::SlidingLogState;
 use sluice_core::algorithms::sliding_window::SlidingWindowState;
 use sluice_core::{
-    Algorithm, CheckError, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, Nanos, Outcome, Rate,
-    SlidingLog, SlidingWindow, TokenBucket, Update,
+    Algorithm, CheckError, Debited, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, Nanos,
+    Outcome, Rate, SlidingLog, SlidingWindow, TokenBucket, Update,
 };
 
 use crate::atomic_table::{AtomicTable, TatMap};
@@ -291,6 +291,14 @@ impl Guard<'_> {
     /// Gives back `amount` of a key's charged cost at `now`.
     pub(crate) fn refund(&mut self, key: KeyId, now: Nanos, amount: u64) {
         each_guard!(self, t, g, _U => g.refund(t.algorithm(), key, now, amount))
+    }
+
+    /// Charges `amount` to a key at `now`, into debt up to `max_debt`; a
+    /// key taken in counts towards the table's cap.
+    pub(crate) fn debit(&mut self, key: KeyId, now: Nanos, amount: u64, max_debt: u64) -> Debited {
+        each_guard!(self, t, g, _U => {
+            g.debit(t.algorithm(), key, (now, t.per_shard_cap()), amount, max_debt)
+        })
     }
 
     pub(crate) fn commit(&mut self, key: KeyId, update: Update, now: Nanos) {

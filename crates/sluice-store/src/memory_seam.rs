@@ -2,9 +2,10 @@
 //! its table of keys, and a group of checks is decided under the locks of
 //! every shard it touches, reserves included, so each decision is exact.
 
-use sluice_core::{Clock, Decision, Nanos};
+use sluice_core::{Clock, Debited, Decision, Nanos};
 use smallvec::SmallVec;
 
+use crate::key::KeyId;
 use crate::limit::{Guard, Limit};
 use crate::memory::{Check as TableCheck, MemoryStore, settle, slot};
 use crate::seam::{
@@ -45,6 +46,16 @@ impl<C: Clock + Send + Sync + 'static> Store for MemoryStore<C> {
 
     fn refund<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>> {
         Pending::ready(self.refund_now(checks))
+    }
+
+    fn debit<'a>(
+        &'a self,
+        counter: &'a Counter,
+        key: KeyId,
+        amount: u64,
+        max_debt: u64,
+    ) -> Pending<'a, Result<Debited, StoreError>> {
+        Pending::ready(self.debit_now(counter, key, amount, max_debt))
     }
 
     fn answers_at_once(&self) -> bool {
@@ -142,6 +153,27 @@ impl<C: Clock> MemoryStore<C> {
             decisions.push(guard.peek(c.key, now, 0)?.decision);
         }
         Ok(Checked::by_store(true, decisions))
+    }
+
+    /// Charges `amount` to a key, into debt up to `max_debt` (see
+    /// [`Store::debit`]): under its shard's lock (the one key's word held),
+    /// at the store's clock or the shard's latest time if later, as a
+    /// refund is.
+    pub fn debit_now(
+        &self,
+        counter: &Counter,
+        key: KeyId,
+        amount: u64,
+        max_debt: u64,
+    ) -> Result<Debited, StoreError> {
+        let limit = counter
+            .slot()
+            .get::<Limit>()
+            .ok_or_else(|| StoreError::ForeignCounter(counter.def().id().to_owned()))?;
+        let mut guard = limit.table.lock(limit.table.shard_of(key));
+        let now = guard.high().max(self.clock().now());
+        guard.advance(now);
+        Ok(guard.debit(key, now, amount, max_debt))
     }
 
     /// A group in which some checks keep a reserve: each must fit with its

@@ -30,7 +30,7 @@
 use std::sync::atomic::Ordering;
 
 use sluice_core::algorithms::gcra::GcraState;
-use sluice_core::{Algorithm, CheckError, Decision, Gcra, Nanos, Outcome};
+use sluice_core::{Algorithm, CheckError, Debited, Decision, Gcra, Nanos, Outcome};
 
 use crate::atomic_gcra::AtomicGcra;
 use crate::atomic_table::{AtomicTable, raise};
@@ -269,6 +269,32 @@ impl OneGuard<'_> {
         let mut s = GcraState::from_tat(u128::from(*self.tat));
         alg.refund(&mut s, now, amount);
         *self.tat = word(&s);
+    }
+
+    /// Charges `amount` to the key at `now`, into debt up to `max_debt`
+    /// (see [`Algorithm::debit`]). The word keeps a TAT below [`HELD`]:
+    /// what would take it further is excess, as debt past `max_debt` is.
+    pub(crate) fn debit<A: Algorithm<State = GcraState>>(
+        &mut self,
+        alg: &A,
+        _key: KeyId,
+        (now, _cap): (Nanos, usize),
+        amount: u64,
+        max_debt: u64,
+    ) -> Debited {
+        let mut s = GcraState::from_tat(u128::from(*self.tat));
+        // The most the word can take, in units of the interval (the atomic
+        // table's GCRA has a scale of 1).
+        let interval = self.table.algorithm().reduced_rate().1.max(1);
+        let base = (*self.tat).max(now);
+        let fits = (HELD - 1).saturating_sub(base) / interval;
+        let asked = amount.min(fits);
+        let debited = alg.debit(&mut s, now, asked, max_debt);
+        *self.tat = word(&s);
+        Debited {
+            charged: debited.charged,
+            excess: amount - debited.charged,
+        }
     }
 
     /// Commits an update to the key.

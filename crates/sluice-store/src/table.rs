@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use sluice_core::{Algorithm, CheckError, Decision, Nanos, Outcome};
+use sluice_core::{Algorithm, CheckError, Debited, Decision, Nanos, Outcome};
 
 use crate::key::KeyId;
 use crate::sync::{Mutex, MutexGuard};
@@ -198,6 +198,32 @@ impl<S: Default> ShardMap<S> {
         if let Some(s) = self.map.get_mut(&key.low()) {
             alg.refund(s, now, amount);
         }
+    }
+
+    /// Charges `amount` to a key at `now`, into debt up to `max_debt` (see
+    /// [`Algorithm::debit`]). A key not held is taken in when anything is
+    /// charged, as a committed check takes it in (room made in a full
+    /// shard).
+    pub(crate) fn debit<A: Algorithm<State = S>>(
+        &mut self,
+        alg: &A,
+        key: KeyId,
+        (now, cap): (Nanos, usize),
+        amount: u64,
+        max_debt: u64,
+    ) -> Debited {
+        if let Some(s) = self.map.get_mut(&key.low()) {
+            return alg.debit(s, now, amount, max_debt);
+        }
+        let mut s = S::default();
+        let debited = alg.debit(&mut s, now, amount, max_debt);
+        if debited.charged > 0 {
+            if self.map.len() >= cap {
+                self.make_room(alg, now, cap);
+            }
+            self.map.insert(key.low(), s);
+        }
+        debited
     }
 
     /// Commits an update to a key.

@@ -340,6 +340,9 @@ impl From<sluice_store::seam::StoreError> for DecideError {
             sluice_store::seam::StoreError::ForeignCounter(limit) => {
                 Self::Internal(format!("limit `{limit}` was registered with another store"))
             }
+            other @ sluice_store::seam::StoreError::Unsupported { .. } => {
+                Self::Internal(other.to_string())
+            }
         }
     }
 }

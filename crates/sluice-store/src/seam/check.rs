@@ -123,6 +123,16 @@ pub enum StoreError {
     /// A check's counter was registered with another store.
     #[error("limit `{0}` was registered with another store")]
     ForeignCounter(String),
+    /// The store does not support this operation (yet): nothing was
+    /// changed. A debit ([`Store::debit`](crate::seam::Store::debit)) on a
+    /// store over the network answers this until that store implements it.
+    #[error("the {store} store does not support {operation} yet")]
+    Unsupported {
+        /// The store's [kind](crate::seam::Store::kind).
+        store: &'static str,
+        /// The operation asked: `debit`.
+        operation: &'static str,
+    },
 }
 
 impl From<sluice_core::CheckError> for StoreError {

@@ -54,6 +54,8 @@ pub use options::ProtectOptions;
 pub use pending::{Pending, now_or_never};
 pub use runtime::{PlansSink, RuntimeStore, RuntimeStoreError};
 
+use crate::key::KeyId;
+
 /// Called after every call to a remote store with its duration and
 /// whether it succeeded (for a latency histogram).
 pub type CallObserver = Box<dyn Fn(std::time::Duration, bool) + Send + Sync>;
@@ -101,6 +103,32 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// in its place (a protected store's local fallback): the answer says
     /// who took it ([`Checked::by`]).
     fn refund<'a>(&'a self, checks: &'a [Check<'a>]) -> Pending<'a, Result<Checked, StoreError>>;
+
+    /// Charges `amount` to `key` of `counter` whatever it has left: a cost
+    /// settled after the response, known only once the request was done.
+    /// Never refused: what the limit has left is used first, the rest puts
+    /// the key into debt, up to `max_debt` units beyond empty; beyond that
+    /// it is [`Debited::excess`](sluice_core::Debited::excess), not
+    /// charged, for the caller to record and report (see
+    /// [`Algorithm::debit`](sluice_core::Algorithm::debit) for each
+    /// algorithm's rule). A key in debt is refused until its debt is paid
+    /// off, and is not forgotten before.
+    ///
+    /// A store that does not support it yet answers
+    /// [`StoreError::Unsupported`] and changes nothing (the default).
+    fn debit<'a>(
+        &'a self,
+        counter: &'a Counter,
+        key: KeyId,
+        amount: u64,
+        max_debt: u64,
+    ) -> Pending<'a, Result<sluice_core::Debited, StoreError>> {
+        let _ = (counter, key, amount, max_debt);
+        Pending::ready(Err(StoreError::Unsupported {
+            store: self.kind(),
+            operation: "debit",
+        }))
+    }
 
     /// Whether every answer is [ready](Pending::Ready) at once (a store in
     /// this process): a decision on it then completes on its first poll.

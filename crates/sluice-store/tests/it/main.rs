@@ -6,6 +6,7 @@
 mod atomic_table;
 mod common;
 mod concurrency;
+mod debit;
 mod direct;
 mod keyed;
 mod memory_store;

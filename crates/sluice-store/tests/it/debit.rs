@@ -1,0 +1,298 @@
+//! Debits on the memory store (`Store::debit`: a cost settled after the
+//! response, charged past what is left, into debt up to `max_debt`),
+//! against the reference: sluice-core's `Limiter` driven directly on one
+//! state per key, at the latest time the key's shard has seen. Random runs
+//! of checks, debits, refunds and peeks of two keys (in different shards)
+//! on a manual clock that also steps back, for every algorithm, on the
+//! mutex tables, the atomic GCRA table and a key kept apart on a word of
+//! its own: every decision and every `charged`/`excess` must be the
+//! model's. Then the keys a debit takes in: counted as any key, and never
+//! purged while in debt.
+
+use proptest::prelude::*;
+use sluice_core::{
+    AlgorithmKind, Clock, Debited, Decision, LimitSpec, Limiter, Nanos, Rate, State,
+};
+use sluice_store::seam::{self, Counter, CounterDef, Store, now_or_never};
+use sluice_store::{Check, KeyHasher, KeyId, Limit, MemoryStore};
+
+use crate::common::{SEC, SHARDS, any_spec, key_in_shard, shard, spec, store};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Advance(Nanos),
+    Back(Nanos),
+    /// A check of the key (0: the key the limit may keep apart, 1: another).
+    Check(usize, u64),
+    Debit(usize, u64, u64),
+    Refund(usize, u64),
+    Peek(usize, u64),
+}
+
+fn op(burst: u64) -> impl Strategy<Value = Op> {
+    let max_debt = prop_oneof![Just(0), 0..=2 * burst, Just(u64::MAX)];
+    prop_oneof![
+        3 => (0..3 * SEC).prop_map(Op::Advance),
+        1 => (0..2 * SEC).prop_map(Op::Back),
+        4 => (0..2usize, 0..=burst + 1).prop_map(|(k, c)| Op::Check(k, c)),
+        3 => (0..2usize, 0..=4 * burst + 2, max_debt).prop_map(|(k, a, m)| Op::Debit(k, a, m)),
+        1 => (0..2usize, 0..=2 * burst).prop_map(|(k, a)| Op::Refund(k, a)),
+        1 => (0..2usize, 0..=burst + 1).prop_map(|(k, c)| Op::Peek(k, c)),
+    ]
+}
+
+/// One key's reference: its state, and its shard's latest time.
+#[derive(Default)]
+struct Model {
+    state: State,
+    high: Nanos,
+}
+
+impl Model {
+    fn raise(&mut self, now: Nanos) -> Nanos {
+        self.high = self.high.max(now);
+        self.high
+    }
+}
+
+/// The store under test, its limit for one spec and the two keys.
+struct Subject {
+    store: MemoryStore<sluice_core::ManualClock>,
+    clock: sluice_core::ManualClock,
+    counter: Counter,
+    limit: std::sync::Arc<Limit>,
+    keys: [KeyId; 2],
+}
+
+impl Subject {
+    fn new(spec: LimitSpec, one_key: bool) -> Self {
+        let (store, clock) = store(1_000);
+        let hasher = KeyHasher::random();
+        let key = hasher.key_id("client");
+        let other = key_in_shard(&hasher, "other", (shard(key) + 1) % SHARDS);
+        let def = CounterDef::new("debited", spec).unwrap();
+        let def = if one_key { def.with_one_key(key) } else { def };
+        let counter = store.counter(def);
+        let limit = store.limit(counter.def().id(), spec.build().unwrap());
+        assert_eq!(
+            limit.one_key(),
+            (one_key && limit.is_lock_free()).then_some(key)
+        );
+        Self {
+            store,
+            clock,
+            counter,
+            limit,
+            keys: [key, other],
+        }
+    }
+
+    fn check(&self, key: usize, cost: u64) -> Option<Decision> {
+        let check = seam::Check {
+            counter: &self.counter,
+            key: self.keys[key],
+            cost,
+            reserve: 0,
+        };
+        Store::check_one_now(&self.store, &check).unwrap().ok()
+    }
+
+    fn debit(&self, key: usize, amount: u64, max_debt: u64) -> Debited {
+        let debited = Store::debit(&self.store, &self.counter, self.keys[key], amount, max_debt);
+        now_or_never(debited).unwrap().unwrap()
+    }
+
+    fn refund(&self, key: usize, amount: u64) -> Decision {
+        let check = [seam::Check {
+            counter: &self.counter,
+            key: self.keys[key],
+            cost: amount,
+            reserve: 0,
+        }];
+        now_or_never(Store::refund(&self.store, &check))
+            .unwrap()
+            .unwrap()
+            .decisions[0]
+    }
+
+    fn peek(&self, key: usize, cost: u64) -> Option<Decision> {
+        let check = Check {
+            limit: &self.limit,
+            key: self.keys[key],
+            cost,
+        };
+        self.store.peek_one(&check).ok()
+    }
+}
+
+/// Runs `ops` on a limit of `spec`, its first key kept apart or not
+/// (`lock_free`: the limit must take the atomic table).
+fn run(spec: LimitSpec, one_key: bool, lock_free: bool, ops: &[Op]) {
+    let s = Subject::new(spec, one_key);
+    assert!(s.limit.is_lock_free() || !lock_free, "{spec:?}");
+    let limiter: Limiter = spec.build().unwrap();
+    let mut models = [Model::default(), Model::default()];
+    for (step, op) in ops.iter().enumerate() {
+        let now = s.clock.now();
+        match *op {
+            Op::Advance(d) => s.clock.advance(d),
+            Op::Back(d) => s.clock.set(now.saturating_sub(d)),
+            Op::Check(k, cost) => {
+                let m = &mut models[k];
+                let t = m.raise(now);
+                let want = limiter.check_and_apply(&mut m.state, t, cost).ok();
+                assert_eq!(s.check(k, cost), want, "step {step}: {op:?}");
+            }
+            Op::Debit(k, amount, max_debt) => {
+                let m = &mut models[k];
+                let t = m.raise(now);
+                let want = limiter.debit(&mut m.state, t, amount, max_debt);
+                assert_eq!(s.debit(k, amount, max_debt), want, "step {step}: {op:?}");
+            }
+            Op::Refund(k, amount) => {
+                let m = &mut models[k];
+                let t = m.raise(now);
+                limiter.refund(&mut m.state, t, amount);
+                let want = limiter.check(&m.state, t, 0).unwrap().decision;
+                assert_eq!(s.refund(k, amount), want, "step {step}: {op:?}");
+            }
+            Op::Peek(k, cost) => {
+                let m = &models[k];
+                let t = now.max(m.high);
+                let want = limiter.check(&m.state, t, cost).ok().map(|o| o.decision);
+                assert_eq!(s.peek(k, cost), want, "step {step}: {op:?}");
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn debits_decide_as_the_limits_algorithm_does(
+        spec in any_spec(),
+        one_key in any::<bool>(),
+        ops in prop::collection::vec(op(30), 1..60),
+    ) {
+        run(spec, one_key, false, &ops);
+    }
+
+    #[test]
+    fn debits_on_the_atomic_table_and_a_kept_apart_key_decide_as_the_algorithm_does(
+        algorithm in prop_oneof![
+            Just(AlgorithmKind::Gcra),
+            Just(AlgorithmKind::TokenBucket),
+            Just(AlgorithmKind::LeakyBucket),
+        ],
+        rate in prop_oneof![
+            Just(Rate::per_second(10)),
+            Just(Rate::per_second(1000)),
+            Just(Rate::per_minute(3)),
+        ],
+        (burst, ops) in (1..12u64).prop_flat_map(|b| (Just(b), prop::collection::vec(op(b), 1..60))),
+        one_key in any::<bool>(),
+    ) {
+        let spec = spec(algorithm, rate, burst, algorithm == AlgorithmKind::LeakyBucket);
+        run(spec, one_key, true, &ops);
+    }
+}
+
+/// Every algorithm on a mutex table, and the atomic table's.
+fn every_table() -> Vec<LimitSpec> {
+    let mut specs: Vec<LimitSpec> = crate::common::KINDS
+        .iter()
+        .map(|&k| spec(k, Rate::per_second(3), 4, false))
+        .collect();
+    specs.push(spec(AlgorithmKind::Gcra, Rate::per_second(10), 4, false));
+    specs
+}
+
+/// A key in debt stays through every purge until its debt is paid off (at
+/// the algorithm's `idle_at`, later than the same key's without the debt),
+/// and goes at the first purge after.
+#[test]
+fn a_key_in_debt_is_kept_until_its_debt_is_paid_off() {
+    for spec in every_table() {
+        let s = Subject::new(spec, false);
+        let limiter: Limiter = spec.build().unwrap();
+        let now = s.clock.now();
+        let at = |amount: u64| {
+            let mut state = State::Fresh;
+            limiter.debit(&mut state, now, amount, u64::MAX);
+            limiter.idle_at(&state)
+        };
+        let (full_burst, paid_off) = (at(4), at(4 + 6));
+        assert!(full_burst < paid_off, "{spec:?}");
+        assert_eq!(
+            s.debit(0, 10, u64::MAX),
+            Debited {
+                charged: 10,
+                excess: 0
+            }
+        );
+        assert_eq!(s.limit.len(), 1, "{spec:?}: a debit takes the key in");
+        s.clock.set(now + 1);
+        assert!(!s.peek(0, 0).unwrap().allowed, "{spec:?}: in debt");
+        for t in [now + 1, full_burst, paid_off - 1] {
+            s.clock.set(t);
+            assert_eq!(Store::purge_idle(&s.store), 0, "{spec:?} at {t}");
+            assert_eq!(s.limit.len(), 1, "{spec:?} at {t}");
+        }
+        s.clock.set(paid_off);
+        assert_eq!(Store::purge_idle(&s.store), 1, "{spec:?}");
+        assert_eq!(s.limit.len(), 0, "{spec:?}");
+    }
+}
+
+/// Keys a debit takes in count towards `max_keys` as checked keys do: the
+/// table never holds more than its capacity.
+#[test]
+fn keys_taken_in_by_debits_count_towards_max_keys() {
+    for spec in every_table() {
+        let (store, _clock) = store(8);
+        let counter = store.counter(CounterDef::new("debited", spec).unwrap());
+        let limit = store.limit(counter.def().id(), spec.build().unwrap());
+        let hasher = KeyHasher::random();
+        for i in 0..64 {
+            let key = hasher.key_id(&format!("k{i}"));
+            let debited = now_or_never(Store::debit(&store, &counter, key, 6, 2)).unwrap();
+            assert_eq!(debited.unwrap().charged, 6, "{spec:?}");
+            assert!(limit.len() <= limit.capacity(), "{spec:?}: {}", limit.len());
+        }
+        assert!(!limit.is_empty(), "{spec:?}");
+    }
+}
+
+/// The kept-apart key's word holds a TAT below its held bit: a debit that
+/// would take it further charges what fits and returns the rest as excess,
+/// and the word goes on deciding.
+#[test]
+fn a_kept_apart_key_takes_as_much_debt_as_its_word_holds() {
+    let s = Subject::new(
+        spec(AlgorithmKind::Gcra, Rate::per_minute(3), 5, false),
+        true,
+    );
+    let now = s.clock.now();
+    let interval = 20 * SEC;
+    let fits = ((1u64 << 63) - 1 - now) / interval;
+    let got = s.debit(0, u64::MAX, u64::MAX);
+    assert_eq!(
+        got,
+        Debited {
+            charged: fits,
+            excess: u64::MAX - fits
+        }
+    );
+    assert_eq!(
+        s.debit(0, 1, u64::MAX),
+        Debited {
+            charged: 0,
+            excess: 1
+        }
+    );
+    let refused = s.check(0, 1).unwrap();
+    assert!(!refused.allowed);
+    assert!(refused.retry_after.unwrap() > (fits - 6) * interval);
+    assert!(s.check(1, 1).unwrap().allowed, "another key is its own");
+}
