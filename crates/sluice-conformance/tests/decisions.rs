@@ -9,7 +9,7 @@
 use sluice_conformance::hasher;
 use sluice_conformance::{Deployments, Kind, Shown, block, fresh_key, get, shown};
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
-use sluice_store::seam::{Check, CounterDef};
+use sluice_store::seam::{Check, CounterDef, StoreError};
 
 /// Runs `scenario` on every deployment and checks that each shows what the
 /// memory store shows.
@@ -360,6 +360,68 @@ fn refunds_give_back_what_was_charged_and_no_more(d: &Deployments) {
     }
 }
 
+/// Debits on the store seam (a cost settled after the response): on the
+/// memory store, what a limit has left is charged first, then debt up to
+/// `max_debt`, the rest returned as excess; a key in debt refuses even a
+/// peek, and a refund pays its debt back first. For all six algorithms.
+/// Redis does not debit yet: every Redis deployment answers `Unsupported`
+/// and charges nothing.
+fn debits_charge_into_debt_on_memory_and_are_unsupported_on_redis(d: &Deployments) {
+    for algorithm in AlgorithmKind::ALL {
+        let spec = LimitSpec {
+            algorithm,
+            rate: Rate::new(5, 3_600 * 1_000_000_000).unwrap(),
+            burst: 5,
+            nodelay: true,
+        };
+        for kind in d.kinds() {
+            let what = format!("debits, {} on {kind:?}", algorithm.name());
+            let (store, _) = d.stores(kind);
+            let def = CounterDef::new(&format!("debit-{}", algorithm.name()), spec).unwrap();
+            let counter = store.counter(def);
+            let key = hasher().key_id(&fresh_key("debit"));
+            let at = |cost| {
+                [Check {
+                    counter: &counter,
+                    key,
+                    cost,
+                    reserve: 0,
+                }]
+            };
+            let check = |cost| {
+                let c = block(store.check(&at(cost))).unwrap();
+                (c.allowed, c.decisions[0].remaining)
+            };
+            let refund = |cost| {
+                let c = block(store.refund(&at(cost))).unwrap();
+                (c.decisions[0].allowed, c.decisions[0].remaining)
+            };
+            let debit = |amount, max_debt| {
+                block(store.debit(&counter, key, amount, max_debt)).map(|d| (d.charged, d.excess))
+            };
+            if kind != Kind::Memory {
+                let unsupported = Err(StoreError::Unsupported {
+                    store: "redis",
+                    operation: "debit",
+                });
+                assert_eq!(debit(4, 3), unsupported, "{what}");
+                assert_eq!(check(0), (true, 5), "{what}: nothing charged");
+                continue;
+            }
+            assert_eq!(check(3), (true, 2), "{what}");
+            assert_eq!(debit(4, 3), Ok((4, 0)), "{what}: 2 left, 2 of debt");
+            assert_eq!(check(0), (false, 0), "{what}: in debt, a peek is refused");
+            assert_eq!(
+                debit(5, 3),
+                Ok((1, 4)),
+                "{what}: debt up to 3, the rest excess"
+            );
+            assert_eq!(refund(3), (true, 0), "{what}: the debt refunded first");
+            assert_eq!(refund(2), (true, 2), "{what}");
+        }
+    }
+}
+
 /// One test, so that the Redis processes are started once and stopped at
 /// its end; each scenario names what it checks when it fails.
 #[test]
@@ -375,4 +437,5 @@ fn every_store_decides_alike() {
     shadow_limits_record_and_never_refuse(&d);
     a_rollout_enforces_the_same_keys_everywhere(&d);
     refunds_give_back_what_was_charged_and_no_more(&d);
+    debits_charge_into_debt_on_memory_and_are_unsupported_on_redis(&d);
 }
