@@ -442,3 +442,52 @@ fn three_threads_at_three_times(one_key: bool) -> Race {
         one_key,
     }
 }
+
+/// A debit (`Store::debit`, into debt) racing two checks of one key on a
+/// frozen clock, kept apart on its word or in the atomic table: neither is
+/// lost. The debit charges its 2 whatever the order, the checks pass while
+/// units are left, and the key ends as one sequential GCRA run of every
+/// unit charged leaves it (at a frozen time, the order does not change it).
+#[test]
+fn a_debit_racing_checks_loses_neither() {
+    for one_key in [true, false] {
+        let run = move || {
+            let (store, frozen) = store(1_000);
+            let store = Arc::new(store);
+            let (key, _, _) = keys();
+            let spec = spec(AlgorithmKind::Gcra, Rate::per_second(1), 3, false);
+            let def = CounterDef::new("debited", spec).unwrap();
+            let def = if one_key { def.with_one_key(key) } else { def };
+            let counter = Arc::new(store.counter(def));
+            let limit = store.limit("debited", spec.build().unwrap());
+            assert_eq!(limit.one_key().is_some(), one_key);
+            let (s, c) = (store.clone(), counter.clone());
+            let debit = shuttle::thread::spawn(move || {
+                let debited = Store::debit(&*s, &c, key, 2, u64::MAX);
+                sluice_store::seam::now_or_never(debited).unwrap().unwrap()
+            });
+            let check = || {
+                store.check_one(&Check {
+                    limit: &limit,
+                    key,
+                    cost: 1,
+                })
+            };
+            let admitted = (0..2).filter(|_| check().unwrap().allowed).count() as u64;
+            let debited = debit.join().unwrap();
+            assert_eq!((debited.charged, debited.excess), (2, 0));
+            let gcra = Limiter::Gcra(Gcra::new(Rate::per_second(1), 3).unwrap());
+            let mut state = sluice_core::State::Fresh;
+            gcra.debit(&mut state, frozen.now(), admitted + 2, u64::MAX);
+            let want = gcra.check(&state, frozen.now(), 0).unwrap().decision;
+            let peek = store.peek_one(&Check {
+                limit: &limit,
+                key,
+                cost: 0,
+            });
+            assert_eq!(peek.unwrap(), want, "admitted {admitted}");
+        };
+        shuttle::check_random(run, SCHEDULES);
+        shuttle::check_pct(run, SCHEDULES, 3);
+    }
+}
