@@ -9,7 +9,8 @@
 use sluice_conformance::hasher;
 use sluice_conformance::{Deployments, Kind, Shown, block, fresh_key, get, shown};
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
-use sluice_store::seam::{Check, CounterDef, StoreError};
+use sluice_store::KeyId;
+use sluice_store::seam::{Check, Counter, CounterDef, StoreError};
 
 /// Runs `scenario` on every deployment and checks that each shows what the
 /// memory store shows.
@@ -284,31 +285,39 @@ enforce_percent = 30
     });
 }
 
+/// A limit of five an hour, all at once, of `algorithm`.
+fn five_an_hour(algorithm: AlgorithmKind) -> LimitSpec {
+    LimitSpec {
+        algorithm,
+        rate: Rate::new(5, 3_600 * 1_000_000_000).unwrap(),
+        burst: 5,
+        nodelay: true,
+    }
+}
+
+/// One check of `cost` on `key` of `counter`.
+fn one_check(counter: &Counter, key: KeyId, cost: u64) -> [Check<'_>; 1] {
+    [Check {
+        counter,
+        key,
+        cost,
+        reserve: 0,
+    }]
+}
+
 /// Refunds on the store seam: charged to empty, part given back, then more
 /// than was charged (which fills the limit and no more), on every store,
 /// for all six algorithms. Each step shows (allowed, remaining).
 fn refunds_give_back_what_was_charged_and_no_more(d: &Deployments) {
     for algorithm in AlgorithmKind::ALL {
-        let spec = LimitSpec {
-            algorithm,
-            rate: Rate::new(5, 3_600 * 1_000_000_000).unwrap(),
-            burst: 5,
-            nodelay: true,
-        };
+        let spec = five_an_hour(algorithm);
         let what = format!("refunds, {}", algorithm.name());
         same_everywhere(d, &what, |kind| {
             let (store, _) = d.stores(kind);
             let def = CounterDef::new(&format!("refund-{}", algorithm.name()), spec).unwrap();
             let counter = store.counter(def);
             let key = hasher().key_id(&fresh_key("refund"));
-            let at = |cost| {
-                [Check {
-                    counter: &counter,
-                    key,
-                    cost,
-                    reserve: 0,
-                }]
-            };
+            let at = |cost| one_check(&counter, key, cost);
             let charge = |cost| {
                 let c = block(store.check(&at(cost))).unwrap();
                 (c.allowed, c.decisions[0].remaining, false)
@@ -368,26 +377,14 @@ fn refunds_give_back_what_was_charged_and_no_more(d: &Deployments) {
 /// and charges nothing.
 fn debits_charge_into_debt_on_memory_and_are_unsupported_on_redis(d: &Deployments) {
     for algorithm in AlgorithmKind::ALL {
-        let spec = LimitSpec {
-            algorithm,
-            rate: Rate::new(5, 3_600 * 1_000_000_000).unwrap(),
-            burst: 5,
-            nodelay: true,
-        };
+        let spec = five_an_hour(algorithm);
         for kind in d.kinds() {
             let what = format!("debits, {} on {kind:?}", algorithm.name());
             let (store, _) = d.stores(kind);
             let def = CounterDef::new(&format!("debit-{}", algorithm.name()), spec).unwrap();
             let counter = store.counter(def);
             let key = hasher().key_id(&fresh_key("debit"));
-            let at = |cost| {
-                [Check {
-                    counter: &counter,
-                    key,
-                    cost,
-                    reserve: 0,
-                }]
-            };
+            let at = |cost| one_check(&counter, key, cost);
             let check = |cost| {
                 let c = block(store.check(&at(cost))).unwrap();
                 (c.allowed, c.decisions[0].remaining)
