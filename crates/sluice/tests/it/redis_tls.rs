@@ -140,7 +140,10 @@ async fn a_bad_certificate_is_refused(label: &str, make: impl FnOnce(&Certs), re
         "{label}: `{reason}` said {said} times:\n{log}"
     );
     // Said as what it is: a certificate to fix, at ERROR, not an outage.
-    for line in log.lines().filter(|l| l.contains("invalid peer certificate")) {
+    for line in log
+        .lines()
+        .filter(|l| l.contains("invalid peer certificate"))
+    {
         assert!(
             line.contains("ERROR") && line.contains("TLS certificate does not verify"),
             "{label}: {line}"
