@@ -118,6 +118,7 @@ impl Activity {
         InFlight {
             activity: self.clone(),
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            handed: false,
         }
     }
 
@@ -153,28 +154,34 @@ impl Activity {
 pub struct InFlight {
     activity: Arc<Activity>,
     id: u64,
+    /// Whether its entry is in the connection's `sending` list: the list
+    /// is locked only when this changes.
+    handed: bool,
 }
 
 impl InFlight {
     /// Notes that the response handed the connection a frame: until the
     /// connection asks for the next ([`taken`](Self::taken)), the frame
     /// waits on the client.
-    pub fn handed(&self) {
+    pub fn handed(&mut self) {
+        if self.handed {
+            return;
+        }
         let a = &self.activity;
         let now = a.now_ms();
-        let mut sending = a.sending.lock();
-        if !sending.iter().any(|&(id, _)| id == self.id) {
-            sending.push((self.id, now));
-        }
+        a.sending.lock().push((self.id, now));
+        self.handed = true;
     }
 
     /// Notes that the connection asked for the response's next frame: the
     /// last one has been taken.
-    pub fn taken(&self) {
-        self.activity
-            .sending
-            .lock()
-            .retain(|&(id, _)| id != self.id);
+    pub fn taken(&mut self) {
+        if !self.handed {
+            return;
+        }
+        let id = self.id;
+        self.activity.sending.lock().retain(|&(i, _)| i != id);
+        self.handed = false;
     }
 }
 

@@ -17,19 +17,13 @@ pin_project! {
         #[pin]
         body: Body,
         guard: Option<InFlight>,
-        // Whether a frame was handed over and the next not asked for yet.
-        handed: bool,
     }
 }
 
 impl SendingBody {
     /// `body`, holding `guard`.
     pub fn new(body: Body, guard: Option<InFlight>) -> Self {
-        Self {
-            body,
-            guard,
-            handed: false,
-        }
+        Self { body, guard }
     }
 }
 
@@ -44,17 +38,14 @@ impl http_body::Body for SendingBody {
         let this = self.project();
         // Asked for the next frame: the last one has been taken. Waiting on
         // the body (an upstream's next chunk) is not waiting on the client.
-        if std::mem::take(this.handed)
-            && let Some(guard) = this.guard
-        {
+        if let Some(guard) = this.guard.as_mut() {
             guard.taken();
         }
         let polled = this.body.poll_frame(cx);
         if let Poll::Ready(Some(Ok(_))) = &polled
-            && let Some(guard) = this.guard
+            && let Some(guard) = this.guard.as_mut()
         {
             guard.handed();
-            *this.handed = true;
         }
         polled
     }
