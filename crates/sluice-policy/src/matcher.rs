@@ -120,18 +120,19 @@ impl Matcher {
     /// DELETE` meets a limit on `DELETE`. A limit on `GET` is a limit on
     /// `HEAD` too: a server answers `HEAD` with its `GET` handler.
     fn meets_method(&self, method: &Method, headers: &HeaderMap) -> bool {
-        let listed = |m: &Method| {
-            self.methods.contains(m) || (*m == Method::HEAD && self.methods.contains(&Method::GET))
+        // One rule for the method and for what an override names, compared
+        // as text: a client's override value is never parsed or copied.
+        let listed = |m: &[u8]| {
+            let is = |want: &Method| m.eq_ignore_ascii_case(want.as_str().as_bytes());
+            self.methods.iter().any(is)
+                || (is(&Method::HEAD) && self.methods.contains(&Method::GET))
         };
-        listed(method)
+        listed(method.as_str().as_bytes())
             || METHOD_OVERRIDES.iter().any(|name| {
                 headers.get_all(*name).iter().any(|v| {
                     v.as_bytes()
                         .split(|&b| b == b',')
-                        .filter_map(|m| {
-                            Method::from_bytes(m.trim_ascii().to_ascii_uppercase().as_slice()).ok()
-                        })
-                        .any(|m| listed(&m))
+                        .any(|m| listed(m.trim_ascii()))
                 })
             })
     }
