@@ -25,6 +25,7 @@
 //! assert_eq!(admitted, 20);
 //! ```
 
+pub mod adaptive;
 pub mod algorithm;
 pub mod algorithms;
 pub mod clock;

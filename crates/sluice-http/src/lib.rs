@@ -47,6 +47,7 @@ pub mod sending_body;
 pub mod server;
 pub mod status_page;
 pub mod top_keys;
+pub mod usage;
 pub mod verdict_json;
 
 pub use layer::{RateLimit, RateLimitLayer};

@@ -18,6 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub mod certs;
+pub mod llm_upstream;
 pub mod nginx;
 pub mod prom;
 
