@@ -66,7 +66,18 @@ pub(crate) fn compile_limit(
         .map_err(|m| source.error_at(Some(c.matches.span()), format!("limit `{name}`: {m}")))?;
     let delay = compile_delay(source, l, &name, &spec, plan_config)?;
     let max_share = max_share(source, c, &name, all_plans)?;
-    let id = counter_id(plan, &name, &spec, delay.as_ref());
+    let settle = match &c.settle {
+        Some(t) => Some(Arc::new(crate::compile_settle::compile_settle(
+            source, t, &name, spec.burst,
+        )?)),
+        None => None,
+    };
+    let forgive = settle.as_ref().is_some_and(|s| s.forgive);
+    let mut id = counter_id(plan, &name, &spec, delay.as_ref());
+    if forgive {
+        // Debt forgiven at the window's end is another state: other counters.
+        id.push_str("/forgive");
+    }
     let counted = CounterDef::new(&id, delay.as_ref().map_or(spec, |d| d.spec))
         .map_err(|e| at(format!("limit `{name}`: {e}")))?;
     let name: Arc<str> = name.into();
@@ -87,6 +98,7 @@ pub(crate) fn compile_limit(
             delay,
             max_share,
             plan: plan.cloned(),
+            settle,
         },
         id,
         key,

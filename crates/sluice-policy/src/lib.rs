@@ -8,6 +8,7 @@ pub mod client_ip;
 mod compile;
 mod compile_keys;
 mod compile_limit;
+mod compile_settle;
 pub mod config;
 mod delay_queue;
 pub mod deployment;
@@ -30,13 +31,14 @@ mod request_key;
 mod runtime;
 pub mod server_settings;
 pub mod settle;
+pub mod settlement;
 pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};
 pub use deployment::Deployment;
 pub use engine::{
-    Charge, Counting, DecideError, Engine, LimitResult, Outcome, PlanSource, Results, RuntimeError,
-    SaveError, Shadow, UnknownPlan, Verdict,
+    Charge, Counting, DecideError, Engine, LimitResult, Outcome, PlanSource, Reservation, Reserved,
+    Results, RuntimeError, SaveError, SettledLimit, Shadow, UnknownPlan, Verdict,
 };
 pub use envoy_settings::{EnvoySettings, EnvoyTls, EnvoyXds};
 pub use key_source::KeySource;

@@ -49,6 +49,9 @@ pub struct Limit {
     pub max_share: BTreeMap<String, u8>,
     /// The plan the limit belongs to, if any.
     pub plan: Option<String>,
+    /// With a `settle` rule: the cost charged at admission is an estimate,
+    /// settled after the response (see [`settlement`](crate::settlement)).
+    pub settle: Option<Arc<crate::settlement::Settlement>>,
 }
 
 impl Limit {
@@ -63,6 +66,7 @@ impl Limit {
             delay: None,
             max_share: BTreeMap::new(),
             plan: None,
+            settle: None,
         })
     }
 

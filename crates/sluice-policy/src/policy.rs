@@ -289,6 +289,13 @@ impl Policy {
         self.reads_host
     }
 
+    /// Whether a limit settles its cost after the response (a `settle`
+    /// rule): adapters then decide with
+    /// [`Engine::decide_reserving`](crate::Engine::decide_reserving).
+    pub fn settles(&self) -> bool {
+        self.limits.iter().any(|l| l.limit.settle.is_some())
+    }
+
     /// A plan's `bucket = "shared"` rules.
     pub fn cost_rules(&self, plan: &str) -> &[CostRule] {
         self.cost_rules.get(plan).map_or(&[], Vec::as_slice)

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use sluice_core::{AlgorithmKind, Rate};
 use toml::Spanned;
 
-use super::MatchConfig;
+use super::{MatchConfig, SettleConfig};
 use crate::key_source::KeySource;
 
 /// `on_limit`: what happens to a request over the limit.
@@ -77,6 +77,9 @@ pub struct LimitConfig {
     /// the keys of a plan may use, e.g. `{ free = 80 }`; plans not listed
     /// may use all of it.
     pub max_share: Option<Spanned<BTreeMap<String, u8>>>,
+    /// The cost is settled after the response: `cost` (or the estimate
+    /// the rule reads) is charged at admission, the difference afterwards.
+    pub settle: Option<Spanned<SettleConfig>>,
 }
 
 /// A limit with no field given: every field its default (a limit needs
@@ -100,6 +103,7 @@ impl Default for LimitConfig {
             max_delay: None,
             max_queue: None,
             max_share: None,
+            settle: None,
         }
     }
 }

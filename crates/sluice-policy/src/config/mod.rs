@@ -24,6 +24,7 @@ mod limit;
 mod matches;
 mod plan;
 mod server;
+mod settle;
 mod source;
 mod store;
 
@@ -37,6 +38,7 @@ pub use limit::{BucketConfig, LimitConfig, OnLimitConfig};
 pub use matches::{HeaderMatchConfig, MatchConfig};
 pub use plan::{AlertConfig, PlanConfig};
 pub use server::ServerConfig;
+pub use settle::{DebtConfig, SettleConfig, StatusItem};
 pub use source::{ConfigError, Source};
 pub use store::{FallbackConfig, StoreConfig};
 /// The span wrapper of config fields that errors point at, re-exported so

@@ -51,6 +51,7 @@ impl Alike {
                 && def.enforce_percent >= 100
                 && def.limit.delay.is_none()
                 && def.limit.plan.is_none()
+                && def.limit.settle.is_none()
         };
         if !policy.alike || policy.global.is_empty() || !policy.global.iter().all(plain) {
             return None;

@@ -20,6 +20,7 @@ mod current;
 mod decide;
 mod outcome;
 mod plan;
+mod reservation;
 mod verdict;
 
 use std::collections::{BTreeMap, HashMap};
@@ -38,6 +39,7 @@ use plan::Plan;
 
 pub use charges::{Charge, Counting};
 pub use outcome::Outcome;
+pub use reservation::{Reservation, Reserved, SettledLimit};
 pub use verdict::{
     DecideError, LimitResult, PlanSource, Results, RuntimeError, SaveError, Shadow, UnknownPlan,
     Verdict,
@@ -87,6 +89,8 @@ pub struct Engine<C: Clock = SystemClock> {
     /// Whether the policy in force reads the request's host (kept beside
     /// it, for adapters that ask before every request).
     reads_host: std::sync::atomic::AtomicBool,
+    /// Whether a limit of the policy in force settles after the response.
+    settles: std::sync::atomic::AtomicBool,
     /// The longest a request waits for burst credits to be spent.
     credit_wait: Duration,
     /// The lines logged for shadowed limits that would have refused: at
@@ -155,6 +159,7 @@ impl<C: Clock> Engine<C> {
             .map(|r| RuntimePlans::from_keys(&r.loaded, &hasher))
             .unwrap_or_default();
         let reads_host = std::sync::atomic::AtomicBool::new(policy.reads_host());
+        let settles = std::sync::atomic::AtomicBool::new(policy.settles());
         let compiled = Compiled::new(policy, store.as_ref(), &hasher, None);
         // A decision may spend credits: both stores must answer at once
         // for `decide_now` to finish what it starts.
@@ -168,6 +173,7 @@ impl<C: Clock> Engine<C> {
             clock,
             at_once,
             reads_host,
+            settles,
             credit_wait: Duration::from_millis(10),
             shadow_lines: crate::log_budget::LogBudget::new(10, 20),
         }
@@ -231,10 +237,21 @@ impl<C: Clock> Engine<C> {
     /// starts fresh.
     pub fn replace_policy(&self, policy: Policy) {
         let reads_host = policy.reads_host();
+        let settles = policy.settles();
         self.current
             .replace(|old| Compiled::new(policy, self.store.as_ref(), &self.hasher, Some(old)));
         self.reads_host
             .store(reads_host, std::sync::atomic::Ordering::Relaxed);
+        self.settles
+            .store(settles, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a limit of the policy in force settles its cost after the
+    /// response: an adapter then decides with
+    /// [`decide_reserving`](Self::decide_reserving) and settles what it
+    /// gets back (one relaxed load).
+    pub fn settles(&self) -> bool {
+        self.settles.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Decides a request over every limit that applies to it.
@@ -243,12 +260,22 @@ impl<C: Clock> Engine<C> {
     /// spelling of `/export` is charged to `/export`'s limits, and a path
     /// with no canonical form is refused with [`DecideError::Path`].
     pub async fn decide(&self, req: &RequestInfo<'_>) -> Result<Verdict, DecideError> {
+        self.decide_reserving(req).await.map(|(verdict, _)| verdict)
+    }
+
+    /// [`decide`](Self::decide), and for an admitted request the
+    /// [`Reservation`] of its limits that settle after the response (none
+    /// when no limit that applied settles): the adapter settles it with
+    /// [`settle`](Self::settle) once the response is known.
+    pub async fn decide_reserving(
+        &self,
+        req: &RequestInfo<'_>,
+    ) -> Result<(Verdict, Option<Reservation>), DecideError> {
         let path = crate::path::canonical(req.path)?;
         let req = &RequestInfo {
             path: &path,
             ..*req
         };
-        // Owned, not guarded: the decision may wait on the store.
         let current = self.current.load_full();
         host_checked(&current.policy, req)?;
         let runtime = self
@@ -257,7 +284,12 @@ impl<C: Clock> Engine<C> {
             .map(arc_swap::Guard::into_inner);
         let mut plan = Plan::new(current.policy.headers);
         self.plan(&current, runtime.as_deref(), req, &mut plan)?;
-        self.decide_plan(&plan).await
+        let verdict = self.decide_plan(&plan).await?;
+        let reservation = verdict
+            .allowed
+            .then(|| Reservation::of(&plan, &verdict))
+            .flatten();
+        Ok((verdict, reservation))
     }
 
     /// [`decide`](Self::decide), done now, when the store answers at once

@@ -198,7 +198,7 @@ impl<C: Clock> Engine<C> {
                 gate: current.gates[a.index].as_ref(),
                 by_client: client == Some(&a.limit.key),
                 key,
-                cost: a.cost,
+                cost: estimated(a, req),
                 logged: true,
             };
             let enforced =
@@ -268,6 +268,19 @@ fn beyond_share(limit: &Limit, cost: u64, reserve: u64) -> DecideError {
         limit: limit.name.to_string(),
         cost,
         capacity: limit.spec.burst.saturating_sub(reserve),
+    }
+}
+
+/// The cost a request is charged under an applied limit at admission: a
+/// settled limit's estimate, where the request names one in the rule's
+/// header and no caller set the cost; else the applied cost.
+#[inline]
+fn estimated(a: &crate::policy::Applied<'_>, req: &RequestInfo<'_>) -> u64 {
+    match &a.limit.limit.settle {
+        Some(rule) if req.cost.is_none() => rule
+            .estimate_in(req.headers, a.limit.limit.spec.burst)
+            .unwrap_or(a.cost),
+        _ => a.cost,
     }
 }
 

@@ -11,6 +11,7 @@ mod plan_features;
 mod quickstart_policy;
 mod reload;
 mod rollout;
+mod settlement;
 
 /// An engine call on the memory store, which answers at once.
 pub fn now<F: std::future::Future>(f: F) -> F::Output {

@@ -1,0 +1,169 @@
+//! Costs settled after the response: what an admitted request reserved
+//! under its limits that settle (see [`settlement`](crate::settlement)),
+//! and the settlement that charges or gives back the difference once the
+//! actual cost is known.
+//!
+//! A settlement is never refused and never undoes the request. An actual
+//! cost below the estimate is a refund of the difference (never above
+//! full); one above it is a debit ([`Store::debit`]): what the limit has
+//! left first, then debt up to the rule's `max_debt`, and what would pass
+//! that is returned as excess, for the adapter to report.
+//!
+//! [`Store::debit`]: sluice_store::seam::Store::debit
+
+use std::sync::Arc;
+
+use sluice_core::Clock;
+use sluice_store::KeyId;
+use sluice_store::seam::{Check, Counter};
+use smallvec::SmallVec;
+
+use super::Engine;
+use super::plan::{Plan, Planned};
+use super::verdict::Verdict;
+use crate::labels::Labels;
+use crate::settlement::{Observed, Settlement};
+
+/// One limit's share of a [`Reservation`].
+#[derive(Debug, Clone)]
+pub struct Reserved {
+    /// How metrics name the limit.
+    pub labels: Labels,
+    /// The cost charged at admission (the estimate).
+    pub charged: u64,
+    /// The limit's rule.
+    pub rule: Arc<Settlement>,
+    counter: Counter,
+    key: KeyId,
+}
+
+impl Reserved {
+    /// The limit's name.
+    pub fn name(&self) -> &str {
+        &self.labels.limit
+    }
+
+    /// The client key's keyed hash: a settlement moves this key only.
+    pub fn key(&self) -> KeyId {
+        self.key
+    }
+}
+
+/// What an admitted request reserved under its limits that settle after
+/// the response. Settle it with [`Engine::settle`]; one never settled
+/// stands at its estimates.
+#[derive(Debug, Clone, Default)]
+pub struct Reservation {
+    items: SmallVec<[Reserved; 2]>,
+}
+
+impl Reservation {
+    /// The reservation of an admitted plan: each enforced limit with a
+    /// rule, and each shadowed one with a rule that admitted it (a refused
+    /// shadowed limit charged nothing). `None` when no limit settles.
+    pub(super) fn of(plan: &Plan<'_>, verdict: &Verdict) -> Option<Self> {
+        let reserved = |p: &Planned<'_>| {
+            p.limit.settle.as_ref().map(|rule| Reserved {
+                labels: p.limit.labels.clone(),
+                charged: p.cost,
+                rule: rule.clone(),
+                counter: p.counter.clone(),
+                key: p.key,
+            })
+        };
+        let mut items: SmallVec<[Reserved; 2]> =
+            plan.enforced.iter().filter_map(reserved).collect();
+        let admitted_shadow = plan
+            .shadowed
+            .iter()
+            .zip(verdict.shadow.iter())
+            .filter(|(_, r)| r.decision.allowed)
+            .filter_map(|(p, _)| reserved(p));
+        items.extend(admitted_shadow);
+        (!items.is_empty()).then_some(Self { items })
+    }
+
+    /// The limits reserved.
+    pub fn items(&self) -> &[Reserved] {
+        &self.items
+    }
+
+    /// Whether a rule reads the response body (its bytes or its usage).
+    pub fn reads_body(&self) -> bool {
+        self.items.iter().any(|r| r.rule.reads_body())
+    }
+}
+
+/// How one limit's reservation was settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettledLimit {
+    /// How metrics name the limit.
+    pub labels: Labels,
+    /// The estimate charged at admission.
+    pub charged: u64,
+    /// The actual cost.
+    pub actual: u64,
+    /// Given back (actual below the estimate).
+    pub refunded: u64,
+    /// Charged afterwards (actual above the estimate), debt included.
+    pub debited: u64,
+    /// Beyond the rule's `max_debt`: not charged, reported.
+    pub excess: u64,
+    /// Why the store could not settle it, if it could not: the estimate
+    /// then stands.
+    pub error: Option<String>,
+}
+
+impl<C: Clock> Engine<C> {
+    /// Settles a reservation with what the adapter observed: each limit's
+    /// actual cost (its rule's [`actual`](Settlement::actual)) against its
+    /// estimate, refunded or debited on the store, each limit on its own.
+    /// Never fails as a whole: a limit the store could not settle says why,
+    /// and keeps its estimate.
+    pub async fn settle(
+        &self,
+        reservation: &Reservation,
+        seen: &Observed<'_>,
+    ) -> Vec<SettledLimit> {
+        let mut out = Vec::with_capacity(reservation.items.len());
+        for r in &reservation.items {
+            let actual = r.rule.actual(r.charged, seen);
+            let mut done = SettledLimit {
+                labels: r.labels.clone(),
+                charged: r.charged,
+                actual,
+                refunded: 0,
+                debited: 0,
+                excess: 0,
+                error: None,
+            };
+            if actual < r.charged {
+                let back = [Check {
+                    counter: &r.counter,
+                    key: r.key,
+                    cost: r.charged - actual,
+                    reserve: 0,
+                }];
+                match self.store.refund(&back).await {
+                    Ok(_) => done.refunded = r.charged - actual,
+                    Err(e) => done.error = Some(e.to_string()),
+                }
+            } else if actual > r.charged {
+                let more = actual - r.charged;
+                match self
+                    .store
+                    .debit(&r.counter, r.key, more, r.rule.max_debt)
+                    .await
+                {
+                    Ok(d) => {
+                        done.debited = d.charged;
+                        done.excess = d.excess;
+                    }
+                    Err(e) => done.error = Some(e.to_string()),
+                }
+            }
+            out.push(done);
+        }
+        out
+    }
+}
