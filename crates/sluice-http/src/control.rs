@@ -2,7 +2,11 @@
 //!
 //! - `POST /v1/check`: a JSON description of a request in, the decision out,
 //!   with status 200 (allowed) or 429 (refused) and the same header fields
-//!   the data plane sends, so that services in any language can ask.
+//!   the data plane sends, so that services in any language can ask. Where
+//!   a limit settles its cost after the request, an admitted check's answer
+//!   has a `reservation` (`id`, `expires_in_ms`) to settle.
+//! - `POST /v1/settle`: settles a reservation (see
+//!   [`settle_api`](crate::settle_api)).
 //! - `GET /v1/auth`: the same decision for nginx's `auth_request`
 //!   (see [`nginx_auth`](crate::nginx_auth)).
 //! - `GET /healthz`: the process is up.
@@ -45,6 +49,8 @@ use sluice_policy::{Engine, Outcome, RequestInfo};
 use crate::headers::add_headers;
 use crate::metrics::Metrics;
 use crate::problem::Problem;
+use crate::reservations::Reservations;
+use crate::settle_api::ReservationJson;
 use crate::status_page::StatusState;
 use crate::verdict_json::{VerdictJson, decide_error_response};
 
@@ -138,18 +144,26 @@ where
     deserializer.deserialize_map(Bounded)
 }
 
-/// The control API's router.
+/// The control API's router, with the default reservation settings.
 pub fn router(engine: Arc<Engine>, metrics: Arc<Metrics>) -> axum::Router {
-    router_with(engine, metrics, None)
+    let defaults = sluice_policy::server_settings::ServerSettings::default();
+    let reservations = Arc::new(Reservations::new(
+        defaults.reservation_ttl,
+        defaults.max_reservations,
+    ));
+    router_with(engine, metrics, None, reservations)
 }
 
 /// The control API's router, with the reloader that knows the config's
-/// version (shown on the status page).
+/// version (shown on the status page), and where the reservations of
+/// `/v1/check` are kept.
 pub fn router_with(
     engine: Arc<Engine>,
     metrics: Arc<Metrics>,
     reloader: Option<Arc<crate::reload::Reloader>>,
+    reservations: Arc<Reservations>,
 ) -> axum::Router {
+    metrics.watch_reservations(reservations.clone());
     let status = StatusState {
         engine: engine.clone(),
         metrics: metrics.clone(),
@@ -161,6 +175,8 @@ pub fn router_with(
         .route("/v1/status", get(crate::status_page::status))
         .layer(Extension(status))
         .route("/v1/check", post(check))
+        .route("/v1/settle", post(crate::settle_api::settle))
+        .layer(Extension(reservations))
         .route("/v1/auth", get(crate::nginx_auth::auth))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -195,6 +211,7 @@ fn bad_request(detail: String) -> Response {
 async fn check(
     State(engine): State<Arc<Engine>>,
     Extension(metrics): Extension<Arc<Metrics>>,
+    Extension(reservations): Extension<Arc<Reservations>>,
     body: Bytes,
 ) -> Response {
     let req: CheckRequest = match serde_json::from_slice(&body) {
@@ -206,7 +223,7 @@ async fn check(
         Err(e) => return bad_request(e),
     };
     let decided = engine
-        .decide(&RequestInfo {
+        .decide_reserving(&RequestInfo {
             method: &method,
             path,
             headers: &headers,
@@ -214,15 +231,23 @@ async fn check(
             cost: req.cost,
         })
         .await;
-    metrics.record_result(&decided);
-    let verdict = match decided {
-        Ok(v) => v,
-        Err(e) => return decide_error_response(&e),
+    let (verdict, reservation) = match decided {
+        Ok(both) => both,
+        Err(e) => {
+            metrics.record_error(&e);
+            return decide_error_response(&e);
+        }
     };
+    metrics.record(&verdict);
     // The engine's status: 429 for a limit, 503 when the store is down and
     // its fallback refuses everything.
     let status = Outcome::of_verdict(&verdict).status_code();
-    let mut response = (status, Json(VerdictJson::new(&verdict))).into_response();
+    let mut json = VerdictJson::new(&verdict);
+    if let Some(id) = reservation.and_then(|r| reservations.open(r)) {
+        metrics.record_reservation(crate::metrics::ReservationEvent::opened);
+        json.reservation = Some(ReservationJson::new(id, &reservations));
+    }
+    let mut response = (status, Json(json)).into_response();
     add_headers(&verdict, response.headers_mut());
     response
 }

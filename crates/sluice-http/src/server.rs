@@ -169,8 +169,12 @@ impl Servers {
             .unwrap_or_else(|| Arc::new(Metrics::new(&self.engine, None)));
         let data_app = data_plane::router(self.engine.clone(), proxy, metrics.clone());
         let metrics_for_listeners = metrics.clone();
+        let reservations = Arc::new(crate::reservations::Reservations::new(
+            self.settings.reservation_ttl,
+            self.settings.max_reservations,
+        ));
         let mut control_app =
-            crate::control::router_with(self.engine.clone(), metrics, self.reloader);
+            crate::control::router_with(self.engine.clone(), metrics, self.reloader, reservations);
         if let Some(admin) = self.admin {
             control_app = control_app.merge(crate::admin::router(admin));
         }

@@ -44,6 +44,10 @@ pub struct VerdictJson<'a> {
     pub delay_ms: u64,
     /// Each applied limit.
     pub limits: Vec<LimitJson<'a>>,
+    /// `/v1/check`: the reservation to settle, where a limit settles its
+    /// cost after the request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<crate::settle_api::ReservationJson>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -62,6 +66,7 @@ impl<'a> VerdictJson<'a> {
             retry_after_ms: v.retry_after().map(ms),
             delay_ms: ms(v.delay()),
             limits: v.results.iter().map(limit_json).collect(),
+            reservation: None,
         }
     }
 }

@@ -61,6 +61,10 @@ pub struct ServerSettings {
     /// How long a stop signal lets requests in flight finish before the
     /// connections still open are closed and the process exits.
     pub shutdown_timeout: Duration,
+    /// How long a reservation of `POST /v1/check` waits to be settled.
+    pub reservation_ttl: Duration,
+    /// The most reservations of `POST /v1/check` open at once.
+    pub max_reservations: usize,
 }
 
 impl Default for ServerSettings {
@@ -90,6 +94,8 @@ impl Default for ServerSettings {
                 max_in_flight: 1_024,
             },
             shutdown_timeout: Duration::from_secs(10),
+            reservation_ttl: Duration::from_secs(600),
+            max_reservations: 100_000,
         }
     }
 }
@@ -135,6 +141,19 @@ impl ServerSettings {
                 "shutdown_timeout",
                 defaults.shutdown_timeout,
                 Zero::Refused,
+            )?,
+            reservation_ttl: duration(
+                source,
+                &server.reservation_ttl,
+                "reservation_ttl",
+                defaults.reservation_ttl,
+                Zero::Refused,
+            )?,
+            max_reservations: count(
+                source,
+                &server.max_reservations,
+                "max_reservations",
+                defaults.max_reservations,
             )?,
         })
     }

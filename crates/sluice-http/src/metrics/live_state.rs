@@ -26,7 +26,11 @@ pub(super) struct LiveState {
     pub(super) top: Arc<TopKeys>,
     pub(super) events: Arc<AccountEvents>,
     pub(super) listeners: Listeners,
+    pub(super) reservations: Watched,
 }
+
+/// The `/v1/check` reservations, once the control API has them.
+pub(super) type Watched = Arc<parking_lot::Mutex<Option<Arc<crate::reservations::Reservations>>>>;
 
 impl Collector for LiveState {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -37,6 +41,9 @@ impl Collector for LiveState {
             encode_reloads(&mut encoder, r)?;
         }
         encode_account_events(&mut encoder, &self.events)?;
+        if let Some(r) = self.reservations.lock().clone() {
+            encode_reservations(&mut encoder, &r)?;
+        }
         encode_top_keys(&mut encoder, &self.top)
     }
 }
@@ -64,6 +71,26 @@ fn encode_reloads(encoder: &mut DescriptorEncoder, r: &Reloader) -> Result<(), s
         "sluice_config_info",
         "The config in force, by the hash of its text",
         &[(vec![("version".to_owned(), r.version())], 1)],
+    )
+}
+
+/// Open reservations, and those that expired unsettled.
+fn encode_reservations(
+    encoder: &mut DescriptorEncoder,
+    r: &crate::reservations::Reservations,
+) -> Result<(), std::fmt::Error> {
+    let (open, expired) = r.counts();
+    gauge(
+        encoder,
+        "sluice_reservations_open",
+        "Reservations of /v1/check not yet settled or expired",
+        &[(Vec::new(), i64::try_from(open).unwrap_or(i64::MAX))],
+    )?;
+    counter(
+        encoder,
+        "sluice_reservations_expired",
+        "Reservations of /v1/check never settled: they stand at their estimate",
+        &[(&[], expired)],
     )
 }
 

@@ -27,6 +27,11 @@
 //! | `sluice_config_info` | `version` | 1, labelled with the config's hash |
 //! | `sluice_top_limited_key_requests` | `rank`, `key` | the most-limited keys (keyed hash prefixes), at most 10 series |
 //! | `sluice_account_events_total` | `result` | account-manager events: `emitted`, `delivered`, `failed`, `dropped` |
+//! | `sluice_settlements_total` | `limit`, `result` | reservations settled after the response: `exact`, `refunded`, `debited`, `excess`, `failed` |
+//! | `sluice_settled_cost_total` | `limit`, `direction` | cost moved by settlements: `refunded`, `debited`, `excess` (beyond `max_debt`, not charged) |
+//! | `sluice_reservations_total` | `event` | `/v1/check` reservations: `opened`, `settled`, `unknown` (404), `duplicate` (409) |
+//! | `sluice_reservations_open` | — | `/v1/check` reservations not yet settled or expired |
+//! | `sluice_reservations_expired_total` | — | `/v1/check` reservations never settled (they stand at their estimate) |
 //!
 //! With the Envoy service, its per-rule statistics are served beside these
 //! ([`Metrics::with_collector`]; see `sluice_envoy::stats`).
@@ -48,9 +53,11 @@ mod labels;
 mod listener_gauges;
 mod live_state;
 mod record;
+mod settlements;
 mod store_gauges;
 
 pub use labels::{LimitOutcome, RequestOutcome};
+pub use settlements::{CostMoved, ReservationEvent, SettleResult};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,10 +84,12 @@ pub const TOP_KEYS: usize = 10;
 pub struct Metrics {
     registry: Registry,
     families: Families,
+    settle: settlements::SettleFamilies,
     top: Arc<TopKeys>,
     rejections: RejectionLog,
     events: Arc<AccountEvents>,
     listeners: Listeners,
+    reservations: live_state::Watched,
 }
 
 impl Metrics {
@@ -88,23 +97,28 @@ impl Metrics {
     pub fn new(engine: &Arc<Engine>, reloader: Option<Arc<Reloader>>) -> Self {
         let mut registry = Registry::default();
         let families = Families::register(&mut registry, engine);
+        let settle = settlements::SettleFamilies::register(&mut registry);
         let top = Arc::new(TopKeys::new(64, Duration::from_secs(60)));
         let events = Arc::new(AccountEvents::new(engine.clone()));
         let listeners = Listeners::default();
+        let reservations = live_state::Watched::default();
         registry.register_collector(Box::new(LiveState {
             engine: engine.clone(),
             reloader,
             top: top.clone(),
             events: events.clone(),
             listeners: listeners.clone(),
+            reservations: reservations.clone(),
         }));
         Self {
             registry,
             families,
+            settle,
             top,
             rejections: RejectionLog::default(),
             events,
             listeners,
+            reservations,
         }
     }
 
@@ -119,6 +133,11 @@ impl Metrics {
     /// `listener="<name>"`.
     pub fn watch_listener(&self, name: &'static str, limits: Arc<ConnLimits>) {
         self.listeners.lock().push((name, limits));
+    }
+
+    /// Reports the control API's open and expired reservations.
+    pub fn watch_reservations(&self, reservations: Arc<crate::reservations::Reservations>) {
+        *self.reservations.lock() = Some(reservations);
     }
 
     /// Requests so far with this outcome.

@@ -59,4 +59,10 @@ pub struct ServerConfig {
     /// How long SIGTERM (or SIGINT) lets requests in flight finish before
     /// Sluice closes what is still open and exits.
     pub shutdown_timeout: Option<Spanned<String>>,
+    /// How long a reservation of `POST /v1/check` waits for its
+    /// `POST /v1/settle`; one never settled stands at its estimate.
+    pub reservation_ttl: Option<Spanned<String>>,
+    /// The most reservations of `POST /v1/check` open at once; beyond, the
+    /// oldest stands at its estimate.
+    pub max_reservations: Option<Spanned<usize>>,
 }

@@ -54,6 +54,7 @@ mod redis_recovery;
 mod redis_shared;
 mod redis_tls;
 mod rollout;
+mod settle_api;
 mod shared_runtime_state;
 mod simulate_agrees;
 mod simulate_cli;

@@ -1,0 +1,216 @@
+//! The reservations `POST /v1/check` hands out for limits that settle after
+//! the response, until `POST /v1/settle` settles them.
+//!
+//! - An id is 128 random bits from the operating system (`getrandom`),
+//!   shown as 32 hex digits: it cannot be guessed, so a client cannot settle
+//!   another's reservation, and a settlement only moves the limits and key
+//!   it was issued for.
+//! - A reservation lives for `ttl`. One never settled **expires** and stands
+//!   at its estimate (what admission charged): nothing more is done.
+//! - The map is bounded (`max`): with it full, the oldest reservation is
+//!   dropped, as if it had expired.
+//! - Settled ids are remembered for `ttl` (also at most `max`), so that a
+//!   second settlement is told 409 rather than 404.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use sluice_policy::Reservation;
+
+/// A reservation's id: 128 random bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReservationId(pub u128);
+
+impl ReservationId {
+    /// A new id from the operating system's random source; `None` when it
+    /// cannot give one (the check then hands out no reservation).
+    fn random() -> Option<Self> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).ok()?;
+        Some(Self(u128::from_le_bytes(bytes)))
+    }
+
+    /// The id as 32 lowercase hex digits.
+    pub fn to_hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+
+    /// An id written as 32 hex digits; `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        (text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| u128::from_str_radix(text, 16).ok().map(Self))
+            .flatten()
+    }
+}
+
+/// Why a settlement found no reservation to settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Untaken {
+    /// No such reservation: never issued, expired, or dropped.
+    #[error("no such reservation (never issued, or expired)")]
+    Unknown,
+    /// It was settled already.
+    #[error("this reservation was settled already")]
+    Settled,
+}
+
+/// Open reservations and recently settled ids. See the module docs.
+#[derive(Debug)]
+pub struct Reservations {
+    inner: Mutex<Inner>,
+    ttl: Duration,
+    max: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    open: HashMap<ReservationId, (Instant, Reservation)>,
+    /// Open ids in the order they were opened (so, of their expiry).
+    opened: VecDeque<(Instant, ReservationId)>,
+    settled: HashMap<ReservationId, Instant>,
+    settled_order: VecDeque<(Instant, ReservationId)>,
+    /// Reservations that expired or were dropped unsettled.
+    expired: u64,
+}
+
+impl Reservations {
+    /// At most `max` open reservations (and as many remembered
+    /// settlements), each living `ttl`.
+    pub fn new(ttl: Duration, max: usize) -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            ttl,
+            max: max.max(1),
+        }
+    }
+
+    /// How long a reservation lives.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Keeps `reservation` until it is settled or expires, and returns its
+    /// id; `None` if no random id could be made.
+    pub fn open(&self, reservation: Reservation) -> Option<ReservationId> {
+        let id = ReservationId::random()?;
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        inner.expire(now);
+        while inner.open.len() >= self.max {
+            // Full: the oldest stands at its estimate, as if it had expired.
+            let Some((_, old)) = inner.opened.pop_front() else {
+                break;
+            };
+            if inner.open.remove(&old).is_some() {
+                inner.expired += 1;
+            }
+        }
+        let until = now + self.ttl;
+        inner.open.insert(id, (until, reservation));
+        inner.opened.push_back((until, id));
+        Some(id)
+    }
+
+    /// Takes an open reservation to settle it, remembering that it was.
+    pub fn take(&self, id: ReservationId) -> Result<Reservation, Untaken> {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        inner.expire(now);
+        if let Some((_, reservation)) = inner.open.remove(&id) {
+            while inner.settled.len() >= self.max {
+                let Some((_, old)) = inner.settled_order.pop_front() else {
+                    break;
+                };
+                inner.settled.remove(&old);
+            }
+            let until = now + self.ttl;
+            inner.settled.insert(id, until);
+            inner.settled_order.push_back((until, id));
+            return Ok(reservation);
+        }
+        if inner.settled.contains_key(&id) {
+            return Err(Untaken::Settled);
+        }
+        Err(Untaken::Unknown)
+    }
+
+    /// Open reservations now, and how many expired unsettled so far.
+    pub fn counts(&self) -> (usize, u64) {
+        let mut inner = self.inner.lock();
+        inner.expire(Instant::now());
+        (inner.open.len(), inner.expired)
+    }
+
+    /// The soonest expiry of an open reservation, if any.
+    pub fn next_expiry(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        inner.expire(now);
+        inner
+            .opened
+            .iter()
+            .find(|(_, id)| inner.open.contains_key(id))
+            .map(|(until, _)| until.saturating_duration_since(now))
+    }
+}
+
+impl Inner {
+    /// Drops what expired by `now`.
+    fn expire(&mut self, now: Instant) {
+        while let Some(&(until, id)) = self.opened.front() {
+            if until > now {
+                break;
+            }
+            self.opened.pop_front();
+            if self.open.remove(&id).is_some() {
+                self.expired += 1;
+            }
+        }
+        while let Some(&(until, id)) = self.settled_order.front() {
+            if until > now {
+                break;
+            }
+            self.settled_order.pop_front();
+            self.settled.remove(&id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_random_and_read_back() {
+        let a = ReservationId::random().unwrap();
+        let b = ReservationId::random().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(ReservationId::parse(&a.to_hex()), Some(a));
+        assert_eq!(ReservationId::parse("xyz"), None);
+        assert_eq!(ReservationId::parse(&"g".repeat(32)), None);
+        assert_eq!(ReservationId::parse(&format!("+{}", "0".repeat(31))), None);
+    }
+
+    #[test]
+    fn a_reservation_is_settled_once() {
+        let r = Reservations::new(Duration::from_secs(60), 10);
+        let id = r.open(Reservation::default()).unwrap();
+        assert!(r.take(id).is_ok());
+        assert_eq!(r.take(id).unwrap_err(), Untaken::Settled);
+        assert_eq!(r.take(ReservationId(7)).unwrap_err(), Untaken::Unknown);
+    }
+
+    #[test]
+    fn reservations_expire_and_the_map_is_bounded() {
+        let r = Reservations::new(Duration::from_millis(30), 3);
+        let ids: Vec<_> = (0..5)
+            .map(|_| r.open(Reservation::default()).unwrap())
+            .collect();
+        assert_eq!(r.counts(), (3, 2), "the two oldest were dropped");
+        assert_eq!(r.take(ids[0]).unwrap_err(), Untaken::Unknown);
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(r.counts(), (0, 5));
+        assert_eq!(r.take(ids[4]).unwrap_err(), Untaken::Unknown);
+    }
+}

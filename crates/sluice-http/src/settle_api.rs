@@ -1,0 +1,140 @@
+//! `POST /v1/settle`: settles a reservation that `POST /v1/check` handed
+//! out for limits whose cost is known only after the request (see
+//! [`settlement`](sluice_policy::settlement)).
+//!
+//! ```json
+//! {"reservation": "5f0c…(32 hex digits)", "cost": 1234, "status": 200}
+//! ```
+//!
+//! `cost` is the actual cost (a rule reading `"reported"`); `status`, the
+//! request's status, for rules with `charge_status` or `refund_status`.
+//! Both are optional: without them the estimate stands. The answer is 200
+//! with each limit's settlement; 404 for an id never issued or expired
+//! (it stood at its estimate), 409 for one settled already, 400 for a body
+//! that is not one of these.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Extension, State};
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use sluice_policy::settlement::Observed;
+use sluice_policy::{Engine, SettledLimit};
+
+use crate::metrics::{Metrics, ReservationEvent};
+use crate::problem::Problem;
+use crate::reservations::{ReservationId, Reservations, Untaken};
+
+/// The body of `POST /v1/settle`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettleRequest {
+    /// The reservation's id, as `/v1/check` gave it.
+    pub reservation: String,
+    /// The actual cost.
+    pub cost: Option<u64>,
+    /// The request's HTTP status.
+    pub status: Option<u16>,
+}
+
+/// One limit's settlement, as JSON.
+#[derive(Debug, Serialize)]
+pub struct SettledJson<'a> {
+    /// The limit's name.
+    pub name: &'a str,
+    /// The estimate charged at admission.
+    pub charged: u64,
+    /// The actual cost.
+    pub actual: u64,
+    /// Given back.
+    pub refunded: u64,
+    /// Charged afterwards, debt included.
+    pub debited: u64,
+    /// Beyond the limit's `max_debt`: not charged.
+    pub excess: u64,
+}
+
+impl<'a> From<&'a SettledLimit> for SettledJson<'a> {
+    fn from(s: &'a SettledLimit) -> Self {
+        Self {
+            name: &s.labels.limit,
+            charged: s.charged,
+            actual: s.actual,
+            refunded: s.refunded,
+            debited: s.debited,
+            excess: s.excess,
+        }
+    }
+}
+
+/// The `reservation` member of a `/v1/check` answer.
+#[derive(Debug, Serialize)]
+pub struct ReservationJson {
+    /// The id to settle it by.
+    pub id: String,
+    /// Milliseconds until it expires and stands at its estimate.
+    pub expires_in_ms: u64,
+}
+
+impl ReservationJson {
+    /// The member for reservation `id` of `reservations`.
+    pub fn new(id: ReservationId, reservations: &Reservations) -> Self {
+        Self {
+            id: id.to_hex(),
+            expires_in_ms: u64::try_from(reservations.ttl().as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// `POST /v1/settle`.
+pub async fn settle(
+    State(engine): State<Arc<Engine>>,
+    Extension(metrics): Extension<Arc<Metrics>>,
+    Extension(reservations): Extension<Arc<Reservations>>,
+    body: Bytes,
+) -> Response {
+    let req: SettleRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return Problem::new(
+                StatusCode::BAD_REQUEST,
+                format!("invalid settle request: {e}"),
+            )
+            .into_response();
+        }
+    };
+    if req.status.is_some_and(|s| !(100..=599).contains(&s)) {
+        return Problem::new(
+            StatusCode::BAD_REQUEST,
+            "`status` must be an HTTP status, from 100 to 599".to_owned(),
+        )
+        .into_response();
+    }
+    let taken = ReservationId::parse(&req.reservation)
+        .ok_or(Untaken::Unknown)
+        .and_then(|id| reservations.take(id));
+    let reservation = match taken {
+        Ok(r) => r,
+        Err(why) => {
+            let (status, event) = match why {
+                Untaken::Unknown => (StatusCode::NOT_FOUND, ReservationEvent::unknown),
+                Untaken::Settled => (StatusCode::CONFLICT, ReservationEvent::duplicate),
+            };
+            metrics.record_reservation(event);
+            return Problem::new(status, format!("{why}.")).into_response();
+        }
+    };
+    metrics.record_reservation(ReservationEvent::settled);
+    let seen = Observed {
+        status: req.status,
+        reported: req.cost,
+        ..Observed::default()
+    };
+    let settled = engine.settle(&reservation, &seen).await;
+    metrics.record_settled(&settled);
+    let limits: Vec<SettledJson<'_>> = settled.iter().map(SettledJson::from).collect();
+    Json(serde_json::json!({ "settled": limits })).into_response()
+}

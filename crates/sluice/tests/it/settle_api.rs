@@ -1,0 +1,189 @@
+//! Costs settled after the request through the decision API: `POST
+//! /v1/check` reserves an estimate and hands out a reservation id, `POST
+//! /v1/settle` charges or gives back the difference. A settlement past
+//! what is left puts the key into debt, which refuses its next checks until
+//! the rate has paid it off; an unknown id is 404, a second settlement 409.
+
+use crate::common;
+
+use common::{Reply, Sluice, client, send};
+use serde_json::{Value, json};
+
+const CONFIG: &str = r#"
+[[limits]]
+name = "tokens"
+key = "header:X-Api-Key"
+rate = "1000/min"
+burst = 1000
+cost = 100
+settle = { from = "reported", estimate = "header:X-Max-Tokens", max_debt = 500, refund_status = ["5xx"] }
+"#;
+
+async fn post(sluice: &Sluice, path: &str, body: &Value) -> Reply {
+    send(
+        client()
+            .post(sluice.control_url(path))
+            .header("content-type", "application/json")
+            .body(body.to_string()),
+    )
+    .await
+}
+
+async fn check(sluice: &Sluice, key: &str, estimate: Option<u64>) -> Reply {
+    let mut headers = json!({ "X-Api-Key": key });
+    if let Some(e) = estimate {
+        headers["X-Max-Tokens"] = json!(e.to_string());
+    }
+    post(
+        sluice,
+        "/v1/check",
+        &json!({ "path": "/v1/chat/completions", "method": "POST", "headers": headers }),
+    )
+    .await
+}
+
+fn remaining(reply: &Reply) -> u64 {
+    reply.json()["limits"][0]["remaining"].as_u64().unwrap()
+}
+
+fn reservation(reply: &Reply) -> String {
+    let body = reply.json();
+    body["reservation"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no reservation: {body}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_check_reserves_its_estimate_and_a_settlement_moves_the_difference() {
+    let sluice = Sluice::start_with("settle-api", CONFIG);
+    let first = check(&sluice, "alice", None).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(remaining(&first), 900, "the limit's cost is the estimate");
+    let body = first.json();
+    assert_eq!(body["reservation"]["expires_in_ms"], 600_000, "{body}");
+    let id = reservation(&first);
+    assert_eq!(id.len(), 32);
+
+    // 40 used: 60 given back.
+    let settled = post(
+        &sluice,
+        "/v1/settle",
+        &json!({ "reservation": id, "cost": 40 }),
+    )
+    .await;
+    assert_eq!(settled.status, 200, "{}", settled.json());
+    let s = &settled.json()["settled"][0];
+    assert_eq!(
+        (
+            s["name"].as_str(),
+            s["charged"].as_u64(),
+            s["actual"].as_u64(),
+            s["refunded"].as_u64()
+        ),
+        (Some("tokens"), Some(100), Some(40), Some(60))
+    );
+    // Settled once only.
+    let again = post(
+        &sluice,
+        "/v1/settle",
+        &json!({ "reservation": id, "cost": 40 }),
+    )
+    .await;
+    again.problem(409);
+    // Ids never issued, or not ids at all.
+    let unknown = post(
+        &sluice,
+        "/v1/settle",
+        &json!({ "reservation": "0".repeat(32) }),
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+    let garbage = post(
+        &sluice,
+        "/v1/settle",
+        &json!({ "reservation": "../../etc" }),
+    )
+    .await;
+    assert_eq!(garbage.status, 404);
+    for bad in [
+        json!({}),
+        json!({ "reservation": id, "cost": -1 }),
+        json!({ "reservation": id, "status": 700 }),
+        json!({ "reservation": id, "extra": 1 }),
+    ] {
+        assert_eq!(post(&sluice, "/v1/settle", &bad).await.status, 400, "{bad}");
+    }
+
+    // The estimate named by the request: 200 of what is left.
+    let second = check(&sluice, "alice", Some(200)).await;
+    assert_eq!(remaining(&second), 1000 - 40 - 200);
+    // A 503 gives the whole estimate back, whatever the cost.
+    let failed = post(
+        &sluice,
+        "/v1/settle",
+        &json!({ "reservation": reservation(&second), "cost": 150, "status": 503 }),
+    )
+    .await;
+    assert_eq!(failed.json()["settled"][0]["refunded"], 200);
+    assert_eq!(
+        remaining(&check(&sluice, "alice", Some(1)).await),
+        1000 - 40 - 1
+    );
+}
+
+#[tokio::test]
+async fn a_settlement_past_empty_refuses_the_key_until_its_debt_is_paid() {
+    let sluice = Sluice::start_with("settle-debt", CONFIG);
+    let first = check(&sluice, "bob", Some(1000)).await;
+    assert_eq!(remaining(&first), 0);
+    // 1000 more than the estimate: 500 into debt, 500 beyond max_debt.
+    let settled = post(
+        &sluice,
+        "/v1/settle",
+        &json!({ "reservation": reservation(&first), "cost": 2000 }),
+    )
+    .await;
+    let s = &settled.json()["settled"][0];
+    assert_eq!(
+        (s["debited"].as_u64(), s["excess"].as_u64()),
+        (Some(500), Some(500)),
+        "{s}"
+    );
+
+    let refused = check(&sluice, "bob", Some(1)).await;
+    assert_eq!(refused.status, 429);
+    let body = refused.json();
+    assert!(
+        body.get("reservation").is_none(),
+        "a refusal reserves nothing: {body}"
+    );
+    assert_eq!(body["limits"][0]["remaining"], 0);
+    // 501 at 1000/min: about 30 s, counting the debt.
+    let retry = body["retry_after_ms"].as_u64().unwrap();
+    assert!((30_000..=30_100).contains(&retry), "{retry}");
+    assert!(refused.int_header("retry-after") >= 30);
+
+    // Another key is untouched: a settlement moves only its own.
+    assert_eq!(remaining(&check(&sluice, "carol", Some(1)).await), 999);
+
+    let metrics = String::from_utf8(
+        send(client().get(sluice.control_url("/metrics")))
+            .await
+            .body,
+    )
+    .unwrap();
+    assert!(
+        metrics.contains("sluice_settlements_total{limit=\"tokens\",result=\"excess\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_settled_cost_total{limit=\"tokens\",direction=\"excess\"} 500"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_reservations_total{event=\"opened\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("sluice_reservations_open 1"), "{metrics}");
+}
