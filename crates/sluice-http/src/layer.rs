@@ -27,6 +27,13 @@
 //! (`axum::extract::ConnectInfo<SocketAddr>`, or a plain `SocketAddr`); the
 //! policy then applies its trusted-proxy rules. Replace it with
 //! [`RateLimitLayer::with_peer`].
+//!
+//! Limits whose cost is settled after the response (a `settle` rule) are
+//! settled when the response body ends (or is dropped): the handler reports
+//! the actual cost with a [`ActualCost`](crate::settling_body::ActualCost)
+//! response extension, or the rule reads the status, a response header,
+//! the trailers or the bytes sent (see
+//! [`settling_body`](crate::settling_body)).
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -52,6 +59,7 @@ use tower_service::Service;
 
 use crate::headers::Fields;
 use crate::metrics::Metrics;
+use crate::settling_body::SettlingBody;
 use crate::verdict_json::{decide_error_response, refusal_response};
 
 /// Finds the address a request came from.
@@ -306,8 +314,12 @@ where
         if let Ok(Cow::Owned(path)) = canonical(req.uri().path()) {
             set_path(req.uri_mut(), &path);
         }
-        // A store in this process decides without waiting: no future.
-        if let Some(decided) = shared.engine.decide_now(&request_info(&req, peer)) {
+        // A store in this process decides without waiting: no future. (A
+        // policy that settles costs after the response takes the path that
+        // keeps the request's reservation.)
+        if !shared.engine.settles()
+            && let Some(decided) = shared.engine.decide_now(&request_info(&req, peer))
+        {
             if let Some(m) = &shared.metrics {
                 m.record_result(&decided);
             }
@@ -336,7 +348,14 @@ where
         let inner = self.take_inner();
         let shared = self.shared.clone();
         ResponseFuture::waiting(Box::pin(async move {
-            let decided = shared.engine.decide(&request_info(&req, peer)).await;
+            let (decided, reservation) = match shared
+                .engine
+                .decide_reserving(&request_info(&req, peer))
+                .await
+            {
+                Ok((v, r)) => (Ok(v), r),
+                Err(e) => (Err(e), None),
+            };
             if let Some(m) = &shared.metrics {
                 m.record_result(&decided);
             }
@@ -346,7 +365,18 @@ where
                     if shared.verdict {
                         req.extensions_mut().insert(v);
                     }
-                    forward(inner, req, fields, delay).await
+                    let response = forward(inner, req, fields, delay).await?;
+                    Ok(match reservation {
+                        // Settled when its body ends; an error of the inner
+                        // service leaves the estimate standing.
+                        Some(r) => SettlingBody::wrap(
+                            response,
+                            shared.engine.clone(),
+                            shared.metrics.clone(),
+                            r,
+                        ),
+                        None => response,
+                    })
                 }
                 other => Ok(refused(other)),
             }

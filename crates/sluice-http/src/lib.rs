@@ -47,6 +47,7 @@ pub mod reservations;
 pub mod sending_body;
 pub mod server;
 pub mod settle_api;
+pub mod settling_body;
 pub mod status_page;
 pub mod top_keys;
 pub mod usage;

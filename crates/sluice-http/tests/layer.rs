@@ -16,6 +16,9 @@ use sluice_policy::Verdict;
 use tower_layer::Layer;
 use tower_service::Service;
 
+#[path = "layer/settlement.rs"]
+mod settlement;
+
 const PER_IP: &str = r#"
     [[limits]]
     name = "per-ip"

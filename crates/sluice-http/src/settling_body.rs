@@ -1,0 +1,152 @@
+//! A response body that settles its request's [`Reservation`] when it
+//! ends: after its last frame, or when it is dropped before (the client
+//! went away, the upstream failed). What it saw goes to
+//! [`Engine::settle`]: the status, the header fields and trailers, the
+//! bytes sent, and the cost the application reported ([`ActualCost`]). A
+//! rule whose source said nothing settles at its estimate.
+//!
+//! The settlement runs on the tokio runtime, once, and never holds up the
+//! response.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{HeaderMap, Response};
+use pin_project_lite::pin_project;
+use sluice_policy::settlement::Observed;
+use sluice_policy::{Engine, Reservation};
+
+use crate::metrics::Metrics;
+
+/// The actual cost of a request, reported by the application (the inner
+/// service of the [tower layer](crate::layer)) as a response extension, for
+/// limits whose rule reads `"reported"`.
+///
+/// ```
+/// let mut response = http::Response::new(());
+/// response.extensions_mut().insert(sluice_http::settling_body::ActualCost(1234));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActualCost(pub u64);
+
+/// What a settlement needs, taken once.
+struct Pending {
+    engine: Arc<Engine>,
+    metrics: Option<Arc<Metrics>>,
+    reservation: Reservation,
+    status: u16,
+    headers: HeaderMap,
+    reported: Option<u64>,
+}
+
+pin_project! {
+    /// `body`, settling its request's reservation when it ends.
+    pub struct SettlingBody {
+        #[pin]
+        body: Body,
+        pending: Option<Box<Pending>>,
+        sent: u64,
+        trailers: Option<HeaderMap>,
+    }
+
+    impl PinnedDrop for SettlingBody {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            settle(this.pending.take(), *this.sent, this.trailers.take());
+        }
+    }
+}
+
+impl SettlingBody {
+    /// The response, its body settling `reservation` when it ends.
+    pub fn wrap(
+        response: Response<Body>,
+        engine: Arc<Engine>,
+        metrics: Option<Arc<Metrics>>,
+        reservation: Reservation,
+    ) -> Response<Body> {
+        let (parts, body) = response.into_parts();
+        let pending = Pending {
+            engine,
+            metrics,
+            reservation,
+            status: parts.status.as_u16(),
+            headers: parts.headers.clone(),
+            reported: parts.extensions.get::<ActualCost>().map(|c| c.0),
+        };
+        let body = Self {
+            body,
+            pending: Some(Box::new(pending)),
+            sent: 0,
+            trailers: None,
+        };
+        Response::from_parts(parts, Body::new(body))
+    }
+}
+
+impl http_body::Body for SettlingBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = self.project();
+        let polled = this.body.poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    *this.sent = this.sent.saturating_add(data.len() as u64);
+                } else if let Some(t) = frame.trailers_ref() {
+                    *this.trailers = Some(t.clone());
+                }
+            }
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
+                settle(this.pending.take(), *this.sent, this.trailers.take());
+            }
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Settles, in a task of its own, what a body saw; nothing when it settled
+/// already. Outside a tokio runtime (a body dropped by a caller that has
+/// none) the reservation stands at its estimate, and a warning says so.
+fn settle(pending: Option<Box<Pending>>, sent: u64, trailers: Option<HeaderMap>) {
+    let Some(p) = pending else {
+        return;
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(
+            "a response ended outside a tokio runtime: its reservation stands at its estimate"
+        );
+        return;
+    };
+    runtime.spawn(async move {
+        let seen = Observed {
+            status: Some(p.status),
+            headers: Some(&p.headers),
+            trailers: trailers.as_ref(),
+            body_bytes: Some(sent),
+            usage: None,
+            reported: p.reported,
+        };
+        let settled = p.engine.settle(&p.reservation, &seen).await;
+        if let Some(m) = &p.metrics {
+            m.record_settled(&settled);
+        }
+    });
+}
