@@ -219,7 +219,9 @@ impl UsageScan {
 
     /// The usage the body reported, once it has all been fed: the
     /// top-level object's `usage` member for JSON (the last valid one, if
-    /// the member is repeated), the last event's usage for an event stream
+    /// the member is repeated; a member counts once the `,` or `}` after it
+    /// has been read, so a body cut off inside it has none), the last
+    /// event's usage for an event stream
     /// (an unfinished last event, with no blank line after it, is
     /// discarded, as the event-stream spec says). `None` when there is
     /// none, it is `null`, over the bound, or not a valid usage.
