@@ -52,7 +52,7 @@ use pin_project_lite::pin_project;
 use sluice_policy::host::HostError;
 use sluice_policy::path::canonical;
 use sluice_policy::{
-    ConfigError, DecideError, Deployment, Engine, Policy, RequestInfo, Source, Verdict,
+    ConfigError, DecideError, Deployment, Engine, Policy, RequestInfo, Reservation, Source, Verdict,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -364,6 +364,14 @@ where
                     let (fields, delay) = (Fields::of(&v), v.delay());
                     if shared.verdict {
                         req.extensions_mut().insert(v);
+                    }
+                    if reservation.as_ref().is_some_and(Reservation::reads_usage) {
+                        // The usage is read from the body as it passes: it
+                        // must come uncompressed.
+                        req.headers_mut().insert(
+                            http::header::ACCEPT_ENCODING,
+                            http::HeaderValue::from_static("identity"),
+                        );
                     }
                     let response = forward(inner, req, fields, delay).await?;
                     Ok(match reservation {

@@ -2,8 +2,11 @@
 //! ends: after its last frame, or when it is dropped before (the client
 //! went away, the upstream failed). What it saw goes to
 //! [`Engine::settle`]: the status, the header fields and trailers, the
-//! bytes sent, and the cost the application reported ([`ActualCost`]). A
-//! rule whose source said nothing settles at its estimate.
+//! bytes sent, the cost the application reported ([`ActualCost`]), and
+//! where a rule reads it, the `usage` of a JSON or event-stream body (a
+//! bounded [scan](crate::usage) of the frames as they pass; the body is
+//! never held). A rule whose source said nothing (no usage in the stream,
+//! a stream cut short, a compressed body) settles at its estimate.
 //!
 //! The settlement runs on the tokio runtime, once, and never holds up the
 //! response.
@@ -16,10 +19,11 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderMap, Response};
 use pin_project_lite::pin_project;
-use sluice_policy::settlement::Observed;
+use sluice_policy::settlement::{Observed, TokenUsage};
 use sluice_policy::{Engine, Reservation};
 
 use crate::metrics::Metrics;
+use crate::usage::{Limits, UsageScan};
 
 /// The actual cost of a request, reported by the application (the inner
 /// service of the [tower layer](crate::layer)) as a response extension, for
@@ -48,15 +52,29 @@ pin_project! {
         #[pin]
         body: Body,
         pending: Option<Box<Pending>>,
-        sent: u64,
-        trailers: Option<HeaderMap>,
+        seen: Seen,
     }
 
     impl PinnedDrop for SettlingBody {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            settle(this.pending.take(), *this.sent, this.trailers.take());
+            settle(this.pending.take(), this.seen);
         }
+    }
+}
+
+/// What a body saw of itself as it went.
+#[derive(Default)]
+struct Seen {
+    sent: u64,
+    trailers: Option<HeaderMap>,
+    /// The usage scan, when a rule reads it and the body can be read.
+    usage: Option<Box<UsageScan>>,
+}
+
+impl Seen {
+    fn taken(&mut self) -> Self {
+        std::mem::take(self)
     }
 }
 
@@ -69,6 +87,11 @@ impl SettlingBody {
         reservation: Reservation,
     ) -> Response<Body> {
         let (parts, body) = response.into_parts();
+        let usage = reservation
+            .reads_usage()
+            .then(|| usage_scan(&parts.headers))
+            .flatten()
+            .map(Box::new);
         let pending = Pending {
             engine,
             metrics,
@@ -80,8 +103,10 @@ impl SettlingBody {
         let body = Self {
             body,
             pending: Some(Box::new(pending)),
-            sent: 0,
-            trailers: None,
+            seen: Seen {
+                usage,
+                ..Seen::default()
+            },
         };
         Response::from_parts(parts, Body::new(body))
     }
@@ -99,14 +124,18 @@ impl http_body::Body for SettlingBody {
         let polled = this.body.poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
+                let seen = this.seen;
                 if let Some(data) = frame.data_ref() {
-                    *this.sent = this.sent.saturating_add(data.len() as u64);
+                    seen.sent = seen.sent.saturating_add(data.len() as u64);
+                    if let Some(scan) = seen.usage.as_mut() {
+                        scan.feed(data);
+                    }
                 } else if let Some(t) = frame.trailers_ref() {
-                    *this.trailers = Some(t.clone());
+                    seen.trailers = Some(t.clone());
                 }
             }
             Poll::Ready(None) | Poll::Ready(Some(Err(_))) => {
-                settle(this.pending.take(), *this.sent, this.trailers.take());
+                settle(this.pending.take(), this.seen);
             }
             Poll::Pending => {}
         }
@@ -122,13 +151,28 @@ impl http_body::Body for SettlingBody {
     }
 }
 
+/// A scan for the usage of a response with these header fields: `None`
+/// for a body that is neither JSON nor an event stream, or that is encoded
+/// (compressed): its usage cannot be read, and the estimate stands.
+fn usage_scan(headers: &HeaderMap) -> Option<UsageScan> {
+    let encoded = headers
+        .get(http::header::CONTENT_ENCODING)
+        .is_some_and(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"));
+    if encoded {
+        return None;
+    }
+    let kind = headers.get(http::header::CONTENT_TYPE)?;
+    UsageScan::for_content_type(kind.as_bytes(), Limits::default())
+}
+
 /// Settles, in a task of its own, what a body saw; nothing when it settled
 /// already. Outside a tokio runtime (a body dropped by a caller that has
 /// none) the reservation stands at its estimate, and a warning says so.
-fn settle(pending: Option<Box<Pending>>, sent: u64, trailers: Option<HeaderMap>) {
+fn settle(pending: Option<Box<Pending>>, seen: &mut Seen) {
     let Some(p) = pending else {
         return;
     };
+    let seen = seen.taken();
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(
             "a response ended outside a tokio runtime: its reservation stands at its estimate"
@@ -136,15 +180,23 @@ fn settle(pending: Option<Box<Pending>>, sent: u64, trailers: Option<HeaderMap>)
         return;
     };
     runtime.spawn(async move {
-        let seen = Observed {
+        let usage = seen
+            .usage
+            .and_then(|scan| scan.finish())
+            .map(|u| TokenUsage {
+                prompt: u.prompt_tokens,
+                completion: u.completion_tokens,
+                total: u.total_tokens,
+            });
+        let observed = Observed {
             status: Some(p.status),
             headers: Some(&p.headers),
-            trailers: trailers.as_ref(),
-            body_bytes: Some(sent),
-            usage: None,
+            trailers: seen.trailers.as_ref(),
+            body_bytes: Some(seen.sent),
+            usage,
             reported: p.reported,
         };
-        let settled = p.engine.settle(&p.reservation, &seen).await;
+        let settled = p.engine.settle(&p.reservation, &observed).await;
         if let Some(m) = &p.metrics {
             m.record_settled(&settled);
         }

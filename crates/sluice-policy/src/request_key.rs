@@ -36,7 +36,52 @@ pub(crate) fn key_of<'a>(
         KeySource::Header(name) => header_key(name, req.headers)
             .map_err(|()| ambiguous())?
             .map(KeyText::Borrowed),
+        KeySource::Bearer => bearer_key(req.headers)
+            .map_err(|()| ambiguous())?
+            .map(KeyText::Borrowed),
+        KeySource::AnyOf(all) => {
+            let mut key: Option<&'a str> = None;
+            for one in all.iter() {
+                let found = match one {
+                    KeySource::Bearer => bearer_key(req.headers),
+                    KeySource::Header(name) => header_key(name, req.headers),
+                    _ => Ok(None),
+                }
+                .map_err(|()| ambiguous())?;
+                match (key, found) {
+                    (Some(k), Some(f)) if k != f => return Err(ambiguous()),
+                    (None, found) => key = found,
+                    _ => {}
+                }
+            }
+            key.map(KeyText::Borrowed)
+        }
     })
+}
+
+/// The token of `Authorization: Bearer <token>` (the scheme in any case,
+/// RFC 9110 §11.1): `None` when there is no such field, another scheme,
+/// or an empty token; an error for two fields, which are ambiguous.
+fn bearer_key(headers: &HeaderMap) -> Result<Option<&str>, ()> {
+    let mut lines = headers.get_all(http::header::AUTHORIZATION).iter();
+    let Some(line) = lines.next() else {
+        return Ok(None);
+    };
+    if lines.next().is_some() {
+        return Err(());
+    }
+    let Ok(text) = line.to_str() else {
+        return Ok(None);
+    };
+    let text = text.trim();
+    let Some((scheme, token)) = text.split_once(' ') else {
+        return Ok(None);
+    };
+    let token = token.trim();
+    Ok(
+        (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && !token.contains(' '))
+            .then_some(token),
+    )
 }
 
 /// The key a header gives: its value, trimmed; `None` when it is absent,
@@ -74,4 +119,60 @@ fn header_key<'a>(name: &HeaderName, headers: &'a HeaderMap) -> Result<Option<&'
         }
     }
     Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(source: &str, fields: &[(&'static str, &str)]) -> Result<Option<String>, AmbiguousKey> {
+        let mut headers = HeaderMap::new();
+        for (name, value) in fields {
+            headers.append(*name, value.parse().unwrap());
+        }
+        let req = RequestInfo {
+            method: &http::Method::POST,
+            path: "/",
+            headers: &headers,
+            peer: None,
+            cost: None,
+        };
+        let source: KeySource = source.parse().unwrap();
+        key_of(&source, &req, &TrustedProxies::new(Vec::new())).map(|k| k.map(|k| (*k).to_owned()))
+    }
+
+    #[test]
+    fn a_bearer_token_is_the_key_of_its_authorization_field() {
+        let bearer = |v: &str| key("bearer", &[("authorization", v)]);
+        assert_eq!(bearer("Bearer sk-abc").unwrap().as_deref(), Some("sk-abc"));
+        assert_eq!(
+            bearer("bearer   sk-abc ").unwrap().as_deref(),
+            Some("sk-abc")
+        );
+        assert_eq!(bearer("Basic dXNlcjpwYXNz").unwrap(), None);
+        assert_eq!(bearer("Bearer ").unwrap(), None);
+        assert_eq!(bearer("Bearer a b").unwrap(), None);
+        assert_eq!(key("bearer", &[]).unwrap(), None);
+        let twice = [("authorization", "Bearer a"), ("authorization", "Bearer b")];
+        assert!(key("bearer", &twice).is_err());
+    }
+
+    #[test]
+    fn several_sources_must_agree() {
+        let either = "bearer|header:X-Api-Key";
+        let k = |f: &[(&'static str, &str)]| key(either, f);
+        assert_eq!(
+            k(&[("authorization", "Bearer a")]).unwrap().as_deref(),
+            Some("a")
+        );
+        assert_eq!(k(&[("x-api-key", "a")]).unwrap().as_deref(), Some("a"));
+        assert_eq!(
+            k(&[("authorization", "Bearer a"), ("x-api-key", "a")])
+                .unwrap()
+                .as_deref(),
+            Some("a")
+        );
+        assert!(k(&[("authorization", "Bearer a"), ("x-api-key", "b")]).is_err());
+        assert_eq!(k(&[]).unwrap(), None);
+    }
 }

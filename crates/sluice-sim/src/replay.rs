@@ -315,10 +315,12 @@ impl Simulator {
 fn client_of<'h>(source: Option<&KeySource>, policy: &Policy, req: &RequestInfo<'h>) -> Client<'h> {
     match source {
         Some(KeySource::Global) => Client::Global,
-        Some(KeySource::Header(_)) => match policy.client_of(req) {
-            Some(KeyText::Borrowed(key)) => Client::Key(key),
-            _ => Client::None,
-        },
+        Some(KeySource::Header(_) | KeySource::Bearer | KeySource::AnyOf(_)) => {
+            match policy.client_of(req) {
+                Some(KeyText::Borrowed(key)) => Client::Key(key),
+                _ => Client::None,
+            }
+        }
         Some(KeySource::Ip) | None => req
             .peer
             .and_then(|peer| policy.client_net(peer, req.headers).ok())
@@ -363,11 +365,25 @@ fn default_fields(config: &Config) -> Vec<HeaderName> {
                 .values()
                 .flat_map(|p| p.limits.iter().filter_map(|l| l.get_ref().key.as_ref())),
         );
+    let authorization = HeaderName::from_static("authorization");
     for s in sources {
-        if let KeySource::Header(name) = s
-            && !out.contains(name)
-        {
-            out.push(name.clone());
+        let names: Vec<&HeaderName> = match s {
+            KeySource::Header(name) => vec![name],
+            KeySource::Bearer => vec![&authorization],
+            KeySource::AnyOf(all) => all
+                .iter()
+                .filter_map(|one| match one {
+                    KeySource::Header(name) => Some(name),
+                    KeySource::Bearer => Some(&authorization),
+                    _ => None,
+                })
+                .collect(),
+            KeySource::Ip | KeySource::Global => Vec::new(),
+        };
+        for name in names {
+            if !out.contains(name) {
+                out.push(name.clone());
+            }
         }
     }
     if !config.client.trusted_proxies.is_empty() {

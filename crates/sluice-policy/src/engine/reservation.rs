@@ -92,6 +92,13 @@ impl Reservation {
     pub fn reads_body(&self) -> bool {
         self.items.iter().any(|r| r.rule.reads_body())
     }
+
+    /// Whether a rule reads the usage the response reports.
+    pub fn reads_usage(&self) -> bool {
+        self.items
+            .iter()
+            .any(|r| matches!(r.rule.from, crate::settlement::SettleFrom::Usage(_)))
+    }
 }
 
 /// How one limit's reservation was settled.
