@@ -41,7 +41,8 @@ pub struct AdaptiveConfig {
     /// fraction of the old one (default 0.5).
     pub min_gradient: f64,
     /// The limit grows only if a window's peak in flight reached this
-    /// fraction of the limit, or a request was shed in it (default 0.5).
+    /// fraction of the limit, or a request was shed in it (default 0.5). A
+    /// [`Gate`](super::Gate) multiplies it by its `lowest_share`.
     pub growth_utilisation: f64,
     /// A window whose drops and timeouts reach this fraction of its samples
     /// cuts the limit by `min_gradient` whatever its latency (default 0.05).

@@ -24,6 +24,10 @@ const PPM: u64 = 1_000_000;
 /// class is shed first, and the top class only when the whole limit is in
 /// use.
 ///
+/// The limit grows only while the lowest class's threshold is busy: the
+/// gate runs its [`AdaptiveLimit`] with `growth_utilisation` multiplied by
+/// `lowest_share`, so healthy load sits well below the lowest threshold.
+///
 /// Admission is a few atomic operations; [`leave`](Gate::leave) takes one
 /// short lock to feed the sample to the [`AdaptiveLimit`].
 ///
@@ -158,7 +162,11 @@ impl Gate {
     /// A gate with nothing in flight, at the initial limit.
     pub fn new(config: GateConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let estimator = AdaptiveLimit::new(config.limit)?;
+        // The limit grows only while the lowest class's part of it is busy,
+        // so that healthy load leaves the lowest class room.
+        let mut limit_config = config.limit;
+        limit_config.growth_utilisation *= config.lowest_share;
+        let estimator = AdaptiveLimit::new(limit_config)?;
         let n = config.classes;
         let mut shares = [PPM; MAX_CLASSES];
         for (k, share) in shares.iter_mut().enumerate().take(n.saturating_sub(1)) {
