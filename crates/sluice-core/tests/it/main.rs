@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod adaptive_overload;
 mod admission_bounds;
 mod bucket_equivalences;
 mod clock_backwards;
