@@ -37,6 +37,7 @@ mod faults_topologies;
 mod graceful_shutdown;
 mod hot_reload;
 mod legacy_headers;
+mod llm_gateway;
 mod llm_upstream_selftest;
 mod metrics;
 mod nginx_auth_request;
