@@ -155,7 +155,6 @@ async fn a_key_in_debt_is_refused_and_another_is_not() {
     assert_eq!(tokens_left(&refused), 0);
     // 10,000 of debt and 500 of estimate at 20,000/min: 31.5 s.
     assert_eq!(refused.int_header("retry-after"), 32);
-    let requests_before = upstream.requests();
     assert_eq!(
         upstream.requests(),
         requests_before,
