@@ -37,8 +37,8 @@ pub mod rate;
 
 pub use algorithm::{Algorithm, Debited, Outcome};
 pub use algorithms::{
-    fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket, sliding_log::SlidingLog,
-    sliding_window::SlidingWindow, token_bucket::TokenBucket,
+    concurrency::Concurrency, fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket,
+    sliding_log::SlidingLog, sliding_window::SlidingWindow, token_bucket::TokenBucket,
 };
 pub use clock::{Clock, ManualClock, Nanos, SystemClock};
 pub use decision::Decision;

@@ -3,6 +3,7 @@
 
 use crate::algorithm::{Algorithm, Debited, Outcome};
 use crate::algorithms::bucket::BucketState;
+use crate::algorithms::concurrency::ConcurrencyState;
 use crate::algorithms::fixed_window::FixedWindowState;
 use crate::algorithms::gcra::GcraState;
 use crate::algorithms::sliding_log::{LogAppend, SlidingLogState};
@@ -10,7 +11,7 @@ use crate::algorithms::sliding_window::SlidingWindowState;
 use crate::clock::Nanos;
 use crate::error::{CheckError, LimitError};
 use crate::rate::Rate;
-use crate::{FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
+use crate::{Concurrency, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket};
 
 /// The name of an algorithm, as written in configs (`snake_case`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -33,10 +34,16 @@ pub enum AlgorithmKind {
     LeakyBucket,
     /// [`Gcra`].
     Gcra,
+    /// [`Concurrency`]: requests in flight, not a rate. Not in
+    /// [`ALL`](Self::ALL), the rate algorithms.
+    Concurrency,
 }
 
 impl AlgorithmKind {
-    /// Every algorithm, in declaration order.
+    /// Every rate algorithm, in declaration order ([`Concurrency`] has no
+    /// rate, and is not one).
+    ///
+    /// [`Concurrency`]: Self::Concurrency
     pub const ALL: [AlgorithmKind; 6] = [
         Self::FixedWindow,
         Self::SlidingLog,
@@ -55,6 +62,7 @@ impl AlgorithmKind {
             Self::TokenBucket => "token_bucket",
             Self::LeakyBucket => "leaky_bucket",
             Self::Gcra => "gcra",
+            Self::Concurrency => "concurrency",
         }
     }
 }
@@ -141,6 +149,8 @@ pub enum Limiter {
     LeakyBucket(LeakyBucket),
     /// GCRA.
     Gcra(Gcra),
+    /// Requests in flight.
+    Concurrency(Concurrency),
 }
 
 /// Per-key state of any algorithm. [`State::Fresh`] is a key never seen.
@@ -159,6 +169,8 @@ pub enum State {
     Bucket(BucketState),
     /// GCRA state.
     Gcra(GcraState),
+    /// Slots held.
+    Concurrency(ConcurrencyState),
 }
 
 /// A state change of any algorithm.
@@ -174,6 +186,8 @@ pub enum Update {
     Bucket(BucketState),
     /// Replace a GCRA state.
     Gcra(GcraState),
+    /// Replace the slots held.
+    Concurrency(ConcurrencyState),
 }
 
 macro_rules! dispatch_check {
@@ -204,6 +218,7 @@ impl Limiter {
                 Self::LeakyBucket(LeakyBucket::new(rate, burst, spec.nodelay)?)
             }
             AlgorithmKind::Gcra => Self::Gcra(Gcra::new(rate, burst)?),
+            AlgorithmKind::Concurrency => Self::Concurrency(Concurrency::from_rate(rate, burst)?),
         })
     }
 
@@ -217,6 +232,7 @@ impl Limiter {
             Self::TokenBucket(l) => l.reduced_rate(),
             Self::LeakyBucket(l) => l.reduced_rate(),
             Self::Gcra(l) => l.reduced_rate(),
+            Self::Concurrency(l) => l.reduced_rate(),
         }
     }
 
@@ -229,6 +245,7 @@ impl Limiter {
             Self::TokenBucket(a) => a.capacity(),
             Self::LeakyBucket(a) => a.capacity(),
             Self::Gcra(a) => a.capacity(),
+            Self::Concurrency(a) => a.capacity(),
         }
     }
 
@@ -249,6 +266,9 @@ impl Limiter {
             Self::TokenBucket(a) => dispatch_check!(a, state, Bucket, Bucket, now, cost),
             Self::LeakyBucket(a) => dispatch_check!(a, state, Bucket, Bucket, now, cost),
             Self::Gcra(a) => dispatch_check!(a, state, Gcra, Gcra, now, cost),
+            Self::Concurrency(a) => {
+                dispatch_check!(a, state, Concurrency, Concurrency, now, cost)
+            }
             Self::SlidingLog(a) => {
                 let fresh = SlidingLogState::default();
                 let s = match state {
@@ -287,6 +307,7 @@ impl Limiter {
             (_, Update::FixedWindow(u)) => *state = State::FixedWindow(u),
             (_, Update::SlidingWindow(u)) => *state = State::SlidingWindow(u),
             (_, Update::Bucket(u)) => *state = State::Bucket(u),
+            (_, Update::Concurrency(u)) => *state = State::Concurrency(u),
             // An update from another limiter: nothing sensible to do.
             _ => {}
         }
@@ -301,6 +322,7 @@ impl Limiter {
             (Self::TokenBucket(a), State::Bucket(s)) => a.idle_at(s),
             (Self::LeakyBucket(a), State::Bucket(s)) => a.idle_at(s),
             (Self::Gcra(a), State::Gcra(s)) => a.idle_at(s),
+            (Self::Concurrency(a), State::Concurrency(s)) => a.idle_at(s),
             _ => 0,
         }
     }
@@ -316,6 +338,7 @@ impl Limiter {
             (Self::TokenBucket(a), State::Bucket(s)) => a.refund(s, now, amount),
             (Self::LeakyBucket(a), State::Bucket(s)) => a.refund(s, now, amount),
             (Self::Gcra(a), State::Gcra(s)) => a.refund(s, now, amount),
+            (Self::Concurrency(a), State::Concurrency(s)) => a.refund(s, now, amount),
             _ => {}
         }
     }
@@ -336,6 +359,7 @@ impl Limiter {
             Self::TokenBucket(l) => debit_in(l, state, as_bucket, State::Bucket, t, a, d),
             Self::LeakyBucket(l) => debit_in(l, state, as_bucket, State::Bucket, t, a, d),
             Self::Gcra(l) => debit_in(l, state, as_gcra, State::Gcra, t, a, d),
+            Self::Concurrency(l) => debit_in(l, state, as_slots, State::Concurrency, t, a, d),
         }
     }
 
@@ -404,6 +428,13 @@ fn as_bucket(s: &mut State) -> Option<&mut BucketState> {
     }
 }
 
+fn as_slots(s: &mut State) -> Option<&mut ConcurrencyState> {
+    match s {
+        State::Concurrency(s) => Some(s),
+        _ => None,
+    }
+}
+
 fn as_gcra(s: &mut State) -> Option<&mut GcraState> {
     match s {
         State::Gcra(s) => Some(s),
@@ -427,6 +458,8 @@ mod reduced_rate_tests {
             AlgorithmKind::TokenBucket => 3,
             AlgorithmKind::LeakyBucket => 4,
             AlgorithmKind::Gcra => 5,
+            // Not a rate algorithm: not in `ALL`.
+            AlgorithmKind::Concurrency => usize::MAX,
         };
         for (i, k) in AlgorithmKind::ALL.into_iter().enumerate() {
             assert_eq!(index(k), i, "{k:?}");

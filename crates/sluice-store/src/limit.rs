@@ -1,13 +1,14 @@
 //! A limit's table, whichever algorithm it runs: the store's handle on it.
 
 use sluice_core::algorithms::bucket::BucketState;
+use sluice_core::algorithms::concurrency::ConcurrencyState;
 use sluice_core::algorithms::fixed_window::FixedWindowState;
 use sluice_core::algorithms::gcra::GcraState;
 use sluice_core::algorithms::sliding_log::SlidingLogState;
 use sluice_core::algorithms::sliding_window::SlidingWindowState;
 use sluice_core::{
-    Algorithm, CheckError, Debited, Decision, FixedWindow, Gcra, LeakyBucket, Limiter, Nanos,
-    Outcome, Rate, SlidingLog, SlidingWindow, TokenBucket, Update,
+    Algorithm, CheckError, Concurrency, Debited, Decision, FixedWindow, Gcra, LeakyBucket, Limiter,
+    Nanos, Outcome, Rate, SlidingLog, SlidingWindow, TokenBucket, Update,
 };
 
 use crate::atomic_table::{AtomicTable, TatMap};
@@ -25,6 +26,7 @@ macro_rules! dispatch {
             AnyTable::TokenBucket($t) => $body,
             AnyTable::LeakyBucket($t) => $body,
             AnyTable::Gcra($t) => $body,
+            AnyTable::Concurrency($t) => $body,
             AnyTable::AtomicGcra($t) => $body,
             AnyTable::OneKey($t) => $body,
         }
@@ -110,6 +112,7 @@ pub(crate) enum AnyTable {
     TokenBucket(Table<TokenBucket>),
     LeakyBucket(Table<LeakyBucket>),
     Gcra(Table<Gcra>),
+    Concurrency(Table<Concurrency>),
     /// GCRA with a whole-nanosecond interval: the fast design
     /// ([`AtomicTable`]).
     AtomicGcra(AtomicTable),
@@ -144,6 +147,7 @@ impl AnyTable {
             Limiter::TokenBucket(a) => Self::TokenBucket(Table::new(a, shards, max_keys)),
             Limiter::LeakyBucket(a) => Self::LeakyBucket(Table::new(a, shards, max_keys)),
             Limiter::Gcra(a) => Self::Gcra(Table::new(a, shards, max_keys)),
+            Limiter::Concurrency(a) => Self::Concurrency(Table::new(a, shards, max_keys)),
         }
     }
 
@@ -183,6 +187,7 @@ impl AnyTable {
             Self::TokenBucket(t) => Guard::TokenBucket(t, t.lock(shard)),
             Self::LeakyBucket(t) => Guard::LeakyBucket(t, t.lock(shard)),
             Self::Gcra(t) => Guard::Gcra(t, t.lock(shard)),
+            Self::Concurrency(t) => Guard::Concurrency(t, t.lock(shard)),
             Self::AtomicGcra(t) => Guard::AtomicGcra(t, t.lock(shard)),
             Self::OneKey(t) if shard == ONE => Guard::OneKey(t.lock()),
             Self::OneKey(t) => Guard::AtomicGcra(t.rest(), t.rest().lock(shard)),
@@ -213,6 +218,10 @@ pub(crate) enum Guard<'a> {
         MutexGuard<'a, ShardMap<BucketState>>,
     ),
     Gcra(&'a Table<Gcra>, MutexGuard<'a, ShardMap<GcraState>>),
+    Concurrency(
+        &'a Table<Concurrency>,
+        MutexGuard<'a, ShardMap<ConcurrencyState>>,
+    ),
     AtomicGcra(&'a AtomicTable, RwLockWriteGuard<'a, TatMap>),
     /// The one key's word (the table is the guard's own: the guard stays
     /// the size of the others).
@@ -250,6 +259,11 @@ macro_rules! each_guard {
             Guard::Gcra($t, $g) => {
                 #[allow(unused_imports)]
                 use Update::Gcra as $u;
+                $body
+            }
+            Guard::Concurrency($t, $g) => {
+                #[allow(unused_imports)]
+                use Update::Concurrency as $u;
                 $body
             }
             Guard::AtomicGcra($t, $g) => {

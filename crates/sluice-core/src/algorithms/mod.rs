@@ -1,4 +1,5 @@
-//! The six algorithms, one per file.
+//! The six rate algorithms, one per file, and the concurrency limit
+//! ([`concurrency`]), which has no rate of its own.
 //!
 //! Every algorithm is parameterised by a [`Rate`](crate::Rate) (the long-run
 //! average) and a `burst` (the most cost admitted at once from an idle key).
@@ -6,6 +7,7 @@
 //! the same thing everywhere; see `docs/algorithms.md`.
 
 pub mod bucket;
+pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;

@@ -8,6 +8,7 @@ mod admission_bounds;
 mod bucket_equivalences;
 mod clock_backwards;
 mod common;
+mod concurrency_model;
 mod debt_bounds;
 mod debt_examples;
 mod debt_rules;

@@ -301,6 +301,8 @@ fn a_moving_clock_never_lets_more_than_the_rate_through() {
             }
             // At most `burst` in any `w` consecutive nanoseconds.
             AlgorithmKind::SlidingLog => burst * (elapsed / w + 1),
+            // Not a rate: not among `KINDS`.
+            AlgorithmKind::Concurrency => burst,
         };
         // And at least the burst: a limit that has admitted less than its
         // burst in all has room for one more, so with more attempts than the
