@@ -8,6 +8,8 @@
 //!   `burst / rate`. A window that is not a whole number of seconds is
 //!   rounded up, and `q` becomes the quota of that rounded window at the
 //!   long-run rate.
+//!   A concurrency limit (requests in flight, not a rate) has no window:
+//!   `"exports";q=5;qu="concurrent-requests"`, the draft's quota unit.
 //! - `RateLimit: "free";r=15;t=1` — `r` is the remaining quota and `t` the
 //!   seconds until more quota is available: for a limit that refused the
 //!   request, its retry-after; otherwise the time until it is fully
@@ -181,7 +183,30 @@ fn ratelimit_params(r: &LimitResult) -> [u64; 2] {
 
 /// The `RateLimit-Policy` field value, or `None` with no limits.
 pub fn policy_field(results: &[LimitResult]) -> Option<String> {
-    list_field(results, POLICY_KEYS, policy_params)
+    if !results.iter().any(counts_slots) {
+        return list_field(results, POLICY_KEYS, policy_params);
+    }
+    let items: Vec<String> = results.iter().map(policy_text).collect();
+    Some(items.join(", "))
+}
+
+/// Whether a limit counts requests in flight rather than a rate.
+fn counts_slots(r: &LimitResult) -> bool {
+    r.spec.algorithm == sluice_core::AlgorithmKind::Concurrency
+}
+
+/// One limit's `RateLimit-Policy` item, for any limit: a concurrency
+/// limit's quota of requests in flight has no window, and says its unit.
+fn policy_text(r: &LimitResult) -> String {
+    if counts_slots(r) {
+        let mut out = String::new();
+        push_name(&mut out, r.name());
+        out.push_str(";q=");
+        out.push_str(itoa::Buffer::new().format(r.spec.burst.min(SF_INTEGER_MAX)));
+        out.push_str(";qu=\"concurrent-requests\"");
+        return out;
+    }
+    list_field(std::slice::from_ref(r), POLICY_KEYS, policy_params).unwrap_or_default()
 }
 
 /// The `RateLimit` field value, or `None` with no limits.
@@ -199,6 +224,9 @@ thread_local! {
 fn policy_item(r: &LimitResult) -> Option<HeaderValue> {
     #[cfg(test)]
     POLICY_WRITES.with(|n| n.set(n.get() + 1));
+    if counts_slots(r) {
+        return field_value(policy_text(r));
+    }
     list_value(std::slice::from_ref(r), POLICY_KEYS, policy_params)
 }
 

@@ -6,7 +6,8 @@
 //!   a limit settles its cost after the request, an admitted check's answer
 //!   has a `reservation` (`id`, `expires_in_ms`) to settle.
 //! - `POST /v1/settle`: settles a reservation (see
-//!   [`settle_api`](crate::settle_api)).
+//!   [`settle_api`](crate::settle_api)); `POST /v1/release`, the same, by
+//!   the name a concurrency limit's caller expects.
 //! - `GET /v1/auth`: the same decision for nginx's `auth_request`
 //!   (see [`nginx_auth`](crate::nginx_auth)).
 //! - `GET /healthz`: the process is up.
@@ -164,6 +165,7 @@ pub fn router_with(
     reservations: Arc<Reservations>,
 ) -> axum::Router {
     metrics.watch_reservations(reservations.clone());
+    settle_expired(&engine, &metrics, &reservations);
     let status = StatusState {
         engine: engine.clone(),
         metrics: metrics.clone(),
@@ -176,6 +178,7 @@ pub fn router_with(
         .layer(Extension(status))
         .route("/v1/check", post(check))
         .route("/v1/settle", post(crate::settle_api::settle))
+        .route("/v1/release", post(crate::settle_api::settle))
         .layer(Extension(reservations))
         .route("/v1/auth", get(crate::nginx_auth::auth))
         .route("/healthz", get(healthz))
@@ -183,6 +186,34 @@ pub fn router_with(
         .route("/metrics", get(serve_metrics))
         .layer(Extension(metrics))
         .with_state(engine)
+}
+
+/// Settles, every second, the reservations that expired unsettled, with
+/// nothing observed: a rate limit's estimate stands, a concurrency limit's
+/// slot is given back. The task ends with the reservations; it is not
+/// started outside a tokio runtime (a router built for a test of routing
+/// alone).
+fn settle_expired(engine: &Arc<Engine>, metrics: &Arc<Metrics>, reservations: &Arc<Reservations>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (engine, metrics) = (engine.clone(), metrics.clone());
+    let reservations = Arc::downgrade(reservations);
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let Some(r) = reservations.upgrade() else {
+                return;
+            };
+            for expired in r.drain_expired() {
+                let settled = engine
+                    .settle(&expired, &sluice_policy::settlement::Observed::default())
+                    .await;
+                metrics.record_settled(&settled);
+            }
+        }
+    });
 }
 
 async fn serve_metrics(Extension(metrics): Extension<Arc<Metrics>>) -> Response {
@@ -243,9 +274,9 @@ async fn check(
     // its fallback refuses everything.
     let status = Outcome::of_verdict(&verdict).status_code();
     let mut json = VerdictJson::new(&verdict);
-    if let Some(id) = reservation.and_then(|r| reservations.open(r)) {
+    if let Some((id, ttl)) = reservation.and_then(|r| reservations.open(r)) {
         metrics.record_reservation(crate::metrics::ReservationEvent::opened);
-        json.reservation = Some(ReservationJson::new(id, &reservations));
+        json.reservation = Some(ReservationJson::new(id, ttl));
     }
     let mut response = (status, Json(json)).into_response();
     add_headers(&verdict, response.headers_mut());

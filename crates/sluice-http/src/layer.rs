@@ -59,7 +59,7 @@ use tower_service::Service;
 
 use crate::headers::Fields;
 use crate::metrics::Metrics;
-use crate::settling_body::SettlingBody;
+use crate::settling_body::{SettlingBody, Unsettled};
 use crate::verdict_json::{decide_error_response, refusal_response};
 
 /// Finds the address a request came from.
@@ -356,6 +356,11 @@ where
                 Ok((v, r)) => (Ok(v), r),
                 Err(e) => (Err(e), None),
             };
+            // Settled however the request ends from here: by its response's
+            // body, or with nothing observed if it never gets one (a rate
+            // limit's estimate stands, a concurrency slot is given back).
+            let reservation = reservation
+                .map(|r| Unsettled::new(shared.engine.clone(), shared.metrics.clone(), r));
             if let Some(m) = &shared.metrics {
                 m.record_result(&decided);
             }
@@ -365,7 +370,11 @@ where
                     if shared.verdict {
                         req.extensions_mut().insert(v);
                     }
-                    if reservation.as_ref().is_some_and(Reservation::reads_usage) {
+                    if reservation
+                        .as_ref()
+                        .and_then(Unsettled::reservation)
+                        .is_some_and(Reservation::reads_usage)
+                    {
                         // The usage is read from the body as it passes: it
                         // must come uncompressed.
                         req.headers_mut().insert(
@@ -375,14 +384,7 @@ where
                     }
                     let response = forward(inner, req, fields, delay).await?;
                     Ok(match reservation {
-                        // Settled when its body ends; an error of the inner
-                        // service leaves the estimate standing.
-                        Some(r) => SettlingBody::wrap(
-                            response,
-                            shared.engine.clone(),
-                            shared.metrics.clone(),
-                            r,
-                        ),
+                        Some(r) => SettlingBody::wrap(response, r),
                         None => response,
                     })
                 }

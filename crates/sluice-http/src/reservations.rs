@@ -5,21 +5,24 @@
 //!   shown as 32 hex digits: it cannot be guessed, so a client cannot settle
 //!   another's reservation, and a settlement only moves the limits and key
 //!   it was issued for.
-//! - A reservation lives for `ttl`. One never settled **expires** and stands
-//!   at its estimate (what admission charged): nothing more is done.
-//! - The map is bounded (`max`): with it full, the oldest reservation is
-//!   dropped, as if it had expired.
+//! - A reservation lives for `ttl`, or for the lease of its concurrency
+//!   limits if shorter. One never settled **expires**: it is settled with
+//!   nothing observed ([`drain_expired`](Reservations::drain_expired)), so
+//!   a rate limit's estimate stands and a concurrency limit's slot is
+//!   given back.
+//! - The map is bounded (`max`): with it full, the reservation that would
+//!   expire first expires now.
 //! - Settled ids are remembered for `ttl` (also at most `max`), so that a
 //!   second settlement is told 409 rather than 404.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use sluice_policy::Reservation;
 
 /// A reservation's id: 128 random bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ReservationId(pub u128);
 
 impl ReservationId {
@@ -66,11 +69,14 @@ pub struct Reservations {
 #[derive(Debug, Default)]
 struct Inner {
     open: HashMap<ReservationId, (Instant, Reservation)>,
-    /// Open ids in the order they were opened (so, of their expiry).
-    opened: VecDeque<(Instant, ReservationId)>,
+    /// Open ids by expiry.
+    opened: BTreeSet<(Instant, ReservationId)>,
     settled: HashMap<ReservationId, Instant>,
     settled_order: VecDeque<(Instant, ReservationId)>,
-    /// Reservations that expired or were dropped unsettled.
+    /// Reservations that expired, waiting to be settled with nothing
+    /// observed (at most `max`: each was open).
+    expired_unsettled: Vec<Reservation>,
+    /// Reservations that expired unsettled, so far.
     expired: u64,
 }
 
@@ -91,25 +97,34 @@ impl Reservations {
     }
 
     /// Keeps `reservation` until it is settled or expires, and returns its
-    /// id; `None` if no random id could be made.
-    pub fn open(&self, reservation: Reservation) -> Option<ReservationId> {
+    /// id and how long it lives; `None` if no random id could be made.
+    pub fn open(&self, reservation: Reservation) -> Option<(ReservationId, Duration)> {
         let id = ReservationId::random()?;
         let now = Instant::now();
+        let ttl = reservation
+            .lease()
+            .map_or(self.ttl, |lease| self.ttl.min(Duration::from_nanos(lease)));
         let mut inner = self.inner.lock();
         inner.expire(now);
         while inner.open.len() >= self.max {
-            // Full: the oldest stands at its estimate, as if it had expired.
-            let Some((_, old)) = inner.opened.pop_front() else {
+            // Full: the first to expire expires now.
+            let Some(first) = inner.opened.pop_first() else {
                 break;
             };
-            if inner.open.remove(&old).is_some() {
-                inner.expired += 1;
-            }
+            inner.expire_one(first.1);
         }
-        let until = now + self.ttl;
+        let until = now + ttl;
         inner.open.insert(id, (until, reservation));
-        inner.opened.push_back((until, id));
-        Some(id)
+        inner.opened.insert((until, id));
+        Some((id, ttl))
+    }
+
+    /// The reservations that expired unsettled since the last call: settle
+    /// each with nothing observed.
+    pub fn drain_expired(&self) -> Vec<Reservation> {
+        let mut inner = self.inner.lock();
+        inner.expire(Instant::now());
+        std::mem::take(&mut inner.expired_unsettled)
     }
 
     /// Takes an open reservation to settle it, remembering that it was.
@@ -117,7 +132,8 @@ impl Reservations {
         let now = Instant::now();
         let mut inner = self.inner.lock();
         inner.expire(now);
-        if let Some((_, reservation)) = inner.open.remove(&id) {
+        if let Some((until, reservation)) = inner.open.remove(&id) {
+            inner.opened.remove(&(until, id));
             while inner.settled.len() >= self.max {
                 let Some((_, old)) = inner.settled_order.pop_front() else {
                     break;
@@ -149,23 +165,29 @@ impl Reservations {
         inner.expire(now);
         inner
             .opened
-            .iter()
-            .find(|(_, id)| inner.open.contains_key(id))
+            .first()
             .map(|(until, _)| until.saturating_duration_since(now))
     }
 }
 
 impl Inner {
+    /// Moves an open reservation (already out of `opened`) to those
+    /// waiting to be settled with nothing observed.
+    fn expire_one(&mut self, id: ReservationId) {
+        if let Some((_, reservation)) = self.open.remove(&id) {
+            self.expired += 1;
+            self.expired_unsettled.push(reservation);
+        }
+    }
+
     /// Drops what expired by `now`.
     fn expire(&mut self, now: Instant) {
-        while let Some(&(until, id)) = self.opened.front() {
+        while let Some(&(until, id)) = self.opened.first() {
             if until > now {
                 break;
             }
-            self.opened.pop_front();
-            if self.open.remove(&id).is_some() {
-                self.expired += 1;
-            }
+            self.opened.pop_first();
+            self.expire_one(id);
         }
         while let Some(&(until, id)) = self.settled_order.front() {
             if until > now {
@@ -195,7 +217,7 @@ mod tests {
     #[test]
     fn a_reservation_is_settled_once() {
         let r = Reservations::new(Duration::from_secs(60), 10);
-        let id = r.open(Reservation::default()).unwrap();
+        let (id, _) = r.open(Reservation::default()).unwrap();
         assert!(r.take(id).is_ok());
         assert_eq!(r.take(id).unwrap_err(), Untaken::Settled);
         assert_eq!(r.take(ReservationId(7)).unwrap_err(), Untaken::Unknown);
@@ -205,12 +227,15 @@ mod tests {
     fn reservations_expire_and_the_map_is_bounded() {
         let r = Reservations::new(Duration::from_millis(30), 3);
         let ids: Vec<_> = (0..5)
-            .map(|_| r.open(Reservation::default()).unwrap())
+            .map(|_| r.open(Reservation::default()).unwrap().0)
             .collect();
         assert_eq!(r.counts(), (3, 2), "the two oldest were dropped");
         assert_eq!(r.take(ids[0]).unwrap_err(), Untaken::Unknown);
+        assert_eq!(r.drain_expired().len(), 2, "to be settled");
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(r.counts(), (0, 5));
         assert_eq!(r.take(ids[4]).unwrap_err(), Untaken::Unknown);
+        assert_eq!(r.drain_expired().len(), 3);
+        assert!(r.drain_expired().is_empty());
     }
 }

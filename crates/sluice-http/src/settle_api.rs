@@ -80,11 +80,11 @@ pub struct ReservationJson {
 }
 
 impl ReservationJson {
-    /// The member for reservation `id` of `reservations`.
-    pub fn new(id: ReservationId, reservations: &Reservations) -> Self {
+    /// The member for reservation `id`, which lives `ttl`.
+    pub fn new(id: ReservationId, ttl: std::time::Duration) -> Self {
         Self {
             id: id.to_hex(),
-            expires_in_ms: u64::try_from(reservations.ttl().as_millis()).unwrap_or(u64::MAX),
+            expires_in_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
         }
     }
 }

@@ -36,12 +36,60 @@ use crate::usage::{Limits, UsageScan};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActualCost(pub u64);
 
+/// A request's reservation, from its admission to its settlement: dropped
+/// before a response came (the client went away, the inner service
+/// failed), it settles with nothing observed (a rate limit's estimate
+/// stands; a concurrency slot is given back). A response takes it over
+/// ([`SettlingBody::wrap`]).
+pub struct Unsettled {
+    engine: Arc<Engine>,
+    metrics: Option<Arc<Metrics>>,
+    reservation: Option<Reservation>,
+}
+
+impl Unsettled {
+    /// `reservation`, to be settled on `engine` (and recorded in
+    /// `metrics`).
+    pub fn new(
+        engine: Arc<Engine>,
+        metrics: Option<Arc<Metrics>>,
+        reservation: Reservation,
+    ) -> Self {
+        Self {
+            engine,
+            metrics,
+            reservation: Some(reservation),
+        }
+    }
+
+    /// The reservation.
+    pub fn reservation(&self) -> Option<&Reservation> {
+        self.reservation.as_ref()
+    }
+}
+
+impl Drop for Unsettled {
+    fn drop(&mut self) {
+        if let Some(reservation) = self.reservation.take() {
+            let pending = Pending {
+                engine: self.engine.clone(),
+                metrics: self.metrics.take(),
+                reservation,
+                status: None,
+                headers: HeaderMap::new(),
+                reported: None,
+            };
+            settle(Some(Box::new(pending)), &mut Seen::default());
+        }
+    }
+}
+
 /// What a settlement needs, taken once.
 struct Pending {
     engine: Arc<Engine>,
     metrics: Option<Arc<Metrics>>,
     reservation: Reservation,
-    status: u16,
+    status: Option<u16>,
     headers: HeaderMap,
     reported: Option<u64>,
 }
@@ -79,13 +127,11 @@ impl Seen {
 }
 
 impl SettlingBody {
-    /// The response, its body settling `reservation` when it ends.
-    pub fn wrap(
-        response: Response<Body>,
-        engine: Arc<Engine>,
-        metrics: Option<Arc<Metrics>>,
-        reservation: Reservation,
-    ) -> Response<Body> {
+    /// The response, its body settling the reservation when it ends.
+    pub fn wrap(response: Response<Body>, mut unsettled: Unsettled) -> Response<Body> {
+        let Some(reservation) = unsettled.reservation.take() else {
+            return response;
+        };
         let (parts, body) = response.into_parts();
         let usage = reservation
             .reads_usage()
@@ -93,10 +139,10 @@ impl SettlingBody {
             .flatten()
             .map(Box::new);
         let pending = Pending {
-            engine,
-            metrics,
+            engine: unsettled.engine.clone(),
+            metrics: unsettled.metrics.take(),
             reservation,
-            status: parts.status.as_u16(),
+            status: Some(parts.status.as_u16()),
             headers: parts.headers.clone(),
             reported: parts.extensions.get::<ActualCost>().map(|c| c.0),
         };
@@ -189,7 +235,7 @@ fn settle(pending: Option<Box<Pending>>, seen: &mut Seen) {
                 total: u.total_tokens,
             });
         let observed = Observed {
-            status: Some(p.status),
+            status: p.status,
             headers: Some(&p.headers),
             trailers: seen.trailers.as_ref(),
             body_bytes: Some(seen.sent),

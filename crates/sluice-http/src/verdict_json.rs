@@ -15,8 +15,9 @@ pub struct LimitJson<'a> {
     pub name: &'a str,
     /// Its algorithm.
     pub algorithm: &'static str,
-    /// Its rate, as written in configs.
-    pub rate: String,
+    /// Its rate, as written in configs (none for a concurrency limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
     /// Whether this limit allowed the request.
     pub allowed: bool,
     /// Its capacity (burst).
@@ -75,7 +76,8 @@ fn limit_json(r: &LimitResult) -> LimitJson<'_> {
     LimitJson {
         name: r.name(),
         algorithm: r.spec.algorithm.name(),
-        rate: r.spec.rate.to_string(),
+        rate: (r.spec.algorithm != sluice_core::AlgorithmKind::Concurrency)
+            .then(|| r.spec.rate.to_string()),
         allowed: r.decision.allowed,
         limit: r.decision.limit,
         remaining: r.decision.remaining,
@@ -104,6 +106,11 @@ pub fn refusal(verdict: &Verdict) -> Problem {
     let retry = retry_after_secs(verdict.retry_after().unwrap_or(0));
     let first = verdict.violated().next();
     let detail = match first {
+        Some(r) if r.spec.algorithm == sluice_core::AlgorithmKind::Concurrency => format!(
+            "Concurrency limit `{}` reached: at most {} requests in flight; retry in {retry} s.",
+            r.name(),
+            r.spec.burst
+        ),
         Some(r) => {
             let (quota, window) = crate::headers::quota_window(&r.spec);
             format!(

@@ -67,9 +67,22 @@ pub(crate) fn compile_limit(
     let delay = compile_delay(source, l, &name, &spec, plan_config)?;
     let max_share = max_share(source, c, &name, all_plans)?;
     let settle = match &c.settle {
+        Some(t) if spec.algorithm == sluice_core::AlgorithmKind::Concurrency => {
+            return Err(source.error_at(
+                Some(t.span()),
+                format!(
+                    "limit `{name}`: a concurrency limit gives its slots back when a request ends: it takes no `settle`"
+                ),
+            ));
+        }
         Some(t) => Some(Arc::new(crate::compile_settle::compile_settle(
             source, t, &name, spec.burst,
         )?)),
+        // A slot is taken on admission and given back whole when the
+        // request ends: a settlement at 0.
+        None if spec.algorithm == sluice_core::AlgorithmKind::Concurrency => {
+            Some(Arc::new(crate::settlement::Settlement::slot()))
+        }
         None => None,
     };
     let forgive = settle.as_ref().is_some_and(|s| s.forgive);
@@ -117,6 +130,15 @@ fn spec_and_cost(
     name: &str,
 ) -> Result<(LimitSpec, u64), ConfigError> {
     let c = l.get_ref();
+    if c.algorithm == sluice_core::AlgorithmKind::Concurrency {
+        return crate::compile_slots::slots_and_cost(source, l, name);
+    }
+    if let Some(m) = &c.max_in_flight {
+        return Err(source.error_at(
+            Some(m.span()),
+            format!("limit `{name}`: max_in_flight is for `algorithm = \"concurrency\"`"),
+        ));
+    }
     let Some(rate_field) = &c.rate else {
         return Err(source.error_at(
             Some(l.span()),

@@ -9,6 +9,7 @@ mod compile;
 mod compile_keys;
 mod compile_limit;
 mod compile_settle;
+mod compile_slots;
 pub mod config;
 mod delay_queue;
 pub mod deployment;

@@ -52,6 +52,9 @@ pub enum SettleFrom {
     Usage(UsageField),
     /// The estimate itself: only the status rules change it.
     Estimate,
+    /// A concurrency slot: given back whole when the request ends,
+    /// whatever its status (the actual cost is 0).
+    Slot,
 }
 
 /// A field of an OpenAI-style `usage`.
@@ -181,12 +184,29 @@ pub struct Observed<'a> {
 }
 
 impl Settlement {
+    /// The rule of a concurrency limit: its slot is given back whole when
+    /// the request ends.
+    pub fn slot() -> Self {
+        Self {
+            from: SettleFrom::Slot,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this is a concurrency limit's slot.
+    pub fn is_slot(&self) -> bool {
+        self.from == SettleFrom::Slot
+    }
+
     /// The actual cost of a request charged `estimate`, from what was
     /// observed. A status in `refund_status`, or outside `charge_status`,
     /// settles at 0; otherwise the cost is read from its source, and where
     /// the source said nothing (no usage in the stream, no header, a value
     /// that is not a number), the estimate stands. At most [`MAX_COST`].
     pub fn actual(&self, estimate: u64, seen: &Observed<'_>) -> u64 {
+        if self.is_slot() {
+            return 0;
+        }
         if let Some(status) = seen.status {
             let refunded = self.refund_status.is_some_and(|s| s.contains(status));
             let uncharged = self.charge_status.is_some_and(|s| !s.contains(status));
@@ -200,7 +220,7 @@ impl Settlement {
             SettleFrom::Trailer(name) => seen.trailers.and_then(|h| cost_in(h, name)),
             SettleFrom::BodyBytes => seen.body_bytes,
             SettleFrom::Usage(field) => seen.usage.map(|u| u.field(*field)),
-            SettleFrom::Estimate => None,
+            SettleFrom::Estimate | SettleFrom::Slot => None,
         };
         read.unwrap_or(estimate).min(MAX_COST)
     }

@@ -43,8 +43,15 @@ pub struct LimitConfig {
     #[serde(default)]
     pub algorithm: AlgorithmKind,
     /// The long-run rate, e.g. `"10/s"`. Required, except for a
-    /// `bucket = "shared"` rule, which has no counter of its own.
+    /// `bucket = "shared"` rule, which has no counter of its own, and a
+    /// concurrency limit, which has none.
     pub rate: Option<Spanned<Rate>>,
+    /// `algorithm = "concurrency"`: the most requests in flight per key.
+    pub max_in_flight: Option<Spanned<u64>>,
+    /// `algorithm = "concurrency"`: how long a slot lives unreleased where
+    /// Sluice cannot see the request end (`/v1/check`, Envoy) or an
+    /// instance died (Redis); `"60s"` by default.
+    pub lease: Option<Spanned<String>>,
     /// The most cost admitted at once; defaults to the rate's amount.
     pub burst: Option<Spanned<u64>>,
     /// Leaky bucket only: admit within `burst` without delay.
@@ -91,6 +98,8 @@ impl Default for LimitConfig {
             name: None,
             algorithm: AlgorithmKind::default(),
             rate: None,
+            max_in_flight: None,
+            lease: None,
             burst: None,
             nodelay: false,
             key: None,

@@ -93,6 +93,19 @@ impl Reservation {
         self.items.iter().any(|r| r.rule.reads_body())
     }
 
+    /// The shortest lease of its concurrency limits, in nanoseconds: how
+    /// long a slot lives where no end of the request is seen. `None`
+    /// without one.
+    pub fn lease(&self) -> Option<sluice_core::Nanos> {
+        self.items
+            .iter()
+            .filter_map(|r| match r.counter.def().limiter() {
+                sluice_core::Limiter::Concurrency(c) => Some(c.lease()),
+                _ => None,
+            })
+            .min()
+    }
+
     /// Whether a rule reads the usage the response reports.
     pub fn reads_usage(&self) -> bool {
         self.items

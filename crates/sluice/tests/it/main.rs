@@ -7,6 +7,7 @@ mod access_lists;
 mod account_events;
 mod admin_plans;
 mod common;
+mod concurrency_limits;
 mod control_api;
 mod dashboard;
 mod edge_admin;

@@ -1,0 +1,226 @@
+//! Concurrency limits through the real binary: at most N requests of a key
+//! in flight in proxy mode, answered 429 with the draft's
+//! `concurrent-requests` quota unit beyond; a slot comes back when the
+//! response has been sent, when the client drops its connection, or when
+//! the upstream breaks off; through `/v1/check` a slot is held until
+//! `/v1/release`, or until its lease ends.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::llm_upstream::LlmUpstream;
+use crate::common::{Reply, Sluice, client, send};
+
+fn config(upstream: &str) -> String {
+    format!(
+        r#"
+listen = "127.0.0.1:0"
+control_listen = "127.0.0.1:0"
+upstream = "{upstream}"
+
+[[limits]]
+name = "streams"
+key = "header:X-Api-Key"
+algorithm = "concurrency"
+max_in_flight = 2
+lease = "1s"
+"#
+    )
+}
+
+fn completion() -> String {
+    json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true})
+        .to_string()
+}
+
+async fn call(sluice: &Sluice, key: &str) -> Reply {
+    send(
+        client()
+            .post(sluice.url("/v1/chat/completions"))
+            .header("x-api-key", key)
+            .body(completion()),
+    )
+    .await
+}
+
+/// Sends requests of `key` until one is admitted (up to 5 s): a slot given
+/// back is given back in a task of its own.
+async fn admitted_soon(sluice: &Sluice, key: &str) -> Reply {
+    for _ in 0..500 {
+        let reply = call(sluice, key).await;
+        if reply.status != 429 {
+            return reply;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{key}: still refused after 5 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_holds_at_most_its_slots_until_its_responses_end() {
+    let upstream = LlmUpstream::start();
+    let sluice = Sluice::start_with("concurrency", &config(&upstream.url()));
+    upstream.hold();
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let request = client()
+                .post(sluice.url("/v1/chat/completions"))
+                .header("x-api-key", "alice")
+                .body(completion());
+            tokio::spawn(async move { send(request).await })
+        })
+        .collect();
+    upstream.wait_in_flight(2).await;
+
+    let refused = call(&sluice, "alice").await;
+    refused.problem(429);
+    assert_eq!(refused.int_header("retry-after"), 1);
+    assert_eq!(
+        refused.header("ratelimit-policy"),
+        "\"streams\";q=2;qu=\"concurrent-requests\""
+    );
+    assert!(
+        refused.header("ratelimit").starts_with("\"streams\";r=0;"),
+        "{}",
+        refused.header("ratelimit")
+    );
+    // Another key has slots of its own.
+    let other = tokio::spawn({
+        let request = client()
+            .post(sluice.url("/v1/chat/completions"))
+            .header("x-api-key", "bob")
+            .body(completion());
+        async move { send(request).await }
+    });
+    upstream.wait_in_flight(3).await;
+
+    upstream.release();
+    for h in held {
+        assert_eq!(h.await.unwrap().status, 200);
+    }
+    assert_eq!(other.await.unwrap().status, 200);
+    let again = admitted_soon(&sluice, "alice").await;
+    assert_eq!(again.status, 200);
+    assert_eq!(
+        upstream.max_in_flight(),
+        3,
+        "never more than two of alice's at once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_come_back_when_clients_or_the_upstream_break_off() {
+    let upstream = LlmUpstream::start();
+    let sluice = Sluice::start_with("concurrency-drops", &config(&upstream.url()));
+    // Two clients that give up while the upstream holds their requests.
+    upstream.hold();
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let request = client()
+                .post(sluice.url("/v1/chat/completions"))
+                .header("x-api-key", "carol")
+                .body(completion());
+            tokio::spawn(async move { send(request).await })
+        })
+        .collect();
+    upstream.wait_in_flight(2).await;
+    assert_eq!(call(&sluice, "carol").await.status, 429);
+    for c in clients {
+        c.abort();
+    }
+    // Their slots come back while the upstream still holds their requests.
+    let next = tokio::spawn({
+        let request = client()
+            .post(sluice.url("/v1/chat/completions"))
+            .header("x-api-key", "carol")
+            .body(completion());
+        async move {
+            for _ in 0..500 {
+                let reply = send(request.try_clone().unwrap()).await;
+                if reply.status != 429 {
+                    return reply;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("the slots of the clients that left never came back");
+        }
+    });
+    // The proxy gave up the requests of the clients that left, and the
+    // next one reached the upstream.
+    for _ in 0..1000 {
+        if upstream.requests() == 3 && upstream.in_flight() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!((upstream.requests(), upstream.in_flight()), (3, 1));
+    upstream.release();
+    assert_eq!(next.await.unwrap().status, 200);
+
+    // Streams the upstream cuts off mid-way: each slot comes back.
+    for _ in 0..4 {
+        let cut = client()
+            .post(sluice.url("/v1/chat/completions"))
+            .header("x-api-key", "carol")
+            .header("x-test-cut-after", "1")
+            .body(completion())
+            .send()
+            .await;
+        if let Ok(r) = cut {
+            let _ = r.bytes().await;
+        }
+    }
+    assert_eq!(admitted_soon(&sluice, "carol").await.status, 200);
+}
+
+async fn control(sluice: &Sluice, path: &str, body: &Value) -> Reply {
+    send(
+        client()
+            .post(sluice.control_url(path))
+            .header("content-type", "application/json")
+            .body(body.to_string()),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_decision_api_holds_a_slot_until_released_or_until_its_lease_ends() {
+    let sluice = Sluice::start_with("concurrency-check", &config("http://127.0.0.1:9"));
+    let check = json!({"path": "/export", "headers": {"X-Api-Key": "dave"}});
+    let mut ids = vec![String::new(); 2];
+    for id in &mut ids {
+        let reply = control(&sluice, "/v1/check", &check).await;
+        assert_eq!(reply.status, 200);
+        let body = reply.json();
+        assert_eq!(
+            body["reservation"]["expires_in_ms"], 1000,
+            "the lease: {body}"
+        );
+        *id = body["reservation"]["id"].as_str().unwrap().to_owned();
+    }
+    assert_eq!(control(&sluice, "/v1/check", &check).await.status, 429);
+    let released = control(&sluice, "/v1/release", &json!({"reservation": ids[0]})).await;
+    assert_eq!(released.status, 200);
+    assert_eq!(released.json()["settled"][0]["refunded"], 1);
+    let third = control(&sluice, "/v1/check", &check).await;
+    assert_eq!(third.status, 200);
+    assert_eq!(control(&sluice, "/v1/check", &check).await.status, 429);
+    // Never released: the two slots come back when their lease (1 s) ends.
+    let mut admitted = false;
+    for _ in 0..400 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let reply = control(&sluice, "/v1/check", &check).await;
+        if reply.status == 200 {
+            admitted = true;
+            break;
+        }
+    }
+    assert!(admitted, "the leases never ended");
+    let metrics = send(client().get(sluice.control_url("/metrics"))).await;
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(
+        text.contains("sluice_reservations_expired_total 2"),
+        "{text}"
+    );
+}
