@@ -2,7 +2,8 @@
 //! test upstream: tokens reserved at admission and settled from the
 //! response's usage (JSON and event stream), a stream without usage or cut
 //! short standing at its estimate, a key in debt refused while another key
-//! is not, and the key read from `Authorization: Bearer` or `X-Api-Key`.
+//! is not, the key read from `Authorization: Bearer` or `X-Api-Key`, and at
+//! most 4 completions of a key in flight.
 
 use std::time::Duration;
 
@@ -183,4 +184,40 @@ async fn a_key_in_debt_is_refused_and_another_is_not() {
     )
     .await;
     both.problem(400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_streams_at_most_four_completions_at_once() {
+    let upstream = LlmUpstream::start();
+    let sluice = gateway(&upstream);
+    upstream.hold();
+    let streams: Vec<_> = (0..4)
+        .map(|_| {
+            let request = client()
+                .post(sluice.url("/v1/chat/completions"))
+                .header("authorization", "Bearer erin")
+                .body(completion(true).to_string());
+            tokio::spawn(async move { send(request).await })
+        })
+        .collect();
+    upstream.wait_in_flight(4).await;
+    let fifth = call(&sluice, "erin", &completion(true), &[]).await;
+    let problem = fifth.problem(429);
+    assert_eq!(
+        problem["violated-policies"],
+        json!(["free-streams"]),
+        "{problem}"
+    );
+    assert!(
+        fifth
+            .header("ratelimit-policy")
+            .contains("\"free-streams\";q=4;qu=\"concurrent-requests\""),
+        "{}",
+        fifth.header("ratelimit-policy")
+    );
+    upstream.release();
+    for s in streams {
+        assert_eq!(s.await.unwrap().status, 200);
+    }
+    assert_eq!(upstream.max_in_flight(), 4);
 }
