@@ -19,6 +19,11 @@
 //! - A descriptor with `is_negative_hits` gives its hits back to its limit
 //!   ([`Engine::refund`]) before the charges are decided: never refused,
 //!   never past full, and no part of the overall code or the statistics.
+//! - A descriptor marked as sent when a stream ended
+//!   ([`stream_done`](crate::stream_done)) records its hits
+//!   ([`Engine::debit`]): past the limit as debt, never refused, answered
+//!   `OK` with its limit's state after, and no part of the overall code or
+//!   the statistics.
 //! - A descriptor on a limit of 0 (`requests_per_unit: 0`) refuses the
 //!   request; nothing is charged.
 //! - Unmatched descriptors answer `OK` with no `current_limit`; `unlimited`
@@ -118,6 +123,9 @@ struct Placed<'f> {
     places: Vec<Place>,
     charges: Vec<Charge<'f>>,
     refunds: Vec<Charge<'f>>,
+    /// Hits recorded after the stream ended ([`stream_done`](crate::stream_done)):
+    /// debited before the refunds, each of which then peeks its state.
+    debits: Vec<Charge<'f>>,
     /// Refused by limits of 0 before anything is charged: the charges
     /// only peek (cost 0).
     zero: bool,
@@ -197,6 +205,15 @@ impl EnvoyRls {
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, InvalidRequest> {
         validate(req)?;
+        // Descriptors sent when a stream ended record; the rest decide.
+        let stripped;
+        let (req, records) = match crate::stream_done::split(req) {
+            Some((r, records)) => {
+                stripped = r;
+                (&stripped, records)
+            }
+            None => (req, Vec::new()),
+        };
         let rules_now = self.rules.load();
         let known = rules_now.has_domain(&req.domain);
         if !known {
@@ -226,7 +243,7 @@ impl EnvoyRls {
             verdict,
             refunded,
             zero,
-        } = self.counted(req, &found, &overridden).await;
+        } = self.counted(req, &found, &overridden, &records).await;
         let rules: smallvec::SmallVec<[Option<&Rule>; 4]> = found
             .iter()
             .map(|f| f.as_ref().map(|f| &**f.rule))
@@ -239,7 +256,7 @@ impl EnvoyRls {
             &self.options,
             &mut decisions,
         );
-        self.record_stats(req, &found, &decisions, verdict.as_ref(), zero);
+        self.record_stats(req, &found, &decisions, verdict.as_ref(), zero, &records);
         let mut response = RateLimitResponse {
             overall_code: code as i32,
             statuses,
@@ -274,6 +291,7 @@ impl EnvoyRls {
         req: &RateLimitRequest,
         found: &[Option<Found<'_>>],
         overridden: &[Option<Arc<Rule>>],
+        records: &[bool],
     ) -> Counted {
         let request_hits = if req.hits_addend == 0 {
             1
@@ -284,8 +302,20 @@ impl EnvoyRls {
             places,
             charges,
             refunds,
+            debits,
             zero,
-        } = self.placed(req, found, overridden, request_hits);
+        } = self.placed(req, found, overridden, request_hits, records);
+        for (d, done) in debits.iter().zip(self.engine.debit(&debits).await) {
+            match done {
+                Ok(debited) if debited.excess > 0 => {
+                    tracing::debug!(limit = %d.limit.name, excess = debited.excess, "stream done: hits beyond the debt allowed");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(limit = %d.limit.name, error = %e, "stream done: hits not recorded")
+                }
+            }
+        }
         let refunded = if refunds.is_empty() {
             None
         } else {
@@ -312,6 +342,7 @@ impl EnvoyRls {
         found: &'f [Option<Found<'_>>],
         overridden: &[Option<Arc<Rule>>],
         request_hits: u64,
+        records: &[bool],
     ) -> Placed<'f> {
         let compat = self.options.compat;
         let hasher = self.engine.hasher();
@@ -319,6 +350,7 @@ impl EnvoyRls {
         let mut places = Vec::with_capacity(found.len());
         let mut charges: Vec<Charge<'_>> = Vec::with_capacity(found.len());
         let mut refunds: Vec<Charge<'_>> = Vec::new();
+        let mut debits: Vec<Charge<'_>> = Vec::new();
         let (mut enforced, mut later) = (0, 0);
         for (i, (d, f)) in req.descriptors.iter().zip(found).enumerate() {
             // (Empty when no descriptor has a per-request limit.)
@@ -326,18 +358,26 @@ impl EnvoyRls {
             // A per-request limit is shared by every domain: its key names
             // the domain.
             let domain = if o.is_some() { req.domain.as_str() } else { "" };
-            if d.is_negative_hits {
+            let record = records.get(i).copied().unwrap_or(false);
+            if d.is_negative_hits || record {
                 let limited = f.as_ref().and_then(|f| Some((f, f.rule.limited()?)));
                 places.push(Place::Refund(limited.map(|_| refunds.len())));
                 if let Some((f, limited)) = limited {
-                    refunds.push(Charge {
+                    let charge = Charge {
                         limit: &limited.limit,
                         counter: &limited.counter,
                         key: descriptor_id(hasher, domain, d, &f.shared),
                         cost: hits_of(d, request_hits),
-                        // A refund is given back whatever the rule's mode.
+                        // Given back, or recorded, whatever the rule's mode.
                         counting: Counting::Enforced,
-                    });
+                    };
+                    if record && !d.is_negative_hits {
+                        // Recorded: debited, then its state peeked.
+                        debits.push(charge);
+                        refunds.push(Charge { cost: 0, ..charge });
+                    } else {
+                        refunds.push(charge);
+                    }
                 }
                 continue;
             }
@@ -372,6 +412,7 @@ impl EnvoyRls {
             places,
             charges,
             refunds,
+            debits,
             zero,
         }
     }
@@ -401,11 +442,14 @@ impl EnvoyRls {
         decisions: &[Option<Decision>],
         verdict: Option<&Verdict>,
         peeked: bool,
+        records: &[bool],
     ) {
         let request_hits = u64::from(req.hits_addend).max(1);
-        for ((d, f), decided) in req.descriptors.iter().zip(found).zip(decisions) {
-            // A refund is not a hit.
-            let Some(f) = f.as_ref().filter(|_| !d.is_negative_hits) else {
+        let descriptors = req.descriptors.iter().zip(found).zip(decisions);
+        for (i, ((d, f), decided)) in descriptors.enumerate() {
+            // A refund is not a hit, nor hits recorded after a stream.
+            let recorded = records.get(i).copied().unwrap_or(false);
+            let Some(f) = f.as_ref().filter(|_| !d.is_negative_hits && !recorded) else {
                 continue;
             };
             let rule = &f.rule;

@@ -29,6 +29,7 @@ pub mod rules;
 pub mod service;
 pub mod stats;
 mod statuses;
+pub mod stream_done;
 pub mod tls;
 pub mod xds;
 pub mod yaml_config;

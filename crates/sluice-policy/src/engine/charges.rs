@@ -187,6 +187,31 @@ impl<C: Clock> Engine<C> {
     }
 }
 
+impl<C: Clock> Engine<C> {
+    /// Charges costs known only after the request (Envoy's stream-done
+    /// descriptors): each charge's cost on its counter and key, whatever
+    /// is left, each on its own, never refused. Past empty it is debt, up
+    /// to the limit's `settle` rule's `max_debt` (one burst for a limit
+    /// without one); beyond, [excess](sluice_core::Debited::excess),
+    /// reported, not charged. One answer per charge, in order.
+    pub async fn debit(
+        &self,
+        debits: &[Charge<'_>],
+    ) -> Vec<Result<sluice_core::Debited, DecideError>> {
+        let mut out = Vec::with_capacity(debits.len());
+        for c in debits {
+            let max_debt = c
+                .limit
+                .settle
+                .as_ref()
+                .map_or(c.limit.spec.burst, |s| s.max_debt);
+            let debited = self.store.debit(c.counter, c.key, c.cost, max_debt).await;
+            out.push(debited.map_err(DecideError::from));
+        }
+        out
+    }
+}
+
 /// Whether a request has quota charges and every one was refused. The
 /// verdict's shadow results are its charges decided on their own, in
 /// order.

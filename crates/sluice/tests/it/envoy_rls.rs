@@ -224,3 +224,35 @@ async fn the_health_service_reports_serving() {
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
 }
+
+/// Hits known when a stream ends (Envoy's `apply_on_stream_done`) are
+/// recorded, not decided: the descriptor the stream-done action marks with
+/// a `sluice_record` entry meets the same limit as the request's, is never
+/// refused, and puts the key into debt, up to one burst; the next request
+/// is refused until the debt is paid off.
+#[tokio::test]
+async fn hits_recorded_when_a_stream_ends_go_into_debt() {
+    let (_sluice, mut c) = start().await;
+    let d = || descriptor(&[("api_key", "k9"), ("path", "/export")]);
+    let r = ask(&mut c, request(vec![d()], 1)).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 4));
+    // The stream used 10: 4 were left, 5 more are debt (one burst of the
+    // 5/hour limit), 1 is beyond.
+    let done = descriptor(&[
+        ("sluice_record", "stream_done"),
+        ("api_key", "k9"),
+        ("path", "/export"),
+    ]);
+    let r = ask(&mut c, request(vec![done.clone()], 10)).await;
+    assert_eq!(r.overall_code, OK, "a record is never refused");
+    assert_eq!(r.statuses[0].code, OK);
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    let refused = ask(&mut c, request(vec![d()], 1)).await;
+    assert_eq!(refused.overall_code, OVER, "in debt");
+    // A record is recorded whatever the state: the key stays refused.
+    assert_eq!(ask(&mut c, request(vec![done], 1)).await.overall_code, OK);
+    assert_eq!(ask(&mut c, request(vec![d()], 1)).await.overall_code, OVER);
+    // Another key is untouched.
+    let other = descriptor(&[("api_key", "k10"), ("path", "/export")]);
+    assert_eq!(ask(&mut c, request(vec![other], 1)).await.overall_code, OK);
+}
