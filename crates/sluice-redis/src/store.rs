@@ -41,6 +41,7 @@
 //! its newest entries), and always errs on the strict side.
 
 mod backend;
+mod debit;
 mod dispatch;
 mod give_back;
 mod in_turn;

@@ -5,6 +5,7 @@
 
 mod common;
 mod conformance;
+mod debt;
 mod eviction_nodes;
 mod registered;
 mod reload_fallback;
