@@ -15,7 +15,9 @@
 //! pays for a TTL update and an idle client costs nothing for long.
 //!
 //! State values are packed little-endian doubles (see `lua/decide.lua`),
-//! the sliding log a list of them, at most `burst` entries.
+//! the sliding log a list of them, at most `burst` entries, after its debt
+//! (one double) while it has some. A key in debt ([`RedisStore::debit`])
+//! outlives its `idle_at` too, which counts the debt.
 //!
 //! # Batching
 //!
