@@ -81,8 +81,9 @@
 //! store is for; the conformance tests cover the exact domain.
 //!
 //! Debt stays exact while the state it makes does too: a window count is
-//! at most 2^32 - 1 (as in sluice-core), and the level of a bucket or the
-//! TAT of a GCRA, and the time a debt takes to pay off, below 2^52 units.
+//! at most 2^32 - 1 (as in sluice-core); a bucket's level or a GCRA's TAT
+//! (in units ahead of now), a window count times the window's length `L`,
+//! and the time until a debt is paid off, all below 2^52 units.
 //! Amounts above 2^52 are sent as 2^52 ([`MAX_AMOUNT`]): the excess then
 //! counts the rest. Beyond that (a debt of more than a hundred years),
 //! each operation is rounded to a double, like the limits above.
