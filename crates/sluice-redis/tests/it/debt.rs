@@ -245,3 +245,102 @@ fn same(
         Err(format!("{what}: redis {got:?}, sluice-core {want:?}"))
     }
 }
+
+/// A key in debt checked with a reserve (a priority class, a delay limit's
+/// plain bucket) and in a group with another limit: the script answers
+/// what the memory store answers, for every algorithm, debt forgiven or
+/// not, on the same timeline.
+#[test]
+fn keys_in_debt_decide_alike_with_reserves_and_in_groups() {
+    use sluice_core::ManualClock;
+    use sluice_store::MemoryStore;
+    use sluice_store::seam::{Check, CounterDef, Store, now_or_never};
+
+    let Some(env) = env() else { return };
+    let store = RedisStore::from_connection(env.conn.clone(), None);
+    let start_us = 1_800_000_000_000_000_u64;
+    for kind in KINDS {
+        for forgive in [false, true] {
+            let spec = sluice_core::LimitSpec {
+                algorithm: kind,
+                rate: sluice_core::Rate::per_second(4),
+                burst: 8,
+                nodelay: true,
+            };
+            let def = CounterDef::new(&fresh_id("debt-group"), spec)
+                .unwrap()
+                .with_debt_forgiven(forgive);
+            let other = CounterDef::new(&fresh_id("debt-other"), spec).unwrap();
+            let clock = ManualClock::new(start_us * 1000);
+            let memory = MemoryStore::with_clock(Default::default(), clock.clone());
+            let (c, o) = (memory.counter(def.clone()), memory.counter(other.clone()));
+            let key = KeyId(0x6a);
+            let debited = now_or_never(Store::debit(&memory, &c, key, 13, 20));
+            let want = debited.unwrap().unwrap();
+            let l = *def.limiter();
+            let redis_check = |cost, reserve| RedisCheck {
+                limit_id: def.id(),
+                limiter: &l,
+                key,
+                cost,
+                reserve,
+            };
+            let got = env
+                .rt
+                .block_on(store.debit_at(&redis_check(13, 0), 20, start_us))
+                .unwrap();
+            assert_eq!(got, want, "{kind:?}");
+            // Through the windows: reserves, and groups with a limit that
+            // admits.
+            for step in 0..12u64 {
+                let now_us = start_us + step * 350_000;
+                clock.set(now_us * 1000);
+                let (cost, reserve) = (step % 3, step % 4);
+                let seam = [
+                    Check {
+                        counter: &c,
+                        key,
+                        cost,
+                        reserve,
+                    },
+                    Check {
+                        counter: &o,
+                        key,
+                        cost: 1,
+                        reserve: 0,
+                    },
+                ];
+                let group = step % 2 == 1;
+                let checks = if group { &seam[..] } else { &seam[..1] };
+                let want = now_or_never(Store::check(&memory, checks)).unwrap();
+                let lo = *other.limiter();
+                let mut redis = vec![redis_check(cost, reserve)];
+                if group {
+                    redis.push(RedisCheck {
+                        limit_id: other.id(),
+                        limiter: &lo,
+                        key,
+                        cost: 1,
+                        reserve: 0,
+                    });
+                }
+                let got = env.rt.block_on(store.check_at(&redis, now_us));
+                match (got, want) {
+                    (Ok(got), Ok(want)) => {
+                        assert_eq!(got.allowed, want.allowed, "{kind:?} {forgive} step {step}");
+                        assert_eq!(
+                            got.decisions.to_vec(),
+                            want.decisions.to_vec(),
+                            "{kind:?} forgiven {forgive}, step {step}: cost {cost}, reserve {reserve}"
+                        );
+                    }
+                    (got, want) => assert_eq!(
+                        got.is_err(),
+                        want.is_err(),
+                        "{kind:?} step {step}: {got:?} / {want:?}"
+                    ),
+                }
+            }
+        }
+    }
+}
