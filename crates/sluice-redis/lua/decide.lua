@@ -592,10 +592,13 @@ local function refund_fixed(lim, key, cost)
   local sw, sc, _, exp = read(key)
   if not sw then return end
   if sw < idx then
-    -- Only debt carried into this window is left to give back.
+    -- Only debt carried into this window is left to give back; the state
+    -- moves to this window even for nothing given back, as sluice-core's.
     sc = carried(lim, sc, idx - sw)
     if sc <= 0 then return end
     sw = idx
+  elseif cost <= 0 then
+    return
   end
   sc = sc - cost
   if sc < 0 then sc = 0 end
@@ -810,7 +813,10 @@ end
 if mode == 'r' then
   for j = 1, k do
     local lim = c_lim[j]
-    if c_cost[j] > 0 then refunders[lim.alg](lim, KEYS[j], c_cost[j]) end
+    -- Nothing given back changes nothing, but for debt: a fixed window
+    -- moves debt carried into this window, and a log logs debt due, as
+    -- sluice-core's refunds do (a clock that steps back then sees it).
+    if c_cost[j] > 0 or lim.alg <= 2 then refunders[lim.alg](lim, KEYS[j], c_cost[j]) end
     c_cost[j] = 0
   end
 end
