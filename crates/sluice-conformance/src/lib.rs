@@ -16,8 +16,8 @@ use std::time::Duration;
 use http::{HeaderMap, Method};
 use sluice_core::SystemClock;
 use sluice_policy::{DecideError, Engine, Policy, RequestInfo, Verdict};
-use sluice_protect::ProtectOptions;
-use sluice_redis::{RuntimeState, StoreUrl};
+use sluice_protect::{ProtectOptions, Remote};
+use sluice_redis::{RedisStore, RuntimeState, StoreUrl};
 use sluice_store::KeyHasher;
 use sluice_store::seam::{Fallback, RuntimeStore, Store};
 use sluice_testkit::{RedisCluster, RedisServer, SentinelSetup};
@@ -132,6 +132,19 @@ impl Deployments {
             shared.connect(Duration::from_secs(20)).await.unwrap();
             let runtime = Arc::new(RuntimeState::new(shared.remote().clone()));
             (shared as Arc<dyn Store>, runtime as Arc<dyn RuntimeStore>)
+        })
+    }
+
+    /// The Redis store of a deployment, unprotected, for decisions at
+    /// controlled times (its `*_at` methods); `None` for the memory store.
+    pub fn redis_store(&self, kind: Kind) -> Option<Arc<RedisStore>> {
+        let url: StoreUrl = self.url(kind)?.parse().unwrap();
+        runtime().block_on(async {
+            let remote = sluice_redis::RedisRemote::new(url, false);
+            Remote::connect(&*remote, Duration::from_secs(20))
+                .await
+                .unwrap();
+            remote.store()
         })
     }
 

@@ -8,9 +8,10 @@
 
 use sluice_conformance::hasher;
 use sluice_conformance::{Deployments, Kind, Shown, block, fresh_key, get, shown};
-use sluice_core::{AlgorithmKind, LimitSpec, Rate};
-use sluice_store::KeyId;
-use sluice_store::seam::{Check, Counter, CounterDef, StoreError};
+use sluice_core::{AlgorithmKind, Debited, Decision, LimitSpec, Limiter, ManualClock, Rate, State};
+use sluice_redis::{RedisCheck, RedisStore};
+use sluice_store::seam::{Check, Counter, CounterDef, Store, now_or_never};
+use sluice_store::{KeyId, MemoryStore};
 
 /// Runs `scenario` on every deployment and checks that each shows what the
 /// memory store shows.
@@ -369,52 +370,242 @@ fn refunds_give_back_what_was_charged_and_no_more(d: &Deployments) {
     }
 }
 
-/// Debits on the store seam (a cost settled after the response): on the
-/// memory store, what a limit has left is charged first, then debt up to
+/// Debits on the store seam (a cost settled after the response), through
+/// each deployment's store as the engine holds it (Redis behind its
+/// protection): what a limit has left is charged first, then debt up to
 /// `max_debt`, the rest returned as excess; a key in debt refuses even a
-/// peek, and a refund pays its debt back first. For all six algorithms.
-/// Redis does not debit yet: every Redis deployment answers `Unsupported`
-/// and charges nothing.
-fn debits_charge_into_debt_on_memory_and_are_unsupported_on_redis(d: &Deployments) {
+/// peek, and a refund pays its debt back first. The same on every store,
+/// for all six algorithms, every answer Redis's own.
+fn debits_charge_into_debt_on_every_store(d: &Deployments) {
     for algorithm in AlgorithmKind::ALL {
         let spec = five_an_hour(algorithm);
-        for kind in d.kinds() {
-            let what = format!("debits, {} on {kind:?}", algorithm.name());
+        let what = format!("debits, {}", algorithm.name());
+        same_everywhere(d, &what, |kind| {
             let (store, _) = d.stores(kind);
             let def = CounterDef::new(&format!("debit-{}", algorithm.name()), spec).unwrap();
             let counter = store.counter(def);
             let key = hasher().key_id(&fresh_key("debit"));
             let at = |cost| one_check(&counter, key, cost);
+            // (allowed, remaining) of a check or refund, (charged,
+            // excess) of a debit.
             let check = |cost| {
                 let c = block(store.check(&at(cost))).unwrap();
-                (c.allowed, c.decisions[0].remaining)
+                (u64::from(c.allowed), c.decisions[0].remaining)
             };
             let refund = |cost| {
                 let c = block(store.refund(&at(cost))).unwrap();
-                (c.decisions[0].allowed, c.decisions[0].remaining)
+                (u64::from(c.decisions[0].allowed), c.decisions[0].remaining)
             };
             let debit = |amount, max_debt| {
-                block(store.debit(&counter, key, amount, max_debt)).map(|d| (d.charged, d.excess))
+                let d = block(store.debit(&counter, key, amount, max_debt)).unwrap();
+                (d.charged, d.excess)
             };
-            if kind != Kind::Memory {
-                let unsupported = Err(StoreError::Unsupported {
-                    store: "redis",
-                    operation: "debit",
-                });
-                assert_eq!(debit(4, 3), unsupported, "{what}");
-                assert_eq!(check(0), (true, 5), "{what}: nothing charged");
-                continue;
-            }
-            assert_eq!(check(3), (true, 2), "{what}");
-            assert_eq!(debit(4, 3), Ok((4, 0)), "{what}: 2 left, 2 of debt");
-            assert_eq!(check(0), (false, 0), "{what}: in debt, a peek is refused");
-            assert_eq!(
+            let seen = vec![
+                check(3),
+                debit(4, 3),
+                check(0),
                 debit(5, 3),
-                Ok((1, 4)),
-                "{what}: debt up to 3, the rest excess"
+                refund(3),
+                refund(2),
+            ];
+            assert_eq!(
+                seen,
+                [(1, 2), (4, 0), (0, 0), (1, 4), (1, 0), (1, 2)],
+                "{what} on {kind:?}: 2 left, 2 of debt; in debt, a peek is refused; \
+                 debt up to 3, the rest excess; the debt refunded first"
             );
-            assert_eq!(refund(3), (true, 0), "{what}: the debt refunded first");
-            assert_eq!(refund(2), (true, 2), "{what}");
+            if let Some(h) = store.remote_health() {
+                assert_eq!(
+                    (h.fallback_decisions, h.store_errors, h.store_timeouts),
+                    (0, 0, 0),
+                    "{what} on {kind:?}: every answer is the store's"
+                );
+            }
+            seen.into_iter()
+                .map(|(a, b)| (a > 0, vec![(String::new(), a, b, true)], vec![]))
+                .collect()
+        });
+    }
+}
+
+/// What one call of a debt run answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Decided(Decision),
+    Debited(Debited),
+}
+
+/// One call of a debt run: a check (cost 0 peeks), a debit, a refund.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Check(u64),
+    Debit(u64, u64),
+    Refund(u64),
+}
+
+/// A debt run: `n` calls at increasing whole microseconds, drawn from
+/// `seed` (xorshift), for a limit of burst `burst` and window `window_us`.
+fn debt_run(seed: u64, n: usize, burst: u64, window_us: u64) -> Vec<(u64, Op)> {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut t = 0;
+    (0..n)
+        .map(|_| {
+            let r = next();
+            t += match r % 4 {
+                0 => 0,
+                1 => r % 1000,
+                _ => (r >> 8) % (window_us * 3 / 2),
+            };
+            let r = next();
+            let op = match r % 8 {
+                0..=2 => Op::Check((r >> 8) % (burst + 1)),
+                3..=5 => {
+                    let max_debt = match (r >> 40) % 3 {
+                        0 => 0,
+                        1 => u64::MAX,
+                        _ => (r >> 48) % (2 * burst + 1),
+                    };
+                    Op::Debit((r >> 8) % (3 * burst + 2), max_debt)
+                }
+                _ => Op::Refund((r >> 8) % (2 * burst + 1)),
+            };
+            (t, op)
+        })
+        .collect()
+}
+
+/// sluice-core's answers to a run (`Limiter` on one state; a refund
+/// answered by a peek afterwards, as a store answers it).
+fn reference_run(limiter: &Limiter, start_us: u64, run: &[(u64, Op)]) -> Vec<Answer> {
+    let mut state = State::default();
+    run.iter()
+        .map(|&(t, op)| {
+            let now = (start_us + t) * 1000;
+            match op {
+                Op::Check(cost) => {
+                    Answer::Decided(limiter.check_and_apply(&mut state, now, cost).unwrap())
+                }
+                Op::Debit(amount, max_debt) => {
+                    Answer::Debited(limiter.debit(&mut state, now, amount, max_debt))
+                }
+                Op::Refund(amount) => {
+                    limiter.refund(&mut state, now, amount);
+                    Answer::Decided(limiter.check(&state, now, 0).unwrap().decision)
+                }
+            }
+        })
+        .collect()
+}
+
+/// A run on the memory store, through the store seam, on a manual clock.
+fn memory_run(def: CounterDef, start_us: u64, run: &[(u64, Op)]) -> Vec<Answer> {
+    let clock = ManualClock::new(start_us * 1000);
+    let store = MemoryStore::with_clock(Default::default(), clock.clone());
+    let counter = store.counter(def);
+    let key = hasher().key_id(&fresh_key("debt-run"));
+    run.iter()
+        .map(|&(t, op)| {
+            clock.set((start_us + t) * 1000);
+            match op {
+                Op::Check(cost) => {
+                    let c = now_or_never(Store::check(&store, &one_check(&counter, key, cost)));
+                    Answer::Decided(c.unwrap().unwrap().decisions[0])
+                }
+                Op::Debit(amount, max_debt) => {
+                    let d = now_or_never(Store::debit(&store, &counter, key, amount, max_debt));
+                    Answer::Debited(d.unwrap().unwrap())
+                }
+                Op::Refund(amount) => {
+                    let c = now_or_never(Store::refund(&store, &one_check(&counter, key, amount)));
+                    Answer::Decided(c.unwrap().unwrap().decisions[0])
+                }
+            }
+        })
+        .collect()
+}
+
+/// A run on a Redis deployment's store, at the run's times.
+fn redis_run(
+    store: &RedisStore,
+    limiter: &Limiter,
+    start_us: u64,
+    run: &[(u64, Op)],
+) -> Vec<Answer> {
+    let id = fresh_key("debt-run");
+    let key = hasher().key_id(&fresh_key("debt-run"));
+    let check = |cost| RedisCheck {
+        limit_id: &id,
+        limiter,
+        key,
+        cost,
+        reserve: 0,
+    };
+    run.iter()
+        .map(|&(t, op)| {
+            let now = start_us + t;
+            match op {
+                Op::Check(cost) => {
+                    let c = block(store.check_at(&[check(cost)], now)).unwrap();
+                    Answer::Decided(c.decisions[0])
+                }
+                Op::Debit(amount, max_debt) => {
+                    Answer::Debited(block(store.debit_at(&check(amount), max_debt, now)).unwrap())
+                }
+                Op::Refund(amount) => {
+                    let c = block(store.refund_at(&[check(amount)], now)).unwrap();
+                    Answer::Decided(c.decisions[0])
+                }
+            }
+        })
+        .collect()
+}
+
+/// Random runs of checks, debits (various `max_debt`) and refunds at
+/// controlled times, for every algorithm, debt forgiven or not: on every
+/// deployment (the memory store through the seam, each Redis one through
+/// its store's `*_at` calls), every decision and every `Debited`, call by
+/// call, is sluice-core's.
+fn debt_runs_equal_sluice_core_everywhere(d: &Deployments) {
+    // 4/s with burst 4: windows of a second (a whole number of
+    // microseconds, as a sliding log on Redis needs to take debits).
+    let (burst, window_us) = (4, 1_000_000);
+    let start_us = 1_750_000_000_000_000;
+    for kind in d.kinds() {
+        let redis = d.redis_store(kind);
+        for algorithm in AlgorithmKind::ALL {
+            let spec = LimitSpec {
+                algorithm,
+                rate: Rate::per_second(4),
+                burst,
+                nodelay: true,
+            };
+            for forgive in [false, true] {
+                let def = CounterDef::new("debt-run", spec)
+                    .unwrap()
+                    .with_debt_forgiven(forgive);
+                let limiter = *def.limiter();
+                for seed in 1..=3u64 {
+                    let run = debt_run(seed * 7919 + algorithm as u64, 60, burst, window_us);
+                    let want = reference_run(&limiter, start_us, &run);
+                    let got = match &redis {
+                        None => memory_run(def.clone(), start_us, &run),
+                        Some(store) => redis_run(store, &limiter, start_us, &run),
+                    };
+                    for (i, ((g, w), (t, op))) in got.iter().zip(&want).zip(&run).enumerate() {
+                        assert_eq!(
+                            g, w,
+                            "{kind:?}, {algorithm:?}, forgiven {forgive}, seed {seed}: call {i} \
+                             ({op:?} at +{t} us) against sluice-core"
+                        );
+                    }
+                }
+            }
         }
     }
 }
@@ -434,5 +625,6 @@ fn every_store_decides_alike() {
     shadow_limits_record_and_never_refuse(&d);
     a_rollout_enforces_the_same_keys_everywhere(&d);
     refunds_give_back_what_was_charged_and_no_more(&d);
-    debits_charge_into_debt_on_memory_and_are_unsupported_on_redis(&d);
+    debits_charge_into_debt_on_every_store(&d);
+    debt_runs_equal_sluice_core_everywhere(&d);
 }

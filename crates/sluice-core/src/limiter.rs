@@ -236,6 +236,31 @@ impl Limiter {
         }
     }
 
+    /// The same limiter with debt ([`Algorithm::debit`]) forgiven at the
+    /// window reset (`true`) or carried on (`false`, the default): see
+    /// [`FixedWindow::with_debt_forgiven`], [`SlidingWindow::with_debt_forgiven`]
+    /// and [`SlidingLog::with_debt_forgiven`]. The bucket algorithms and
+    /// GCRA have no reset: for them it changes nothing.
+    pub fn with_debt_forgiven(self, forgiven: bool) -> Self {
+        match self {
+            Self::FixedWindow(l) => Self::FixedWindow(l.with_debt_forgiven(forgiven)),
+            Self::SlidingLog(l) => Self::SlidingLog(l.with_debt_forgiven(forgiven)),
+            Self::SlidingWindow(l) => Self::SlidingWindow(l.with_debt_forgiven(forgiven)),
+            other => other,
+        }
+    }
+
+    /// Whether debt is forgiven at the window reset (always `false` for the
+    /// bucket algorithms and GCRA); see [`with_debt_forgiven`](Self::with_debt_forgiven).
+    pub fn debt_forgiven(&self) -> bool {
+        match self {
+            Self::FixedWindow(l) => l.debt_forgiven(),
+            Self::SlidingLog(l) => l.debt_forgiven(),
+            Self::SlidingWindow(l) => l.debt_forgiven(),
+            _ => false,
+        }
+    }
+
     /// The most cost admitted at once (the burst).
     pub fn capacity(&self) -> u64 {
         match self {
@@ -463,6 +488,30 @@ mod reduced_rate_tests {
         };
         for (i, k) in AlgorithmKind::ALL.into_iter().enumerate() {
             assert_eq!(index(k), i, "{k:?}");
+        }
+    }
+
+    #[test]
+    fn debt_is_forgiven_only_where_windows_reset() {
+        for algorithm in AlgorithmKind::ALL {
+            let spec = LimitSpec {
+                algorithm,
+                rate: Rate::per_second(10),
+                burst: 10,
+                nodelay: false,
+            };
+            let plain = Limiter::new(&spec).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!plain.debt_forgiven(), "{algorithm:?}");
+            let forgiven = plain.with_debt_forgiven(true);
+            let windowed = matches!(
+                algorithm,
+                AlgorithmKind::FixedWindow
+                    | AlgorithmKind::SlidingWindow
+                    | AlgorithmKind::SlidingLog
+            );
+            assert_eq!(forgiven.debt_forgiven(), windowed, "{algorithm:?}");
+            assert_eq!(forgiven == plain, !windowed, "{algorithm:?}");
+            assert_eq!(forgiven.with_debt_forgiven(false), plain, "{algorithm:?}");
         }
     }
 

@@ -15,6 +15,14 @@
 //! goes below empty (a refused check charges nothing, so the owed cost is
 //! charged whole if it fits, else what is left).
 //!
+//! **Debits** ([`Store::debit`](sluice_store::seam::Store::debit)) made
+//! while the store could not take them are owed too, apart from the
+//! admissions of the same pair: they are charged as debits, whatever the
+//! limit has left, into debt up to their `max_debt` (the largest of the
+//! debits owed for the pair), after the pair's admissions. A refund of the
+//! key forgives what is owed for debits first (the newest cost), then the
+//! admissions.
+//!
 //! The ledger is bounded: at most `max` (limit, key) entries. When it is
 //! full, admissions for new pairs are not recorded and are counted as
 //! dropped (`dropped`); a pair already owed keeps adding up.
@@ -41,8 +49,11 @@ pub(crate) struct Owed {
     pub(crate) counter: Counter,
     /// The client key's keyed hash.
     pub(crate) key: KeyId,
-    /// The cost admitted by the fallback and not yet charged.
+    /// The cost admitted by the fallback (or debited) and not yet charged.
     pub(crate) cost: u64,
+    /// `Some(max_debt)` for cost debited during an outage, charged as a
+    /// debit into debt up to `max_debt`; `None` for admissions.
+    pub(crate) max_debt: Option<u64>,
 }
 
 impl Owed {
@@ -73,9 +84,12 @@ pub(crate) struct Ledger {
 /// The ledger's entries: owed, and out being charged.
 #[derive(Debug, Default)]
 struct State {
-    owed: HashMap<(u64, KeyId), Owed>,
-    out: HashMap<(u64, KeyId), Out>,
+    owed: HashMap<Pair, Owed>,
+    out: HashMap<Pair, Out>,
 }
+
+/// What an entry is owed for: (limit tag, key, whether it is debited).
+type Pair = (u64, KeyId, bool);
 
 /// An entry out being charged: its cost, and how much of it refunds have
 /// forgiven since it was taken.
@@ -85,9 +99,9 @@ struct Out {
     forgiven: u64,
 }
 
-/// The (limit tag, key) pair an entry is owed for.
-fn pair(o: &Owed) -> (u64, KeyId) {
-    (o.counter.def().tag(), o.key)
+/// The (limit tag, key) pair an entry is owed for, and its kind.
+fn pair(o: &Owed) -> Pair {
+    (o.counter.def().tag(), o.key, o.max_debt.is_some())
 }
 
 impl Ledger {
@@ -113,13 +127,39 @@ impl Ledger {
     pub(crate) fn owe<'a>(&self, admitted: impl IntoIterator<Item = (&'a Counter, KeyId, u64)>) {
         let mut state = self.state.lock();
         for (counter, key, cost) in admitted.into_iter().filter(|(_, _, cost)| *cost > 0) {
-            self.add(&mut state.owed, cost, || Owed {
+            self.add(&mut state.owed, cost, None, || Owed {
                 counter: counter.clone(),
                 key,
                 cost: 0,
+                max_debt: None,
             });
         }
         self.publish(&state);
+    }
+
+    /// Records a debit the store could not take: `amount` charged to `key`
+    /// of `counter` (the remote store's), into debt up to `max_debt`.
+    /// Returns false when it could not be recorded (a new pair, the ledger
+    /// full), and counts it dropped.
+    pub(crate) fn owe_debit(
+        &self,
+        counter: &Counter,
+        key: KeyId,
+        amount: u64,
+        max_debt: u64,
+    ) -> bool {
+        if amount == 0 {
+            return true;
+        }
+        let mut state = self.state.lock();
+        let recorded = self.add(&mut state.owed, amount, Some(max_debt), || Owed {
+            counter: counter.clone(),
+            key,
+            cost: 0,
+            max_debt: Some(max_debt),
+        });
+        self.publish(&state);
+        recorded
     }
 
     /// Sets the flags from the entries.
@@ -129,35 +169,49 @@ impl Ledger {
         self.any_at_all.store(at_all, Ordering::Release);
     }
 
-    /// Adds `cost` to a pair's entry (made by `entry` if new), or counts it
-    /// dropped when a new pair finds the ledger full.
-    fn add(&self, owed: &mut HashMap<(u64, KeyId), Owed>, cost: u64, entry: impl FnOnce() -> Owed) {
+    /// Adds `cost` (with a debit's `max_debt`: the largest is kept) to a
+    /// pair's entry (made by `entry` if new), or counts it dropped when a
+    /// new pair finds the ledger full. Returns whether it was added.
+    fn add(
+        &self,
+        owed: &mut HashMap<Pair, Owed>,
+        cost: u64,
+        max_debt: Option<u64>,
+        entry: impl FnOnce() -> Owed,
+    ) -> bool {
         let new = entry();
         let full = owed.len() >= self.max;
         match owed.entry(pair(&new)) {
             Entry::Occupied(mut e) => {
                 let o = e.get_mut();
                 o.cost = o.cost.saturating_add(cost);
+                o.max_debt = o.max_debt.max(max_debt);
+                true
             }
             Entry::Vacant(_) if full => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
+                false
             }
             Entry::Vacant(e) => {
                 e.insert(Owed { cost, ..new });
+                true
             }
         }
     }
 
     /// Takes what is owed for these (limit tag, key) pairs, out to be
-    /// charged; a pair out already stays owed until that charge ends.
+    /// charged (a pair's admissions before its debits); a pair out already
+    /// stays owed until that charge ends.
     pub(crate) fn take_for(&self, pairs: impl IntoIterator<Item = (u64, KeyId)>) -> Taken<'_> {
         let mut state = self.state.lock();
         let mut taken = VecDeque::new();
-        for p in pairs {
-            if !state.out.contains_key(&p)
-                && let Some(o) = state.owed.remove(&p)
-            {
-                taken.push_back(o);
+        for (tag, key) in pairs {
+            for p in [(tag, key, false), (tag, key, true)] {
+                if !state.out.contains_key(&p)
+                    && let Some(o) = state.owed.remove(&p)
+                {
+                    taken.push_back(o);
+                }
             }
         }
         self.take_out(state, taken)
@@ -167,7 +221,7 @@ impl Ledger {
     pub(crate) fn take_some(&self, n: usize) -> Taken<'_> {
         let mut state = self.state.lock();
         let State { owed, out } = &mut *state;
-        let keys: Vec<(u64, KeyId)> = owed
+        let keys: Vec<Pair> = owed
             .keys()
             .filter(|k| !out.contains_key(k))
             .take(n)
@@ -206,18 +260,21 @@ impl Ledger {
         }
         let mut state = self.state.lock();
         let mut left = amount;
-        if let Some(o) = state.owed.get_mut(&(tag, key)) {
-            let forgiven = o.cost.min(left);
-            o.cost -= forgiven;
-            left -= forgiven;
-            if o.cost == 0 {
-                state.owed.remove(&(tag, key));
+        // Debits first: the newest cost.
+        for p in [(tag, key, true), (tag, key, false)] {
+            if let Some(o) = state.owed.get_mut(&p) {
+                let forgiven = o.cost.min(left);
+                o.cost -= forgiven;
+                left -= forgiven;
+                if o.cost == 0 {
+                    state.owed.remove(&p);
+                }
             }
-        }
-        if let Some(o) = state.out.get_mut(&(tag, key)) {
-            let forgiven = (o.cost - o.forgiven).min(left);
-            o.forgiven += forgiven;
-            left -= forgiven;
+            if let Some(o) = state.out.get_mut(&p) {
+                let forgiven = (o.cost - o.forgiven).min(left);
+                o.forgiven += forgiven;
+                left -= forgiven;
+            }
         }
         self.publish(&state);
         left
@@ -240,7 +297,8 @@ impl Ledger {
             let forgiven = state.out.remove(&pair(&o)).map_or(0, |out| out.forgiven);
             o.cost = o.cost.saturating_sub(forgiven);
             if o.cost > 0 {
-                self.add(&mut state.owed, o.cost, || o);
+                let (cost, max_debt) = (o.cost, o.max_debt);
+                self.add(&mut state.owed, cost, max_debt, || o);
             }
         }
         self.publish(&state);
@@ -339,6 +397,29 @@ mod tests {
         assert_eq!(l.forgive(tag, KeyId(1), 5), 4, "1 was still owed");
         assert!(l.is_empty(), "nothing is owed once forgiven");
         assert_eq!(l.forgive(tag, KeyId(2), 7), 7, "another pair owes nothing");
+    }
+
+    #[test]
+    fn debits_are_owed_apart_taken_after_admissions_and_forgiven_first() {
+        let c = counter();
+        let tag = c.def().tag();
+        let l = Ledger::new(10);
+        l.owe([(&c, KeyId(1), 2)]);
+        assert!(l.owe_debit(&c, KeyId(1), 4, 1));
+        assert!(l.owe_debit(&c, KeyId(1), 3, 6));
+        assert_eq!(l.len(), 2, "an admission and a debit of one key");
+        assert_eq!(l.forgive(tag, KeyId(1), 1), 0, "from the debit");
+        let taken = l.take_for([(tag, KeyId(1))]);
+        let got: Vec<(u64, Option<u64>)> =
+            taken.owed.iter().map(|o| (o.cost, o.max_debt)).collect();
+        assert_eq!(got, [(2, None), (6, Some(6))], "the larger max_debt kept");
+        let full = Ledger::new(1);
+        full.owe([(&c, KeyId(1), 1)]);
+        assert!(
+            !full.owe_debit(&c, KeyId(2), 1, 0),
+            "no room: counted dropped"
+        );
+        assert_eq!(full.dropped.load(Ordering::Relaxed), 1);
     }
 
     #[test]

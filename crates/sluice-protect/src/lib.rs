@@ -17,7 +17,10 @@
 //! - refunds (`Store::refund`) forgive what the ledger owes first (also
 //!   while it is being charged: the charge then gives the store back what
 //!   it took beyond what is still owed), then go to the store, or to the
-//!   local share while the store cannot take them.
+//!   local share while the store cannot take them;
+//! - debits (`Store::debit`) go to the store while it takes them, else to
+//!   the local share (which then refuses the key while in debt), and are
+//!   owed to the store in the ledger, charged as debits when it is back.
 //!
 //! None of it knows a network client: the remote store's own crate
 //! implements [`Remote`].
@@ -29,6 +32,7 @@ pub mod local;
 pub mod over_limit;
 pub mod recovery;
 
+mod debit;
 mod protected;
 mod refund;
 mod remote;

@@ -104,6 +104,18 @@ impl LocalFallback {
         Ok(checked)
     }
 
+    /// Charges `amount` to `key` of its local `share`, into debt up to
+    /// `max_debt` (see [`Store::debit`]).
+    pub(crate) fn debit(
+        &self,
+        share: &Counter,
+        key: sluice_store::KeyId,
+        amount: u64,
+        max_debt: u64,
+    ) -> Result<sluice_core::Debited, StoreError> {
+        self.store.debit_now(share, key, amount, max_debt)
+    }
+
     /// How many limits have a live local share.
     pub(crate) fn len(&self) -> usize {
         self.store.live_limits()

@@ -387,6 +387,16 @@ impl<R: Remote> Store for Protected<R> {
         Pending::waiting(self.give_back(checks))
     }
 
+    fn debit<'a>(
+        &'a self,
+        counter: &'a Counter,
+        key: sluice_store::KeyId,
+        amount: u64,
+        max_debt: u64,
+    ) -> Pending<'a, Result<sluice_core::Debited, StoreError>> {
+        Pending::waiting(self.charge_debt(counter, key, amount, max_debt))
+    }
+
     fn check_each<'a>(
         &'a self,
         checks: &'a [Check<'a>],
@@ -488,6 +498,15 @@ mod tests {
         ) -> Pending<'a, Result<Checked, RemoteError>> {
             Pending::ready(Err(RemoteError::NotConnected))
         }
+        fn try_debit<'a>(
+            &'a self,
+            _: &'a Counter,
+            _: KeyId,
+            _: u64,
+            _: u64,
+        ) -> Pending<'a, Result<sluice_core::Debited, RemoteError>> {
+            Pending::ready(Err(RemoteError::NotConnected))
+        }
         fn connect(&self, _: Duration) -> Pending<'_, Result<(), RemoteError>> {
             Pending::ready(Err(RemoteError::NotConnected))
         }
@@ -500,6 +519,37 @@ mod tests {
         fn address(&self) -> String {
             "down".into()
         }
+    }
+
+    /// In an outage, a debit goes to the local share, which then refuses
+    /// the key while in debt, and is owed to the store as a debit; a
+    /// refund forgives it first.
+    #[tokio::test]
+    async fn a_debit_in_an_outage_goes_to_the_local_share_and_is_owed() {
+        let this = Protected::start(Arc::new(Down), ProtectOptions::default());
+        let spec = LimitSpec {
+            algorithm: AlgorithmKind::FixedWindow,
+            rate: Rate::per_minute(1),
+            burst: 3,
+            nodelay: false,
+        };
+        let counter = this.counter(CounterDef::new("d", spec).unwrap());
+        let key = KeyId(9);
+        let debited = this.debit(&counter, key, 6, 2).await.unwrap();
+        assert_eq!((debited.charged, debited.excess), (5, 1));
+        let peek = [Check {
+            counter: &counter,
+            key,
+            cost: 0,
+            reserve: 0,
+        }];
+        let refused = this.check(&peek).await.unwrap();
+        assert!(!refused.allowed, "in debt on the local share");
+        assert_eq!(refused.fallback(), Some(Fallback::Local));
+        assert_eq!(this.ledger.forgive(counter.def().tag(), key, 2), 0);
+        let owed = this.ledger.take_for([(counter.def().tag(), key)]);
+        let owed: Vec<_> = owed.owed.iter().map(|o| (o.cost, o.max_debt)).collect();
+        assert_eq!(owed, [(4, Some(2))], "the whole amount, less the refund");
     }
 
     /// In an outage, a refund is taken off what the ledger owes the store

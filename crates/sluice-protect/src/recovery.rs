@@ -90,6 +90,9 @@ impl<R: Remote> Protected<R> {
 
     /// Charges one owed cost; returns what was charged.
     async fn settle_one(&self, o: &Owed) -> Result<u64, RemoteError> {
+        if let Some(max_debt) = o.max_debt {
+            return self.settle_debit(o, max_debt).await;
+        }
         let check = |cost| Check {
             counter: &o.counter,
             key: o.key,
@@ -115,6 +118,43 @@ impl<R: Remote> Protected<R> {
             "fallback admissions charged to the store"
         );
         Ok(charged)
+    }
+
+    /// Charges a debit owed since an outage, as a debit: whatever the limit
+    /// has left, into debt up to `max_debt`. What the store does not charge
+    /// (its excess) is logged: never dropped silently.
+    async fn settle_debit(&self, o: &Owed, max_debt: u64) -> Result<u64, RemoteError> {
+        let debited = match (self.remote)
+            .try_debit(&o.counter, o.key, o.cost, max_debt)
+            .await
+        {
+            Err(RemoteError::Refused(e)) => {
+                tracing::warn!(
+                    limit = %o.counter.def().id(),
+                    owed = o.cost,
+                    error = %e,
+                    "a debit made during an outage cannot be charged to the store"
+                );
+                return Err(RemoteError::Refused(e));
+            }
+            other => other?,
+        };
+        if debited.excess > 0 {
+            tracing::warn!(
+                limit = %o.counter.def().id(),
+                owed = o.cost,
+                charged = debited.charged,
+                excess = debited.excess,
+                "a debit made during an outage went past its max_debt when charged to the store"
+            );
+        } else {
+            tracing::debug!(
+                limit = %o.counter.def().id(),
+                charged = debited.charged,
+                "a debit made during an outage charged to the store"
+            );
+        }
+        Ok(debited.charged)
     }
 
     /// Charges everything still owed, a batch at a time, while the store

@@ -2,7 +2,11 @@
 
 use std::time::Duration;
 
-use sluice_store::seam::{Check, Checked, CounterDef, NodeEviction, Pending, Slot, StoreError};
+use sluice_core::Debited;
+use sluice_store::KeyId;
+use sluice_store::seam::{
+    Check, Checked, Counter, CounterDef, NodeEviction, Pending, Slot, StoreError,
+};
 
 /// A store over the network, which can fail or be slow: Redis, say. It
 /// decides a group of checks all or nothing, as a [`Store`] does, but may
@@ -30,6 +34,26 @@ pub trait Remote: Send + Sync + std::fmt::Debug + 'static {
         &'a self,
         checks: &'a [Check<'a>],
     ) -> Pending<'a, Result<Checked, RemoteError>>;
+
+    /// Charges `amount` to `key` of `counter` whatever it has left, into
+    /// debt up to `max_debt` (see
+    /// [`Store::debit`](sluice_store::seam::Store::debit)). The counter is
+    /// this store's. The caller bounds the wait. A store that cannot debit
+    /// answers [`RemoteError::Refused`] with [`StoreError::Unsupported`]
+    /// (the default) and changes nothing.
+    fn try_debit<'a>(
+        &'a self,
+        counter: &'a Counter,
+        key: KeyId,
+        amount: u64,
+        max_debt: u64,
+    ) -> Pending<'a, Result<Debited, RemoteError>> {
+        let _ = (counter, key, amount, max_debt);
+        Pending::ready(Err(RemoteError::Refused(StoreError::Unsupported {
+            store: self.kind(),
+            operation: "debit",
+        })))
+    }
 
     /// Connects, if not connected yet, waiting at most `within`.
     fn connect(&self, within: Duration) -> Pending<'_, Result<(), RemoteError>>;

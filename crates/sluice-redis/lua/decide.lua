@@ -2,12 +2,15 @@
 -- all-or-nothing, with exactly the arithmetic of sluice-core.
 --
 -- ARGV[1]  mode: 'c' (check and commit), 'r' (refund committed costs, then
---          peek) or 'd' (dry run: decide, commit nothing, report as a
---          refused request would)
+--          peek), 'd' (dry run: decide, commit nothing, report as a
+--          refused request would) or 'b' (debit: charge each check's cost
+--          whatever is left, into debt up to max_debt; see "Debt" below)
 -- ARGV[2]  now in microseconds, or '' for Redis's own TIME (tests only)
--- ARGV[3]  number of limits, then 11 fields per limit, precomputed in Rust
+-- ARGV[3]  number of limits, then 12 fields per limit, precomputed in Rust
 --          (see script.rs, `LimitParams`):
---          alg B P M g a L L2 M2 queue R
+--          alg B P M g a L L2 M2 queue R F
+--          F is 1 when debt is forgiven at the window reset (the window
+--          algorithms' `with_debt_forgiven`), else 0.
 --          R is the reserve: the cost that must still be left after a
 --          charge (0 to B). A check is admitted only if cost + R fits, as if
 --          the burst were B - R; `remaining` and `retry_after` are those of
@@ -17,6 +20,8 @@
 --          delay limit's extended bucket, used as the plain one).
 -- then     the checks, packed: per check '<BHd' (1 if it opens a group, its
 --          limit's index, its cost)
+-- then     in mode 'b' only: max_debt, the debt allowed beyond empty, in
+--          units of cost (a decimal integer)
 -- KEYS     one per check, in the order of the checks
 --
 -- Units. With the rate reduced to a units of cost per p ns and
@@ -38,6 +43,26 @@
 --   delay         (leaky buckets without nodelay only).
 -- A duration is one integer, nanoseconds, when below 2^53; a longer one is
 -- two: -(microseconds + 1), then the nanoseconds beyond them.
+-- Mode 'b' replies instead, per check, the cost charged (the rest of its
+-- cost is the caller's excess).
+--
+-- Debt. A debit (mode 'b') applies exactly sluice-core's `Algorithm::debit`
+-- and every mode decides a key in debt as sluice-core does (docs/
+-- algorithms.md, "Settlement and debt"): buckets and GCRA hold it as a
+-- level above the capacity; the fixed window as a count above B, of which
+-- each window boundary pays off B (the rest carries on; all of it with F);
+-- the sliding window counter likewise, B staying with the window that ends
+-- as its previous count. The sliding log keeps its debt in the first
+-- element of its list, a single packed double ('<d', 8 bytes, where an
+-- entry is 16), present only while there is debt; a log in debt is
+-- rewritten whole whenever it changes (only debits and refunds change it,
+-- and a check admitted once the debt is logged). Its entries are logged
+-- again as they leave the window, whole windows later, so the script takes
+-- debits only for logs whose window is a whole number of microseconds
+-- (checked in Rust). Every key in debt lives until its debt is paid off.
+-- Debts are exact while the state they make stays below 2^52 units (a
+-- window count below 2^32, as in sluice-core); max_debt and amounts are
+-- taken as doubles, so an amount above 2^52 is charged only up to 2^52.
 
 local floor = math.floor
 local call = redis.call
@@ -106,12 +131,36 @@ local function window_pos(lim, t)
   return q * lim.M2 + i2, e2 * lim.g2
 end
 
+-- What is left of `count`, counted in one window, `windows` boundaries
+-- later: each pays off one burst, the rest (debt) carries on; with debt
+-- forgiven nothing does. At most a burst (no debt) is gone at the next.
+local function carried(lim, count, windows)
+  if windows <= 0 then return count end
+  if lim.F == 1 then return 0 end
+  local c = count - windows * lim.B
+  if c < 0 then c = 0 end
+  return c
+end
+
+-- The window boundaries until `count` > 0 counted in one window is gone.
+local function to_clear(lim, count)
+  if lim.F == 1 then return 1 end
+  return ceil_div(count, lim.B)
+end
+
+-- At most `hi`, at least 0.
+local function clamp(x, hi)
+  if x > hi then x = hi end
+  if x < 0 then x = 0 end
+  return x
+end
+
 -- Per check of this call, indexed by its position k: the limit, cost and
 -- key, the decision, and the write an admission makes.
 local c_lim, c_cost = {}, {}
 local d_ok, d_rem, d_rus, d_rns, d_tus, d_tns, d_dus, d_dns = {}, {}, {}, {}, {}, {}, {}, {}
 local w_x, w_y, w_z, w_need, w_exp = {}, {}, {}, {}, {}
-local w_val, w_ttl, w_drop, w_merge = {}, {}, {}, {}
+local w_val, w_ttl, w_drop, w_merge, w_full = {}, {}, {}, {}, {}
 
 -- String states: fetched with one MGET for the whole call, then kept up
 -- to date as groups write, so each check costs one call (its SET).
@@ -193,20 +242,19 @@ local function meter(lim, k, key, cost)
 end
 
 -- Fixed window (1): state (window, count).
+-- The window, the units elapsed in it and its count at now (debt carried
+-- in included); a clock that stepped back stays at the stored window.
+local function fixed_view(lim, sw, sc, idx0, e0)
+  if not sw or sc <= 0 or sw == idx0 then return idx0, e0, sc or 0 end
+  if sw > idx0 then return sw, 0, sc end
+  return idx0, e0, carried(lim, sc, idx0 - sw)
+end
+
 local function fixed(lim, k, key, cost)
   local idx0, e0 = window_pos(lim, now)
-  local idx, e = idx0, e0
-  local count = 0
   local sw, sc, _, exp = read(key)
-  if sw then
-    if sc > 0 and sw >= idx then
-      if sw > idx then
-        idx = sw
-        e = 0
-      end
-      count = sc
-    end
-  end
+  local idx, e, count = fixed_view(lim, sw, sc, idx0, e0)
+  if count < 0 then count = 0 end
   local B, L = lim.B - lim.R, lim.L
   local u_us, u_ns = dur(lim, L - e, 0)
   if count + cost <= B then
@@ -220,30 +268,49 @@ local function fixed(lim, k, key, cost)
     end
     return 1, B - used, 0, 0, 0, 0, 0, 0
   end
+  if count > lim.B then
+    -- In debt: refused until the carried count leaves room for the cost.
+    local r_us, r_ns = dur(lim, to_clear(lim, count) * L - e, 0)
+    local fits = to_clear(lim, count + cost + lim.R - lim.B)
+    local t_us, t_ns = dur(lim, fits * L - e, 0)
+    return 0, 0, r_us, r_ns, t_us, t_ns, 0, 0
+  end
   local free = B - count
   if free < 0 then free = 0 end
   return 0, free, u_us, u_ns, u_us, u_ns, 0, 0
 end
 
 -- Sliding window counter (3): state (window, previous, current).
+-- The window, the units elapsed in it, and its previous and current counts
+-- at now: rolling on, the current count becomes the previous one (at most
+-- a burst of it) and the rest (debt) carries on as the current count.
+local function sliding_view(lim, sw, sp, sc, idx0, e0)
+  if not sw or (sp == 0 and sc == 0) then return idx0, e0, 0, 0 end
+  if sw == idx0 then return idx0, e0, sp, sc end
+  if sw > idx0 then return sw, 0, sp, sc end
+  local rolled = idx0 - sw
+  local prev = carried(lim, sc, rolled - 1)
+  if prev > lim.B then prev = lim.B end
+  return idx0, e0, prev, carried(lim, sc, rolled)
+end
+
+-- The first instant the estimate leaves room, `base` units after the start
+-- of this window, with `slack` and `div` as sluice-core has them, in its
+-- own units (g times ours): e' = len - min(floor(g slack / div), len).
+local function sliding_pass(lim, e, base, slack, div)
+  if div < 1 then div = 1 end
+  local qs, rs = divmod(slack, div)
+  if qs >= lim.L then return dur(lim, base - e, 0) end
+  local f = floor_div(lim.g * rs, div)
+  local y = base + lim.L - e - qs
+  if y <= 0 then return 0, 0 end
+  return dur(lim, y - 1, lim.g - f)
+end
+
 local function sliding(lim, k, key, cost)
   local idx0, e0 = window_pos(lim, now)
-  local idx, e = idx0, e0
-  local prev, cur = 0, 0
   local sw, sp, sc, exp = read(key)
-  if sw then
-    if not (sp == 0 and sc == 0) then
-      if sw == idx then
-        prev, cur = sp, sc
-      elseif sw > idx then
-        idx = sw
-        e = 0
-        prev, cur = sp, sc
-      elseif sw + 1 == idx then
-        prev, cur = sc, 0
-      end
-    end
-  end
+  local idx, e, prev, cur = sliding_view(lim, sw, sp, sc, idx0, e0)
   local B, L = lim.B - lim.R, lim.L
   local capacity = B * L
   local used = cur + cost
@@ -261,27 +328,18 @@ local function sliding(lim, k, key, cost)
     end
     return 1, floor_div(capacity - weighted, L), r_us, r_ns, 0, 0, 0, 0
   end
-  -- The first instant the estimate leaves room, as sluice-core computes it
-  -- in its own units (g times ours): e' = len - min(floor(g slack / div), len).
-  local base, slack, div
-  if cur + cost <= B then
-    base, slack, div = 0, (B - cur - cost) * L, prev
-  else
-    base, slack, div = L, (B - cost) * L, cur
-  end
-  if div < 1 then div = 1 end
-  local qs, rs = divmod(slack, div)
   local t_us, t_ns
-  if qs >= L then
-    t_us, t_ns = dur(lim, base - e, 0)
+  if cur + cost <= B then
+    t_us, t_ns = sliding_pass(lim, e, 0, (B - cur - cost) * L, prev)
+  elseif cur <= lim.B then
+    t_us, t_ns = sliding_pass(lim, e, L, (B - cost) * L, cur)
   else
-    local f = floor_div(lim.g * rs, div)
-    local y = base + L - e - qs
-    if y <= 0 then
-      t_us, t_ns = 0, 0
-    else
-      t_us, t_ns = dur(lim, y - 1, lim.g - f)
-    end
+    -- In debt: in the first later window whose carried count leaves room.
+    local j = to_clear(lim, cur + cost + lim.R - lim.B)
+    local pj = carried(lim, cur, j - 1)
+    if pj > lim.B then pj = lim.B end
+    local cj = carried(lim, cur, j)
+    t_us, t_ns = sliding_pass(lim, e, j * L, (B - cj - cost) * L, pj)
   end
   if cost > B then
     -- Above the burst less the reserve: it never fits; answer the time
@@ -293,27 +351,147 @@ local function sliding(lim, k, key, cost)
   if free < 0 then free = 0 end
   local r_us, r_ns = 0, 0
   if cur > 0 then
-    r_us, r_ns = dur(lim, 2 * L - e, 0)
+    r_us, r_ns = dur(lim, (to_clear(lim, cur) + 1) * L - e, 0)
   elseif prev > 0 then
     r_us, r_ns = dur(lim, L - e, 0)
   end
   return 0, floor_div(free, L), r_us, r_ns, t_us, t_ns, 0, 0
 end
 
--- Sliding log (2): a list of (at_us, cost), oldest first, at most B entries.
+-- Sliding log (2): a list of (at_us, cost), oldest first, at most B entries,
+-- after its debt ('<d') while it has some.
 local function read_log(key)
   local raw = call('LRANGE', key, 0, -1)
   local ats, cs = {}, {}
-  for j = 1, #raw do
-    ats[j], cs[j] = unpack('<dd', raw[j])
+  local debt, from = 0, 1
+  if #raw > 0 and #raw[1] == 8 then
+    debt = unpack('<d', raw[1])
+    from = 2
   end
-  return ats, cs, #raw
+  local n = 0
+  for j = from, #raw do
+    n = n + 1
+    ats[n], cs[n] = unpack('<dd', raw[j])
+  end
+  return ats, cs, n, debt
+end
+
+-- The log with the debt due by t logged (sluice-core's log_debt.rs): every
+-- entry leaving the window is logged again when it leaves (a window, a
+-- whole number of microseconds, after its time), for as much of its cost
+-- as there is debt. t = math.huge: once all of the debt is logged. Returns
+-- new entries and the debt left.
+local function renew(lim, ats, cs, n, debt, t)
+  if debt <= 0 or n == 0 then return ats, cs, debt end
+  local period = lim.L / lim.M
+  if t < ats[1] + period then return ats, cs, debt end
+  if lim.F == 1 then return ats, cs, 0 end
+  local total = 0
+  for j = 1, n do total = total + cs[j] end
+  if total <= 0 then return ats, cs, debt end
+  local full, extra
+  local rounds = math.huge
+  if t ~= math.huge then rounds = floor_div(t - ats[1], period) end
+  local due = 0
+  for j = 1, n do
+    if ats[j] + rounds * period > t then break end
+    due = due + cs[j]
+  end
+  local needed = (rounds - 1) * total + due
+  if debt >= needed then
+    debt, full, extra = debt - needed, rounds - 1, due
+  else
+    full, extra = divmod(debt, total)
+    debt = 0
+  end
+  -- Each entry is logged again `full` times, the oldest once more for
+  -- `extra` of their cost; those are then the newest.
+  local left, moved = extra, 0
+  local mats, mcs = {}, {}
+  for j = 1, n do
+    local times, c = full, cs[j]
+    if left > 0 then
+      times = times + 1
+      moved = moved + 1
+      if c > left then c = left end
+      left = left - c
+    end
+    mats[j], mcs[j] = ats[j] + times * period, c
+  end
+  local nats, ncs = {}, {}
+  for j = 1, n do
+    local from = (j + moved - 1) % n + 1
+    nats[j], ncs[j] = mats[from], mcs[from]
+  end
+  return nats, ncs, debt
+end
+
+-- The list holding `vals` (packed), living `ttl` ms.
+local function put_log(key, vals, ttl)
+  call('DEL', key)
+  if #vals == 0 then return end
+  for from = 1, #vals, 1000 do
+    call('RPUSH', key, unpack_list(vals, from, math.min(from + 999, #vals)))
+  end
+  call('PEXPIRE', key, ttl)
+end
+
+-- Writes a log in full, its debt first: it lives until its newest entry,
+-- once the debt is all logged, has left the window.
+local function rewrite_log(lim, key, ats, cs, n, debt)
+  if n == 0 then debt = 0 end
+  local vals = {}
+  if debt > 0 then vals[1] = pack('<d', debt) end
+  for j = 1, n do vals[#vals + 1] = pack('<dd', ats[j], cs[j]) end
+  local newest = ats[n]
+  if debt > 0 then
+    local pats = renew(lim, ats, cs, n, debt, math.huge)
+    newest = pats[n]
+  end
+  if newest then newest = newest - now + ceil_div(lim.L, lim.M) end
+  put_log(key, vals, ttl_ms(newest or 0))
+end
+
+-- A log still in debt at t (renewed to t): refused, nothing remaining; the
+-- retry waits until the debt is all logged, then until the cost fits.
+local function log_in_debt(lim, ats, cs, n, debt, t, cost)
+  local L, M = lim.L, lim.M
+  local pats, pcs, pdebt = renew(lim, ats, cs, n, debt, math.huge)
+  local far = 2 ^ 62
+  local paid, cleared = far, far
+  if pdebt <= 0 and lim.F == 1 then
+    paid, cleared = (pats[1] - t) * M + L, (pats[n] - t) * M + L
+  elseif pdebt <= 0 then
+    paid, cleared = (pats[n] - t) * M, (pats[n] - t) * M + L
+  end
+  local used = 0
+  for j = 1, n do
+    if (t - pats[j]) * M < L then used = used + pcs[j] end
+  end
+  local to_free = used + cost - (lim.B - lim.R)
+  local pass = 0
+  for j = 1, n do
+    if to_free <= 0 then break end
+    if (t - pats[j]) * M < L then
+      pass = (pats[j] - t) * M + L
+      to_free = to_free - pcs[j]
+    end
+  end
+  if paid > pass then pass = paid end
+  local r_us, r_ns = dur(lim, cleared, 0)
+  local t_us, t_ns = dur(lim, pass, 0)
+  return 0, 0, r_us, r_ns, t_us, t_ns, 0, 0
 end
 
 local function log(lim, k, key, cost)
-  local ats, cs, n = read_log(key)
+  local ats, cs, n, debt = read_log(key)
   local t = now
   if n > 0 and ats[n] > t then t = ats[n] end
+  local renewed = debt > 0
+  if renewed then
+    ats, cs, debt = renew(lim, ats, cs, n, debt, t)
+    if debt > 0 then return log_in_debt(lim, ats, cs, n, debt, t, cost) end
+  end
   local B, L, M = lim.B - lim.R, lim.L, lim.M
   local first = n + 1
   for j = 1, n do
@@ -339,6 +517,13 @@ local function log(lim, k, key, cost)
       w_ttl[k] = ttl_ms(t - now + ceil_div(L, M))
       w_drop[k] = first - 1
       w_merge[k] = merge
+      if renewed then
+        -- Its debt is all logged: the list is written again, without it.
+        local vals = {}
+        for j = first, n do vals[#vals + 1] = pack('<dd', ats[j], cs[j]) end
+        if merge then vals[#vals] = w_val[k] else vals[#vals + 1] = w_val[k] end
+        w_full[k] = vals
+      end
     else
       r_us, r_ns = dur(lim, newest, 0)
     end
@@ -366,6 +551,7 @@ local function decide(k, cost)
   local lim = c_lim[k]
   w_val[k] = nil
   w_need[k] = nil
+  w_full[k] = nil
   d_ok[k], d_rem[k], d_rus[k], d_rns[k], d_tus[k], d_tns[k], d_dus[k], d_dns[k] =
     deciders[lim.alg](lim, k, KEYS[k], cost)
 end
@@ -374,6 +560,8 @@ local function write(k)
   local key = KEYS[k]
   if c_lim[k].alg ~= 2 then
     store(key, w_x[k], w_y[k], w_z[k], w_need[k], w_exp[k])
+  elseif w_full[k] then
+    put_log(key, w_full[k], w_ttl[k])
   else
     if w_drop[k] > 0 then call('LTRIM', key, w_drop[k], -1) end
     if w_merge[k] then call('LSET', key, -1, w_val[k]) else call('RPUSH', key, w_val[k]) end
@@ -402,7 +590,16 @@ end
 local function refund_fixed(lim, key, cost)
   local idx = window_pos(lim, now)
   local sw, sc, _, exp = read(key)
-  if not sw or sw < idx then return end
+  if not sw then return end
+  if sw < idx then
+    -- Only debt carried into this window is left to give back; the state
+    -- moves to this window even for nothing given back, as sluice-core's.
+    sc = carried(lim, sc, idx - sw)
+    if sc <= 0 then return end
+    sw = idx
+  elseif cost <= 0 then
+    return
+  end
   sc = sc - cost
   if sc < 0 then sc = 0 end
   values[key] = pack('<dddd', sw, sc, 0, exp)
@@ -412,7 +609,9 @@ end
 local function refund_sliding(lim, key, cost)
   local idx = window_pos(lim, now)
   local sw, sp, sc, exp = read(key)
-  if not sw or sw + 1 < idx then return end
+  if not sw then return end
+  -- While the stored window weighs, or debt carried from it does.
+  if sw + 1 < idx and carried(lim, sc, idx - sw - 1) <= 0 then return end
   sc = sc - cost
   if sc < 0 then sc = 0 end
   values[key] = pack('<dddd', sw, sp, sc, exp)
@@ -420,8 +619,30 @@ local function refund_sliding(lim, key, cost)
 end
 
 local function refund_log(lim, key, cost)
-  local ats, cs, n = read_log(key)
-  local left = cost
+  local ats, cs, n, debt = read_log(key)
+  if debt > 0 then
+    -- From the debt first, then the newest entries.
+    local t = now
+    if ats[n] and ats[n] > t then t = ats[n] end
+    ats, cs, debt = renew(lim, ats, cs, n, debt, t)
+    local from_debt = cost
+    if from_debt > debt then from_debt = debt end
+    debt = debt - from_debt
+    local left = clamp(cost - from_debt, lim.B)
+    while left > 0 and n > 0 do
+      if cs[n] > left then
+        cs[n] = cs[n] - left
+        left = 0
+      else
+        left = left - cs[n]
+        ats[n], cs[n] = nil, nil
+        n = n - 1
+      end
+    end
+    rewrite_log(lim, key, ats, cs, n, debt)
+    return
+  end
+  local left = clamp(cost, lim.B)
   local j = n
   while j >= 1 and left > 0 do
     if cs[j] <= left then
@@ -437,6 +658,91 @@ end
 
 local refunders = { refund_fixed, refund_log, refund_sliding, refund_meter, refund_meter, refund_meter }
 
+-- Debits: charge `amount` whatever is left, into debt up to `max_debt`
+-- units of cost beyond empty (sluice-core's `Algorithm::debit`). Each
+-- returns the cost charged.
+local function debit_meter(lim, key, amount, max_debt)
+  local last, _, used, exp = meter_state(lim, key)
+  local P = lim.P
+  local charged = clamp(floor((lim.L + max_debt * P - used) / P), amount)
+  if charged > 0 and lim.L + max_debt * P < 2 ^ 52 then
+    -- Exact where the floor above may not be.
+    charged = clamp(floor_div(lim.L + max_debt * P - used, P), amount)
+  end
+  if charged > 0 then
+    local stamp = now
+    if lim.alg ~= 6 and last and last > now then stamp = last end
+    local new = used + charged * P
+    store(key, stamp, new, 0, stamp - now + ceil_div(new, lim.M), exp)
+  end
+  return charged
+end
+
+local MAX_COUNT = 4294967295
+
+local function debit_fixed(lim, key, amount, max_debt)
+  local idx0, e0 = window_pos(lim, now)
+  local sw, sc, _, exp = read(key)
+  local idx, _, count = fixed_view(lim, sw, sc, idx0, e0)
+  local charged = clamp(clamp(lim.B + max_debt, MAX_COUNT) - count, amount)
+  if charged > 0 then
+    local c = count + charged
+    local need = ceil_div((idx - idx0 + to_clear(lim, c)) * lim.L - e0, lim.M)
+    store(key, idx, c, 0, need, exp)
+  end
+  return charged
+end
+
+local function debit_sliding(lim, key, amount, max_debt)
+  local idx0, e0 = window_pos(lim, now)
+  local sw, sp, sc, exp = read(key)
+  local idx, e, prev, cur = sliding_view(lim, sw, sp, sc, idx0, e0)
+  local L = lim.L
+  -- estimate + x <= B + max_debt, for whole x: x <= B + max_debt - ceil(estimate).
+  local estimate = ceil_div(prev * (L - e) + cur * L, L)
+  local charged = clamp(clamp(lim.B + max_debt - estimate, MAX_COUNT - cur), amount)
+  if charged > 0 then
+    local c = cur + charged
+    local need = ceil_div((idx - idx0 + to_clear(lim, c) + 1) * L - e0, lim.M)
+    store(key, idx, prev, c, need, exp)
+  end
+  return charged
+end
+
+local function debit_log(lim, key, amount, max_debt)
+  if amount <= 0 then return 0 end
+  local ats, cs, n, debt = read_log(key)
+  local had_debt = debt > 0
+  local t = now
+  if n > 0 and ats[n] > t then t = ats[n] end
+  ats, cs, debt = renew(lim, ats, cs, n, debt, t)
+  -- Only what weighs stays: it is what the debt is logged behind.
+  local kats, kcs, m, logged = {}, {}, 0, 0
+  for j = 1, n do
+    if (t - ats[j]) * lim.M < lim.L then
+      m = m + 1
+      kats[m], kcs[m] = ats[j], cs[j]
+      logged = logged + cs[j]
+    end
+  end
+  local used = logged + debt
+  local charged = clamp(lim.B + max_debt - used, amount)
+  local now_logged = clamp(lim.B - used, charged)
+  if now_logged > 0 then
+    if m > 0 and kats[m] == t then
+      kcs[m] = kcs[m] + now_logged
+    else
+      m = m + 1
+      kats[m], kcs[m] = t, now_logged
+    end
+  end
+  debt = debt + charged - now_logged
+  if charged > 0 or had_debt then rewrite_log(lim, key, kats, kcs, m, debt) end
+  return charged
+end
+
+local debiters = { debit_fixed, debit_log, debit_sliding, debit_meter, debit_meter, debit_meter }
+
 -- Parse the limits and the groups before touching anything.
 local lims = {}
 local nl = tonumber(ARGV[3])
@@ -447,13 +753,14 @@ for j = 1, nl do
     M = tonumber(ARGV[ai + 3]), g = tonumber(ARGV[ai + 4]), a = tonumber(ARGV[ai + 5]),
     L = tonumber(ARGV[ai + 6]), L2 = tonumber(ARGV[ai + 7]), M2 = tonumber(ARGV[ai + 8]),
     queue = tonumber(ARGV[ai + 9]), R = tonumber(ARGV[ai + 10]),
+    F = tonumber(ARGV[ai + 11]),
   }
-  if not l.R or l.R < 0 or l.R > l.B then
+  if not l.R or l.R < 0 or l.R > l.B or (l.F ~= 0 and l.F ~= 1) then
     return redis.error_reply('ERR sluice: malformed arguments')
   end
   l.g2 = l.M / l.M2
   lims[j] = l
-  ai = ai + 11
+  ai = ai + 12
 end
 
 -- The checks: one packed record per check, '<BHd': 1 if it opens a group,
@@ -479,11 +786,26 @@ while pos <= #packed do
   if not lim or cost < 0 then
     return redis.error_reply('ERR sluice: malformed arguments')
   end
-  if cost > lim.B then
+  -- A refund or a debit may be larger than the burst (debt).
+  if cost > lim.B and (mode == 'c' or mode == 'd') then
     return redis.error_reply('ERR sluice: cost exceeds capacity')
   end
   c_lim[k] = lim
   c_cost[k] = cost
+end
+
+-- Debit mode charges each check's cost and answers what it charged.
+if mode == 'b' then
+  local max_debt = tonumber(ARGV[ai + 1])
+  if not max_debt or max_debt < 0 then
+    return redis.error_reply('ERR sluice: malformed arguments')
+  end
+  local charged = {}
+  for j = 1, k do
+    local lim = c_lim[j]
+    charged[j] = debiters[lim.alg](lim, KEYS[j], c_cost[j], max_debt)
+  end
+  return charged
 end
 
 -- Refund mode gives the costs back, then answers peeks (cost 0): the
@@ -491,7 +813,10 @@ end
 if mode == 'r' then
   for j = 1, k do
     local lim = c_lim[j]
-    if c_cost[j] > 0 then refunders[lim.alg](lim, KEYS[j], c_cost[j]) end
+    -- Nothing given back changes nothing, but for debt: a fixed window
+    -- moves debt carried into this window, and a log logs debt due, as
+    -- sluice-core's refunds do (a clock that steps back then sees it).
+    if c_cost[j] > 0 or lim.alg <= 2 then refunders[lim.alg](lim, KEYS[j], c_cost[j]) end
     c_cost[j] = 0
   end
 end
@@ -534,6 +859,7 @@ for gi = 1, ng do
     local lim = c_lim[first]
     w_val[first] = nil
     w_need[first] = nil
+    w_full[first] = nil
     local ok, rem, rus, rns, tus, tns, dus, dns =
       deciders[lim.alg](lim, first, KEYS[first], c_cost[first])
     if ok == 1 and (w_val[first] or w_need[first]) then write(first) end

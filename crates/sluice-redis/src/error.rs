@@ -21,6 +21,13 @@ pub enum RedisStoreError {
     /// state was read or changed.
     #[error(transparent)]
     Check(#[from] sluice_core::CheckError),
+    /// A debit of a limit the script cannot hold debt for: a sliding log
+    /// whose window is not a whole number of microseconds (see
+    /// [`RedisStore::debit`](crate::RedisStore::debit)). Nothing changed.
+    #[error(
+        "limit `{0}`: a sliding log whose window is not a whole number of microseconds cannot be debited on redis"
+    )]
+    DebitUnsupported(String),
     /// The script answered something this version does not understand.
     #[error("unexpected reply from the decision script: {0}")]
     BadReply(String),

@@ -5,8 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
+use sluice_core::Debited;
 use sluice_protect::{Remote, RemoteError};
-use sluice_store::seam::{Check, Checked, CounterDef, NodeEviction, Pending, Slot, StoreError};
+use sluice_store::KeyId;
+use sluice_store::seam::{
+    Check, Checked, Counter, CounterDef, NodeEviction, Pending, Slot, StoreError,
+};
 use smallvec::SmallVec;
 
 use crate::eviction::{self, EvictingPolicy, EvictionWatch, Phase};
@@ -118,6 +122,29 @@ impl RedisRemote {
         Ok(Checked::by_store(true, checked.decisions))
     }
 
+    async fn charge_debt(
+        &self,
+        counter: &Counter,
+        key: KeyId,
+        amount: u64,
+        max_debt: u64,
+    ) -> Result<Debited, RemoteError> {
+        let Some(store) = self.store.load_full() else {
+            return Err(RemoteError::NotConnected);
+        };
+        let check = Check {
+            counter,
+            key,
+            cost: amount,
+            reserve: 0,
+        };
+        let redis = prepared(std::slice::from_ref(&check))?;
+        store
+            .debit_prepared(&redis[0], max_debt)
+            .await
+            .map_err(remote_error)
+    }
+
     async fn connect_within(&self, within: Duration) -> Result<(), RemoteError> {
         if self.is_connected() {
             return Ok(());
@@ -173,6 +200,16 @@ impl Remote for RedisRemote {
         Pending::waiting(self.give_back(checks))
     }
 
+    fn try_debit<'a>(
+        &'a self,
+        counter: &'a Counter,
+        key: KeyId,
+        amount: u64,
+        max_debt: u64,
+    ) -> Pending<'a, Result<Debited, RemoteError>> {
+        Pending::waiting(self.charge_debt(counter, key, amount, max_debt))
+    }
+
     fn connect(&self, within: Duration) -> Pending<'_, Result<(), RemoteError>> {
         Pending::waiting(self.connect_within(within))
     }
@@ -224,6 +261,11 @@ pub(crate) fn remote_error(e: RedisStoreError) -> RemoteError {
         RedisStoreError::Check(e) => RemoteError::Refused(e.into()),
         RedisStoreError::NotConnected => RemoteError::NotConnected,
         RedisStoreError::Timeout(d) => RemoteError::Timeout(d),
+        // The store answered: this limit cannot hold debt there.
+        RedisStoreError::DebitUnsupported(_) => RemoteError::Refused(StoreError::Unsupported {
+            store: "redis",
+            operation: "debit of a sliding log whose window is not a whole number of microseconds",
+        }),
         e if certificate_refused(&e) => {
             RemoteError::Misconfigured(format!("Redis's TLS certificate does not verify: {e}"))
         }

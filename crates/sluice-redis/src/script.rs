@@ -24,6 +24,21 @@
 //!   as the plain bucket (what fits the burst now), when the instance's
 //!   delay queue is full.
 //!
+//! # Debt
+//!
+//! The script's debit mode applies exactly sluice-core's
+//! [`Limiter::debit`] (a cost charged whatever is left, into debt up to
+//! `max_debt`), and every mode decides a key in debt as sluice-core does
+//! (refused, paid off at the rate, carried across windows, refunded
+//! first, kept until paid off). Each limit's parameters carry whether its
+//! debt is forgiven at the window reset ([`Limiter::debt_forgiven`]). A
+//! call in debit mode takes its checks' costs as the amounts, and
+//! `max_debt` after them; it answers, per check, the cost charged. The
+//! sliding log keeps its debt in the first element of its list while it has
+//! some (see `lua/decide.lua`); it takes debits only when its window is a
+//! whole number of microseconds ([`LimitParams::can_debit`]), as every
+//! common limit's is (`10/s` with any burst, `100/min`, `5/h`).
+//!
 //! # Exact arithmetic in Lua
 //!
 //! Lua numbers are doubles, exact for integers below 2^53. The script keeps
@@ -64,6 +79,14 @@
 //! sub-microsecond windows, finer than Redis's clock, lose their alignment.
 //! Limits like these (bursts near 2^52 units) are far beyond what a shared
 //! store is for; the conformance tests cover the exact domain.
+//!
+//! Debt stays exact while the state it makes does too: a window count is
+//! at most 2^32 - 1 (as in sluice-core); a bucket's level or a GCRA's TAT
+//! (in units ahead of now), a window count times the window's length `L`,
+//! and the time until a debt is paid off, all below 2^52 units.
+//! Amounts above 2^52 are sent as 2^52 ([`MAX_AMOUNT`]): the excess then
+//! counts the rest. Beyond that (a debt of more than a hundred years),
+//! each operation is rounded to a double, like the limits above.
 
 use redis::aio::ConnectionLike;
 use sluice_core::{Decision, Limiter};
@@ -76,6 +99,10 @@ pub(crate) const SOURCE: &str = include_str!("../lua/decide.lua");
 /// Intermediates below this are exact in a double with room for one carry.
 const EXACT: u128 = 1 << 52;
 
+/// The largest cost a refund or a debit sends: exact in a double, and
+/// above anything a state in the exact domain holds.
+pub(crate) const MAX_AMOUNT: u64 = 1 << 52;
+
 /// What the script does with the groups it is given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -87,6 +114,9 @@ pub(crate) enum Mode {
     /// Give back the costs of groups committed earlier; answers the state
     /// as it then stands (peeks).
     Refund,
+    /// Charge each check's cost whatever is left, into debt up to a
+    /// `max_debt` ([`DecisionScript::debit`]).
+    Debit,
 }
 
 /// One limit's parameters as the script takes them (see the module docs).
@@ -104,6 +134,8 @@ pub(crate) struct LimitParams {
     queue: bool,
     /// The cost that must be left after a charge (see the module docs).
     reserve: u64,
+    /// Whether debt is forgiven at the window reset.
+    forgive: bool,
 }
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {
@@ -156,6 +188,7 @@ impl LimitParams {
             m2: u64::try_from(m / g2).ok()?,
             queue,
             reserve: 0,
+            forgive: limiter.debt_forgiven(),
         })
     }
 
@@ -193,7 +226,14 @@ impl LimitParams {
         ok
     }
 
-    fn fields(&self) -> [u64; 11] {
+    /// Whether the script can debit this limit: any but a sliding log
+    /// whose window is not a whole number of microseconds (its entries are
+    /// logged again, a window later, as its debt is paid off).
+    pub(crate) fn can_debit(&self) -> bool {
+        self.alg != 2 || self.l.is_multiple_of(self.m)
+    }
+
+    fn fields(&self) -> [u64; 12] {
         [
             u64::from(self.alg),
             self.burst,
@@ -206,6 +246,7 @@ impl LimitParams {
             self.m2,
             u64::from(self.queue),
             self.reserve,
+            u64::from(self.forgive),
         ]
     }
 }
@@ -253,11 +294,51 @@ impl DecisionScript {
         groups: &[&[ScriptCheck]],
         now_us: Option<u64>,
     ) -> Result<Vec<GroupReply>, RedisStoreError> {
+        let inv = self.invocation(mode, groups, now_us)?;
+        let reply: Vec<i64> = inv.invoke_async(conn).await?;
+        parse_reply(&reply, groups)
+    }
+
+    /// Debits each of `checks` its cost (at most [`MAX_AMOUNT`]), into
+    /// debt up to `max_debt`, in one call; answers the cost charged to
+    /// each, in order. `now_us` overrides Redis's clock (tests).
+    pub(crate) async fn debit<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        checks: &[ScriptCheck],
+        max_debt: u64,
+        now_us: Option<u64>,
+    ) -> Result<Vec<u64>, RedisStoreError> {
+        let mut inv = self.invocation(Mode::Debit, &[checks], now_us)?;
+        inv.arg(max_debt);
+        let reply: Vec<i64> = inv.invoke_async(conn).await?;
+        if reply.len() != checks.len() {
+            return Err(bad("a debit's reply has the wrong length"));
+        }
+        reply
+            .into_iter()
+            .zip(checks)
+            .map(|(charged, c)| match u64::try_from(charged) {
+                Ok(charged) if charged <= c.cost => Ok(charged),
+                _ => Err(bad("a debit charged what it was not asked")),
+            })
+            .collect()
+    }
+
+    /// The call for `groups` in `mode`, every argument but a debit's
+    /// `max_debt`.
+    fn invocation(
+        &self,
+        mode: Mode,
+        groups: &[&[ScriptCheck]],
+        now_us: Option<u64>,
+    ) -> Result<redis::ScriptInvocation<'_>, RedisStoreError> {
         let mut inv = self.script.prepare_invoke();
         inv.arg(match mode {
             Mode::Check => "c",
             Mode::Refund => "r",
             Mode::DryRun => "d",
+            Mode::Debit => "b",
         });
         match now_us {
             Some(t) => inv.arg(t),
@@ -294,13 +375,13 @@ impl DecisionScript {
                     .map_err(|_| bad("more than 65535 limits in one call"))?;
                 packed.extend_from_slice(&limit.to_le_bytes());
                 // Exact: costs are at most the burst, below 2^53 in the
-                // exact domain.
-                packed.extend_from_slice(&(check.cost as f64).to_le_bytes());
+                // exact domain; refunds and debits at most MAX_AMOUNT.
+                let cost = check.cost.min(MAX_AMOUNT);
+                packed.extend_from_slice(&(cost as f64).to_le_bytes());
             }
         }
         inv.arg(packed);
-        let reply: Vec<i64> = inv.invoke_async(conn).await?;
-        parse_reply(&reply, groups)
+        Ok(inv)
     }
 }
 

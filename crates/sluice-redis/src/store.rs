@@ -15,7 +15,9 @@
 //! pays for a TTL update and an idle client costs nothing for long.
 //!
 //! State values are packed little-endian doubles (see `lua/decide.lua`),
-//! the sliding log a list of them, at most `burst` entries.
+//! the sliding log a list of them, at most `burst` entries, after its debt
+//! (one double) while it has some. A key in debt ([`RedisStore::debit`])
+//! outlives its `idle_at` too, which counts the debt.
 //!
 //! # Batching
 //!
@@ -41,6 +43,7 @@
 //! its newest entries), and always errs on the strict side.
 
 mod backend;
+mod debit;
 mod dispatch;
 mod give_back;
 mod in_turn;

@@ -13,8 +13,8 @@ use crate::script::ScriptCheck;
 impl RedisStore {
     /// Gives back each check's cost, as charged earlier, and answers each
     /// limit's state afterwards (admitted, as a peek sees it). Checks of
-    /// one (limit, key) are merged; more than a limit's burst gives back
-    /// the burst: a refund never takes a limit past full. Reserves are
+    /// one (limit, key) are merged. A key in debt gets its debt back first;
+    /// a refund never takes a limit past full. Reserves are
     /// ignored. On one node the request is refunded in one atomic step; across
     /// nodes each hash tag is, concurrently (a refund cannot be refused, so
     /// nothing needs undoing).
@@ -57,10 +57,9 @@ impl RedisStore {
                 decisions: Default::default(),
             });
         }
-        let (mut items, index) = merge_costs(&plain)?;
-        for item in &mut items {
-            item.check.cost = item.check.cost.min(item.check.params.burst());
-        }
+        // Costs above the burst are sent too: a key in debt gets its debt
+        // back first (the script never takes a limit past full).
+        let (items, index) = merge_costs(&plain)?;
         let (tags, members) = group_by_tag(&items);
         let hex: Vec<String> = tags.iter().map(KeyId::to_hex).collect();
         let nodes: Vec<Option<usize>> = hex.iter().map(|t| self.inner.backend.node_of(t)).collect();

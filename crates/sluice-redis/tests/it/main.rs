@@ -5,6 +5,8 @@
 
 mod common;
 mod conformance;
+mod debt;
+mod debt_outage;
 mod eviction_nodes;
 mod registered;
 mod reload_fallback;

@@ -73,6 +73,41 @@ impl CounterDef {
         }
     }
 
+    /// This counter, with debt ([`Store::debit`](super::Store::debit))
+    /// forgiven at the window reset (`true`) or carried on (`false`, the
+    /// default): its limiter is built so (see
+    /// [`Limiter::with_debt_forgiven`]; nothing changes for the bucket
+    /// algorithms and GCRA). Two definitions that differ in it are not
+    /// equal, so a store gives each its own state.
+    ///
+    /// ```
+    /// # use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+    /// # use sluice_store::seam::CounterDef;
+    /// # let spec = LimitSpec {
+    /// #     algorithm: AlgorithmKind::FixedWindow,
+    /// #     rate: Rate::per_second(10),
+    /// #     burst: 20,
+    /// #     nodelay: false,
+    /// # };
+    /// let plain = CounterDef::new("api/tokens", spec).unwrap();
+    /// let forgiven = plain.clone().with_debt_forgiven(true);
+    /// assert!(forgiven.debt_forgiven() && forgiven.limiter().debt_forgiven());
+    /// assert_ne!(plain, forgiven);
+    /// ```
+    pub fn with_debt_forgiven(self, forgiven: bool) -> Self {
+        Self {
+            limiter: self.limiter.with_debt_forgiven(forgiven),
+            ..self
+        }
+    }
+
+    /// Whether debt is forgiven at the window reset
+    /// ([`with_debt_forgiven`](Self::with_debt_forgiven)); always `false`
+    /// for the bucket algorithms and GCRA.
+    pub fn debt_forgiven(&self) -> bool {
+        self.limiter.debt_forgiven()
+    }
+
     /// The one key every check names, if the counter has one
     /// ([`with_one_key`](Self::with_one_key)).
     pub fn one_key(&self) -> Option<KeyId> {
@@ -100,11 +135,14 @@ impl CounterDef {
     }
 
     /// This counter for one of `instances` instances that share it: rate
-    /// and burst divided (see [`LimitSpec::share`]), same identity.
+    /// and burst divided (see [`LimitSpec::share`]), same identity and
+    /// the same [forgiveness of debt](Self::with_debt_forgiven).
     pub fn share(&self, instances: u32) -> Self {
         let spec = self.spec.share(instances);
         Self {
-            limiter: spec.build().unwrap_or(self.limiter),
+            limiter: spec
+                .build()
+                .map_or(self.limiter, |l| l.with_debt_forgiven(self.debt_forgiven())),
             spec,
             ..self.clone()
         }

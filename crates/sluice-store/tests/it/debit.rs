@@ -296,3 +296,33 @@ fn a_kept_apart_key_takes_as_much_debt_as_its_word_holds() {
     assert!(refused.retry_after.unwrap() > (fits - 6) * interval);
     assert!(s.check(1, 1).unwrap().allowed, "another key is its own");
 }
+
+/// A counter defined `with_debt_forgiven` keeps its forgiveness on the
+/// store: debt charged to a fixed window is dropped at the window's end,
+/// where the same limit without it carries the debt on. Each definition
+/// has its own state.
+#[test]
+fn a_forgiven_counter_drops_its_debt_at_the_window_end() {
+    let spec = spec(AlgorithmKind::FixedWindow, Rate::per_second(4), 4, false);
+    let (store, clock) = store(1_000);
+    let key = KeyHasher::random().key_id("client");
+    let plain = CounterDef::new("tokens", spec).unwrap();
+    let forgiven = plain.clone().with_debt_forgiven(true);
+    assert!(forgiven.debt_forgiven() && !plain.debt_forgiven());
+    assert_ne!(plain, forgiven);
+    for (def, admitted_next_window) in [(forgiven, true), (plain, false)] {
+        let window_end = (clock.now() / SEC + 1) * SEC;
+        let counter = store.counter(def);
+        let debited = now_or_never(Store::debit(&store, &counter, key, 12, u64::MAX));
+        assert_eq!(debited.unwrap().unwrap().charged, 12);
+        clock.set(window_end);
+        let check = [seam::Check {
+            counter: &counter,
+            key,
+            cost: 1,
+            reserve: 0,
+        }];
+        let next = now_or_never(Store::check(&store, &check)).unwrap().unwrap();
+        assert_eq!(next.allowed, admitted_next_window, "{:?}", counter.def());
+    }
+}
