@@ -92,7 +92,8 @@ pub(crate) fn compile_limit(
         id.push_str("/forgive");
     }
     let counted = CounterDef::new(&id, delay.as_ref().map_or(spec, |d| d.spec))
-        .map_err(|e| at(format!("limit `{name}`: {e}")))?;
+        .map_err(|e| at(format!("limit `{name}`: {e}")))?
+        .with_debt_forgiven(forgive);
     let name: Arc<str> = name.into();
     // Counted until the whole config has compiled (`Policy::compile`
     // keeps them then), so that a config refused keeps nothing.

@@ -182,3 +182,28 @@ fn settle_rules_are_checked_where_they_are_written() {
     assert!(err("{ refund_status = [99] }").contains("not a status"));
     assert!(err("{ frm = \"usage\" }").contains("frm"));
 }
+
+/// `debt = "forgive"`: a fixed window drops the debt when its window ends;
+/// by default it is carried into the next windows.
+#[test]
+fn debt_is_carried_across_windows_unless_forgiven() {
+    for (debt, refused_next_window) in [("carry", true), ("forgive", false)] {
+        let toml = format!(
+            "[[limits]]\nname = \"daily\"\nkey = \"header:X-Api-Key\"\nalgorithm = \"fixed_window\"\nrate = \"100/s\"\nburst = 100\ncost = 10\nsettle = {{ debt = \"{debt}\", max_debt = 100 }}\n"
+        );
+        let policy = Policy::from_toml("settle.toml", &toml).unwrap();
+        // Windows of 1 s, aligned: start at a window's beginning.
+        let clock = ManualClock::new(1 << 50);
+        let start = (1u64 << 50).div_ceil(SECOND) * SECOND;
+        clock.set(start);
+        let store = MemoryStore::with_clock(MemoryStoreConfig::default(), clock);
+        let e = Engine::with_store(policy, Arc::new(store), KeyHasher::from_secret(b"s"));
+        let (_, r) = decide(&e, &[]);
+        // 10 charged, 200 used: the window's 100, then 100 of debt.
+        let done = now(e.settle(&r.unwrap(), &reported(200)));
+        assert_eq!((done[0].debited, done[0].excess), (190, 0), "{debt}");
+        e.clock().advance(SECOND);
+        let (v, _) = decide(&e, &[]);
+        assert_eq!(!v.allowed, refused_next_window, "{debt}");
+    }
+}
