@@ -54,6 +54,7 @@ mod redis_degradation;
 mod redis_eviction;
 mod redis_policy_parity;
 mod redis_recovery;
+mod redis_settlement;
 mod redis_shared;
 mod redis_tls;
 mod rollout;
