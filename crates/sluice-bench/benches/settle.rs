@@ -95,7 +95,11 @@ where
         return 0;
     };
     let status = response.status().as_u16();
-    let body = response.into_body().collect().await.map(|b| b.to_bytes().len());
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes().len());
     usize::from(status) + body.unwrap_or(0)
 }
 

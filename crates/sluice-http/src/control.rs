@@ -179,6 +179,7 @@ pub fn router_with(
         .route("/v1/check", post(check))
         .route("/v1/settle", post(crate::settle_api::settle))
         .route("/v1/release", post(crate::settle_api::settle))
+        .route("/v1/renew", post(crate::settle_api::renew))
         .layer(Extension(reservations))
         .route("/v1/auth", get(crate::nginx_auth::auth))
         .route("/healthz", get(healthz))

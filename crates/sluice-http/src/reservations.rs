@@ -127,6 +127,33 @@ impl Reservations {
         std::mem::take(&mut inner.expired_unsettled)
     }
 
+    /// Keeps an open reservation for another lease (its own, or `ttl`)
+    /// from now, and returns a copy of it to renew on the store, with how
+    /// long it now lives.
+    pub fn renew(&self, id: ReservationId) -> Result<(Reservation, Duration), Untaken> {
+        let now = Instant::now();
+        let mut inner = self.inner.lock();
+        inner.expire(now);
+        let Some((until, reservation)) = inner.open.get(&id) else {
+            return Err(if inner.settled.contains_key(&id) {
+                Untaken::Settled
+            } else {
+                Untaken::Unknown
+            });
+        };
+        let (old, copy) = (*until, reservation.clone());
+        let ttl = copy
+            .lease()
+            .map_or(self.ttl, |lease| self.ttl.min(Duration::from_nanos(lease)));
+        let new = now + ttl;
+        inner.opened.remove(&(old, id));
+        inner.opened.insert((new, id));
+        if let Some(entry) = inner.open.get_mut(&id) {
+            entry.0 = new;
+        }
+        Ok((copy, ttl))
+    }
+
     /// Takes an open reservation to settle it, remembering that it was.
     pub fn take(&self, id: ReservationId) -> Result<Reservation, Untaken> {
         let now = Instant::now();
@@ -221,6 +248,17 @@ mod tests {
         assert!(r.take(id).is_ok());
         assert_eq!(r.take(id).unwrap_err(), Untaken::Settled);
         assert_eq!(r.take(ReservationId(7)).unwrap_err(), Untaken::Unknown);
+        assert_eq!(r.renew(id).unwrap_err(), Untaken::Settled);
+    }
+
+    #[test]
+    fn a_renewed_reservation_lives_on() {
+        let r = Reservations::new(Duration::from_millis(60), 10);
+        let (id, _) = r.open(Reservation::default()).unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(r.renew(id).is_ok());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(r.take(id).is_ok(), "renewed 40 ms ago, for 60");
     }
 
     #[test]

@@ -12,6 +12,10 @@
 //! with each limit's settlement; 404 for an id never issued or expired
 //! (it stood at its estimate), 409 for one settled already, 400 for a body
 //! that is not one of these.
+//!
+//! `POST /v1/release` is the same call, by the name a concurrency limit's
+//! caller expects, and `POST /v1/renew` (`{"reservation": id}`) keeps a
+//! reservation and its slots' leases for another lease.
 
 use std::sync::Arc;
 
@@ -85,6 +89,51 @@ impl ReservationJson {
         Self {
             id: id.to_hex(),
             expires_in_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// The body of `POST /v1/renew`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewRequest {
+    /// The reservation's id, as `/v1/check` gave it.
+    pub reservation: String,
+}
+
+/// `POST /v1/renew`: keeps a reservation (and its concurrency slots'
+/// leases) for another lease from now. 200 with the new `expires_in_ms`;
+/// 404 and 409 as for a settlement.
+pub async fn renew(
+    State(engine): State<Arc<Engine>>,
+    Extension(reservations): Extension<Arc<Reservations>>,
+    body: Bytes,
+) -> Response {
+    let req: RenewRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return Problem::new(
+                StatusCode::BAD_REQUEST,
+                format!("invalid renew request: {e}"),
+            )
+            .into_response();
+        }
+    };
+    let renewed = ReservationId::parse(&req.reservation)
+        .ok_or(Untaken::Unknown)
+        .and_then(|id| reservations.renew(id).map(|r| (id, r)));
+    match renewed {
+        Ok((id, (reservation, ttl))) => {
+            engine.renew(&reservation).await;
+            Json(serde_json::json!({ "reservation": ReservationJson::new(id, ttl) }))
+                .into_response()
+        }
+        Err(why) => {
+            let status = match why {
+                Untaken::Unknown => StatusCode::NOT_FOUND,
+                Untaken::Settled => StatusCode::CONFLICT,
+            };
+            Problem::new(status, format!("{why}.")).into_response()
         }
     }
 }

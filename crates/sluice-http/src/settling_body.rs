@@ -45,6 +45,9 @@ pub struct Unsettled {
     engine: Arc<Engine>,
     metrics: Option<Arc<Metrics>>,
     reservation: Option<Reservation>,
+    /// The task renewing its concurrency slots' leases, on a store that
+    /// keeps leases: stopped when the reservation is settled.
+    renewal: Option<tokio::task::AbortHandle>,
 }
 
 impl Unsettled {
@@ -55,10 +58,12 @@ impl Unsettled {
         metrics: Option<Arc<Metrics>>,
         reservation: Reservation,
     ) -> Self {
+        let renewal = renewal(&engine, &reservation);
         Self {
             engine,
             metrics,
             reservation: Some(reservation),
+            renewal,
         }
     }
 
@@ -66,6 +71,28 @@ impl Unsettled {
     pub fn reservation(&self) -> Option<&Reservation> {
         self.reservation.as_ref()
     }
+}
+
+/// On a store that keeps leases (one over the network), a task that renews
+/// the reservation's concurrency slots every third of their lease until it
+/// is stopped; none for a store in this process, whose slots need none, or
+/// outside a tokio runtime.
+fn renewal(engine: &Arc<Engine>, reservation: &Reservation) -> Option<tokio::task::AbortHandle> {
+    let lease = reservation.lease()?;
+    if engine.store().answers_at_once() {
+        return None;
+    }
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let every =
+        std::time::Duration::from_nanos(lease / 3).max(std::time::Duration::from_millis(100));
+    let (engine, reservation) = (engine.clone(), reservation.clone());
+    let task = runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            engine.renew(&reservation).await;
+        }
+    });
+    Some(task.abort_handle())
 }
 
 impl Drop for Unsettled {
@@ -78,6 +105,7 @@ impl Drop for Unsettled {
                 status: None,
                 headers: HeaderMap::new(),
                 reported: None,
+                renewal: self.renewal.take(),
             };
             settle(Some(Box::new(pending)), &mut Seen::default());
         }
@@ -92,6 +120,7 @@ struct Pending {
     status: Option<u16>,
     headers: HeaderMap,
     reported: Option<u64>,
+    renewal: Option<tokio::task::AbortHandle>,
 }
 
 pin_project! {
@@ -145,6 +174,7 @@ impl SettlingBody {
             status: Some(parts.status.as_u16()),
             headers: parts.headers.clone(),
             reported: parts.extensions.get::<ActualCost>().map(|c| c.0),
+            renewal: unsettled.renewal.take(),
         };
         let body = Self {
             body,
@@ -218,6 +248,9 @@ fn settle(pending: Option<Box<Pending>>, seen: &mut Seen) {
     let Some(p) = pending else {
         return;
     };
+    if let Some(renewal) = &p.renewal {
+        renewal.abort();
+    }
     let seen = seen.taken();
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         tracing::warn!(

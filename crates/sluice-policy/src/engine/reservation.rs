@@ -135,6 +135,32 @@ pub struct SettledLimit {
 }
 
 impl<C: Clock> Engine<C> {
+    /// Renews the leases of a reservation's concurrency slots, on a store
+    /// that keeps leases (Redis: a peek by the instance holding slots moves
+    /// their expiry one lease on). A response that streams longer than a
+    /// lease renews its slots while it lasts; an instance that dies stops,
+    /// and its slots come back one lease later. Failures are left to the
+    /// next renewal.
+    pub async fn renew(&self, reservation: &Reservation) {
+        for r in &reservation.items {
+            if !matches!(
+                r.counter.def().limiter(),
+                sluice_core::Limiter::Concurrency(_)
+            ) {
+                continue;
+            }
+            let peek = [Check {
+                counter: &r.counter,
+                key: r.key,
+                cost: 0,
+                reserve: 0,
+            }];
+            if let Err(e) = self.store.check(&peek).await {
+                tracing::debug!(limit = %r.labels.limit, error = %e, "a slot's lease was not renewed");
+            }
+        }
+    }
+
     /// Settles a reservation with what the adapter observed: each limit's
     /// actual cost (its rule's [`actual`](Settlement::actual)) against its
     /// estimate, refunded or debited on the store, each limit on its own.
