@@ -330,3 +330,123 @@ impl<B: http_body::Body> http_body::Body for GateBody<B> {
         self.body.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use http_body_util::BodyExt;
+    use sluice_policy::Policy;
+
+    use super::*;
+
+    /// An inner service answering 200 with a one-chunk body, or the status
+    /// of the `x-status` field.
+    #[derive(Clone)]
+    struct Echo;
+
+    impl Service<Request<Body>> for Echo {
+        type Response = Response<Body>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Response<Body>, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: Request<Body>) -> Self::Future {
+            let status = req
+                .headers()
+                .get("x-status")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(200);
+            let mut r = Response::new(Body::from("hello"));
+            *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            std::future::ready(Ok(r))
+        }
+    }
+
+    fn layer(limit: u32) -> OverloadLayer {
+        let text = format!(
+            "no_limits = true\n[overload]\ninitial_limit = {limit}\nmin_limit = {limit}\nmax_limit = {limit}\n"
+        );
+        let policy = Policy::from_toml("t.toml", &text).unwrap();
+        OverloadLayer::new(Arc::new(Engine::in_memory(policy, 1_000)))
+    }
+
+    fn get() -> Request<Body> {
+        Request::new(Body::empty())
+    }
+
+    #[tokio::test]
+    async fn the_place_is_held_until_the_body_ends_and_a_shed_request_gets_503() {
+        let layer = layer(1);
+        let mut svc = layer.layer(Echo);
+        let first = svc.call(get()).await.unwrap();
+        assert_eq!(layer.shared().snapshot().unwrap().in_flight, 1);
+        let shed = svc.call(get()).await.unwrap();
+        assert_eq!(shed.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(shed.headers()[http::header::RETRY_AFTER], "1");
+        assert_eq!(
+            shed.headers()[http::header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+        let body = shed.into_body().collect().await.unwrap().to_bytes();
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["type"], OVERLOADED);
+        assert_eq!(problem["retry_after"], 1);
+        // Read to its end, the first body gives its place back.
+        first.into_body().collect().await.unwrap();
+        let s = layer.shared().snapshot().unwrap();
+        assert_eq!(
+            (s.in_flight, s.classes[0].admitted, s.classes[0].shed),
+            (0, 1, 1)
+        );
+        // Dropped early, too (as cancelled).
+        let third = svc.call(get()).await.unwrap();
+        assert_eq!(third.status(), StatusCode::OK);
+        drop(third);
+        assert_eq!(layer.shared().snapshot().unwrap().in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn without_overload_settings_nothing_is_gated() {
+        let policy = Policy::from_toml("t.toml", "no_limits = true").unwrap();
+        let layer = OverloadLayer::new(Arc::new(Engine::in_memory(policy, 1_000)));
+        let mut svc = layer.layer(Echo);
+        let responses = [
+            svc.call(get()).await.unwrap(),
+            svc.call(get()).await.unwrap(),
+        ];
+        assert!(responses.iter().all(|r| r.status() == StatusCode::OK));
+        assert!(layer.shared().snapshot().is_none());
+    }
+
+    #[test]
+    fn statuses_map_to_outcomes() {
+        assert_eq!(outcome_of(StatusCode::OK), Outcome::Success);
+        assert_eq!(outcome_of(StatusCode::NOT_FOUND), Outcome::Success);
+        assert_eq!(outcome_of(StatusCode::TOO_MANY_REQUESTS), Outcome::Dropped);
+        assert_eq!(
+            outcome_of(StatusCode::SERVICE_UNAVAILABLE),
+            Outcome::Dropped
+        );
+        assert_eq!(outcome_of(StatusCode::GATEWAY_TIMEOUT), Outcome::Timeout);
+        assert_eq!(outcome_of(StatusCode::BAD_GATEWAY), Outcome::UpstreamError);
+    }
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up() {
+        let shed = |ns| Shed {
+            class: 0,
+            retry_after: ns,
+            limit: 4,
+            in_flight: 4,
+        };
+        let secs =
+            |ns| shed_response(&shed(ns), "free").headers()[http::header::RETRY_AFTER].clone();
+        assert_eq!(secs(0), "1");
+        assert_eq!(secs(100_000_000), "1");
+        assert_eq!(secs(1_000_000_001), "2");
+    }
+}
