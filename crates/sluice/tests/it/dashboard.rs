@@ -110,7 +110,11 @@ async fn the_dashboard_uses_only_exported_metrics() {
     // Overload protection's series, from a proxy with `[overload]`.
     let overload_text = overload_scrape().await;
     let overload = parse(&overload_text).expect("parsed before");
-    exported.extend(overload.iter().map(|s| s["name"].as_str().unwrap().to_owned()));
+    exported.extend(
+        overload
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned()),
+    );
     text.push_str(&overload_text);
     let missing: Vec<_> = used_metrics(&dashboard())
         .into_iter()
