@@ -20,16 +20,29 @@ use sluice_policy::{DecideError, Engine, Verdict};
 
 use crate::layer::RateLimitLayer;
 use crate::metrics::Metrics;
+use crate::overload::Overload;
+use crate::overload_layer::OverloadLayer;
 use crate::problem::Problem;
 use crate::proxy::{Proxy, ProxyError, strip_hop_by_hop};
 use crate::verdict_json::{VerdictJson, decide_error_response};
 
 /// The data plane's router: the rate-limit layer around the echo or the
-/// reverse proxy.
+/// reverse proxy; around the proxy, overload protection inside the rate
+/// limits (a pass-through while `[overload]` is off).
 pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) -> Router {
     let proxied = proxy.is_some();
     let inner = match proxy {
-        Some(proxy) => Router::new().fallback(forward).with_state(proxy),
+        // Overload protection (off until `[overload]` says otherwise, a
+        // reload included) inside the rate limits: only the requests they
+        // admitted enter its gate.
+        Some(proxy) => {
+            let overload = Arc::new(Overload::new(engine.clone()));
+            metrics.watch_overload(overload.clone());
+            Router::new()
+                .fallback(forward)
+                .with_state(proxy)
+                .layer(OverloadLayer::from_shared(overload))
+        }
         None => Router::new().fallback(echo),
     };
     inner

@@ -37,6 +37,8 @@ pub mod layer_builder;
 pub mod listener;
 pub mod metrics;
 pub mod nginx_auth;
+pub mod overload;
+pub mod overload_layer;
 pub mod problem;
 pub mod proxy;
 pub mod proxy_protocol;

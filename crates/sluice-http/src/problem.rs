@@ -10,6 +10,11 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 /// store is down (503).
 pub const STORE_UNAVAILABLE: &str = "about:blank";
 
+/// The problem type of a request shed by adaptive overload protection
+/// (503): the upstream is saturated and the request's priority class is
+/// shed for now.
+pub const OVERLOADED: &str = "urn:sluice:problem:overloaded";
+
 /// A problem detail.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Problem {

@@ -41,6 +41,9 @@ pub struct Status {
     pub top_keys: Vec<(String, u64)>,
     /// How many limits the config has.
     pub limits: usize,
+    /// Overload protection: the limit, in flight, and each class's
+    /// admitted and shed requests; `null` while it is off.
+    pub overload: Option<crate::overload::OverloadSnapshot>,
 }
 
 /// The store's health.
@@ -124,5 +127,6 @@ pub async fn status(Extension(state): Extension<StatusState>) -> Json<Status> {
             .map(|k| (k.label(), k.count))
             .collect(),
         limits: state.engine.policy().limits().len(),
+        overload: m.overload(),
     })
 }

@@ -89,6 +89,8 @@ impl Policy {
             trusted = trusted.with_header(header);
         }
         let events = crate::events::EventSettings::from_config(source, config)?;
+        let overload =
+            crate::OverloadSettings::from_config(source, config.overload.as_ref(), &has_plan)?;
         // The config is good: its limits' labels are kept for the life of
         // the process from now on (see `labels`).
         let limits: Vec<LimitDef> = limits
@@ -122,6 +124,7 @@ impl Policy {
             headers: config.headers,
             access: config.access.clone(),
             events,
+            overload: std::sync::Arc::new(overload),
         })
     }
 

@@ -26,6 +26,7 @@ pub mod labels;
 pub mod limit;
 pub mod log_budget;
 pub mod matcher;
+pub mod overload_settings;
 pub mod path;
 pub mod policy;
 mod request_key;
@@ -46,6 +47,7 @@ pub use key_source::KeySource;
 pub use key_text::KeyText;
 pub use labels::{HeaderItems, Labels, LimitLabels};
 pub use limit::{DelayDef, Limit};
+pub use overload_settings::OverloadSettings;
 pub use policy::{
     Access, AmbiguousKey, Applied, AppliedLimits, CostRule, KeyError, LimitDef, Matcher,
     MissingKey, Policy, RequestInfo, RuntimeKeysFile,

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use http::{HeaderMap, Method};
 
@@ -162,6 +163,8 @@ pub struct Policy {
     /// Account-manager events.
     pub events: crate::events::EventSettings,
     pub(crate) access: crate::config::AccessConfig,
+    /// `[overload]`, resolved.
+    pub(crate) overload: Arc<crate::OverloadSettings>,
 }
 
 /// What the allow and deny lists say of a request.
@@ -299,6 +302,12 @@ impl Policy {
     /// A plan's `bucket = "shared"` rules.
     pub fn cost_rules(&self, plan: &str) -> &[CostRule] {
         self.cost_rules.get(plan).map_or(&[], Vec::as_slice)
+    }
+
+    /// `[overload]`, resolved (off when the config has none). Shared: an
+    /// adapter tells a reload's change by the pointer.
+    pub fn overload(&self) -> &Arc<crate::OverloadSettings> {
+        &self.overload
     }
 
     /// The client key source (`[client] key`).

@@ -27,6 +27,7 @@ pub(super) struct LiveState {
     pub(super) events: Arc<AccountEvents>,
     pub(super) listeners: Listeners,
     pub(super) reservations: Watched,
+    pub(super) overload: super::overload_gauges::WatchedOverload,
 }
 
 /// The `/v1/check` reservations, once the control API has them.
@@ -43,6 +44,9 @@ impl Collector for LiveState {
         encode_account_events(&mut encoder, &self.events)?;
         if let Some(r) = self.reservations.lock().clone() {
             encode_reservations(&mut encoder, &r)?;
+        }
+        if let Some(o) = self.overload.lock().clone() {
+            super::overload_gauges::encode_overload(&mut encoder, &o)?;
         }
         encode_top_keys(&mut encoder, &self.top)
     }

@@ -32,6 +32,13 @@
 //! | `sluice_reservations_total` | `event` | `/v1/check` reservations: `opened`, `settled`, `unknown` (404), `duplicate` (409) |
 //! | `sluice_reservations_open` | — | `/v1/check` reservations not yet settled or expired |
 //! | `sluice_reservations_expired_total` | — | `/v1/check` reservations never settled (they stand at their estimate) |
+//! | `sluice_overload_limit` | — | overload protection's adaptive concurrency limit on the upstream |
+//! | `sluice_overload_in_flight` | `class` | requests in flight to the upstream, by priority class (plan) |
+//! | `sluice_overload_threshold` | `class` | total in flight below which a class is admitted now |
+//! | `sluice_overload_shed_total` | `class` | requests shed (503) by overload protection |
+//! | `sluice_overload_admitted_total` | `class` | requests admitted by overload protection |
+//! | `sluice_overload_min_latency_seconds` | — | the upstream's minimum latency estimate (to the response head) |
+//! | `sluice_overload_latency_seconds` | — | the last sampling window's latency percentile |
 //!
 //! With the Envoy service, its per-rule statistics are served beside these
 //! ([`Metrics::with_collector`]; see `sluice_envoy::stats`).
@@ -52,6 +59,7 @@ mod families;
 mod labels;
 mod listener_gauges;
 mod live_state;
+mod overload_gauges;
 mod record;
 mod settlements;
 mod store_gauges;
@@ -90,6 +98,7 @@ pub struct Metrics {
     events: Arc<AccountEvents>,
     listeners: Listeners,
     reservations: live_state::Watched,
+    overload: overload_gauges::WatchedOverload,
 }
 
 impl Metrics {
@@ -102,6 +111,7 @@ impl Metrics {
         let events = Arc::new(AccountEvents::new(engine.clone()));
         let listeners = Listeners::default();
         let reservations = live_state::Watched::default();
+        let overload = overload_gauges::WatchedOverload::default();
         registry.register_collector(Box::new(LiveState {
             engine: engine.clone(),
             reloader,
@@ -109,6 +119,7 @@ impl Metrics {
             events: events.clone(),
             listeners: listeners.clone(),
             reservations: reservations.clone(),
+            overload: overload.clone(),
         }));
         Self {
             registry,
@@ -119,6 +130,7 @@ impl Metrics {
             events,
             listeners,
             reservations,
+            overload,
         }
     }
 
@@ -138,6 +150,19 @@ impl Metrics {
     /// Reports the control API's open and expired reservations.
     pub fn watch_reservations(&self, reservations: Arc<crate::reservations::Reservations>) {
         *self.reservations.lock() = Some(reservations);
+    }
+
+    /// Reports overload protection's limit, in flight and sheds (while it
+    /// is on), and shows them on the status page.
+    pub fn watch_overload(&self, overload: Arc<crate::overload::Overload>) {
+        *self.overload.lock() = Some(overload);
+    }
+
+    /// Overload protection's state now; `None` when none is watched or it
+    /// is off.
+    pub fn overload(&self) -> Option<crate::overload::OverloadSnapshot> {
+        let watched = self.overload.lock().clone();
+        watched.and_then(|o| o.snapshot())
     }
 
     /// Requests so far with this outcome.

@@ -7,8 +7,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{
-    AccessConfig, ClientConfig, EnvoyConfig, EventsConfig, HeadersConfig, LimitConfig, PlanConfig,
-    ServerConfig, StoreConfig,
+    AccessConfig, ClientConfig, EnvoyConfig, EventsConfig, HeadersConfig, LimitConfig,
+    OverloadConfig, PlanConfig, ServerConfig, StoreConfig,
 };
 
 /// A parsed config file.
@@ -52,6 +52,8 @@ pub struct Config {
     /// Timeouts and caps of the listeners and of the upstream.
     #[serde(default)]
     pub server: ServerConfig,
+    /// Adaptive overload protection of the upstream; absent: off.
+    pub overload: Option<Spanned<OverloadConfig>>,
     /// Says that a config without a single limit is intended. Without it,
     /// such a config is refused (at start and on reload), so that an empty
     /// or half-written file cannot switch limiting off.
@@ -78,6 +80,7 @@ impl Default for Config {
             access: AccessConfig::default(),
             events: EventsConfig::default(),
             server: ServerConfig::default(),
+            overload: None,
             no_limits: false,
         }
     }

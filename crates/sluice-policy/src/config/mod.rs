@@ -9,8 +9,8 @@
 //! - `source`: the file's text ([`Source`]) and errors located in it
 //!   ([`ConfigError`]);
 //! - `file`: the whole file ([`Config`]), its top-level keys and tables;
-//! - `server`, `store`, `client`, `access`, `headers`, `envoy`, `events`:
-//!   the tables of the same names;
+//! - `server`, `store`, `client`, `access`, `headers`, `envoy`, `events`,
+//!   `overload`: the tables of the same names;
 //! - `plan`: `[plans.<name>]`; `limit`: one limit; `matches`: a limit's
 //!   `match`.
 
@@ -22,6 +22,7 @@ mod file;
 mod headers;
 mod limit;
 mod matches;
+mod overload;
 mod plan;
 mod server;
 mod settle;
@@ -36,6 +37,7 @@ pub use file::Config;
 pub use headers::HeadersConfig;
 pub use limit::{BucketConfig, LimitConfig, OnLimitConfig};
 pub use matches::{HeaderMatchConfig, MatchConfig};
+pub use overload::{OnOverloadConfig, OverloadConfig, OverloadPlanConfig};
 pub use plan::{AlertConfig, PlanConfig};
 pub use server::ServerConfig;
 pub use settle::{DebtConfig, SettleConfig, StatusItem};

@@ -107,6 +107,15 @@ async fn the_dashboard_uses_only_exported_metrics() {
     let envoy = parse(&envoy_text).expect("parsed before");
     exported.extend(envoy.iter().map(|s| s["name"].as_str().unwrap().to_owned()));
     text.push_str(&envoy_text);
+    // Overload protection's series, from a proxy with `[overload]`.
+    let overload_text = overload_scrape().await;
+    let overload = parse(&overload_text).expect("parsed before");
+    exported.extend(
+        overload
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned()),
+    );
+    text.push_str(&overload_text);
     let missing: Vec<_> = used_metrics(&dashboard())
         .into_iter()
         .filter(|m| !exported.contains(m))
@@ -115,4 +124,23 @@ async fn the_dashboard_uses_only_exported_metrics() {
         missing.is_empty(),
         "the dashboard uses metrics Sluice does not export: {missing:?}\n{text}"
     );
+}
+
+/// A scrape of a proxy with `[overload]`, after enough requests for the
+/// gate to have measured the upstream's latency.
+async fn overload_scrape() -> String {
+    let upstream = crate::common::llm_upstream::LlmUpstream::start();
+    let config = format!(
+        "upstream = \"{}\"\nno_limits = true\n[overload]\n",
+        upstream.url()
+    );
+    let sluice = Sluice::start_with("dashboard-overload", &config);
+    let client = client();
+    for _ in 0..30 {
+        send(client.get(sluice.url("/healthz"))).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    send(client.get(sluice.url("/healthz"))).await;
+    let r = send(client.get(sluice.control_url("/metrics"))).await;
+    String::from_utf8(r.body).unwrap()
 }
