@@ -45,18 +45,19 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluice_core::{AlgorithmKind, Decision};
 use sluice_policy::log_budget::LogBudget;
-use sluice_policy::{Charge, Counting, Engine, Verdict};
+use sluice_policy::{Charge, Engine, Verdict};
 
-use crate::descriptor_key::descriptor_id;
 use crate::overrides::Overrides;
 use crate::request::{InvalidRequest, validate};
 use crate::rules::{Found, Rule, RuleKind, Rules};
 use crate::stats::{Hit, RuleStats};
 use crate::statuses::{headers, statuses};
+
+mod placed;
+use placed::{Placed, cost_of};
 
 /// The Rate Limit Service: the rules over an engine.
 #[derive(Debug)]
@@ -115,20 +116,6 @@ pub(crate) enum Place {
     /// A refund (`is_negative_hits`): the n-th, or none when its rule has
     /// nothing to give back (unlimited, or a limit of 0).
     Refund(Option<usize>),
-}
-
-/// A request's descriptors, placed: where each goes, and what to charge
-/// and to refund.
-struct Placed<'f> {
-    places: Vec<Place>,
-    charges: Vec<Charge<'f>>,
-    refunds: Vec<Charge<'f>>,
-    /// Hits recorded after the stream ended ([`stream_done`](crate::stream_done)):
-    /// debited before the refunds, each of which then peeks its state.
-    debits: Vec<Charge<'f>>,
-    /// Refused by limits of 0 before anything is charged: the charges
-    /// only peek (cost 0).
-    zero: bool,
 }
 
 /// What the engine answered for a request's descriptors.
@@ -334,89 +321,6 @@ impl EnvoyRls {
         }
     }
 
-    /// Where each descriptor goes (see [`Place`]), and the charges and
-    /// refunds [`counted`](Self::counted) asks the engine for.
-    fn placed<'f>(
-        &self,
-        req: &RateLimitRequest,
-        found: &'f [Option<Found<'_>>],
-        overridden: &[Option<Arc<Rule>>],
-        request_hits: u64,
-        records: &[bool],
-    ) -> Placed<'f> {
-        let compat = self.options.compat;
-        let hasher = self.engine.hasher();
-        let zero = !compat && crate::counting::refused_by_zero(req, found);
-        let mut places = Vec::with_capacity(found.len());
-        let mut charges: Vec<Charge<'_>> = Vec::with_capacity(found.len());
-        let mut refunds: Vec<Charge<'_>> = Vec::new();
-        let mut debits: Vec<Charge<'_>> = Vec::new();
-        let (mut enforced, mut later) = (0, 0);
-        for (i, (d, f)) in req.descriptors.iter().zip(found).enumerate() {
-            // (Empty when no descriptor has a per-request limit.)
-            let o = overridden.get(i).and_then(Option::as_ref);
-            // A per-request limit is shared by every domain: its key names
-            // the domain.
-            let domain = if o.is_some() { req.domain.as_str() } else { "" };
-            let record = records.get(i).copied().unwrap_or(false);
-            if d.is_negative_hits || record {
-                let limited = f.as_ref().and_then(|f| Some((f, f.rule.limited()?)));
-                places.push(Place::Refund(limited.map(|_| refunds.len())));
-                if let Some((f, limited)) = limited {
-                    let charge = Charge {
-                        limit: &limited.limit,
-                        counter: &limited.counter,
-                        key: descriptor_id(hasher, domain, d, &f.shared),
-                        cost: hits_of(d, request_hits),
-                        // Given back, or recorded, whatever the rule's mode.
-                        counting: Counting::Enforced,
-                    };
-                    if record && !d.is_negative_hits {
-                        // Recorded: debited, then its state peeked.
-                        debits.push(charge);
-                        refunds.push(Charge { cost: 0, ..charge });
-                    } else {
-                        refunds.push(charge);
-                    }
-                }
-                continue;
-            }
-            let Some((f, limited)) = f.as_ref().and_then(|f| Some((f, f.rule.limited()?))) else {
-                places.push(Place::None);
-                continue;
-            };
-            let key = descriptor_id(hasher, domain, d, &f.shared);
-            // In `compat` mode every descriptor is decided after (here,
-            // without) the enforced ones, each on its own.
-            let after = crate::counting::counting(f.rule, compat) != Counting::Enforced;
-            if after && zero {
-                places.push(Place::None);
-                continue;
-            }
-            places.push(if after {
-                later += 1;
-                Place::Shadow(later - 1)
-            } else {
-                enforced += 1;
-                Place::Enforced(enforced - 1)
-            });
-            charges.push(Charge {
-                limit: &limited.limit,
-                counter: &limited.counter,
-                key,
-                cost: if zero { 0 } else { cost_of(d, request_hits) },
-                counting: crate::counting::counting(f.rule, compat),
-            });
-        }
-        Placed {
-            places,
-            charges,
-            refunds,
-            debits,
-            zero,
-        }
-    }
-
     /// The engine's verdict on the refunds; one it cannot give (a foreign
     /// counter: a bug) is logged, and the refunds show nothing.
     async fn refunded(&self, refunds: &[Charge<'_>]) -> Verdict {
@@ -526,19 +430,4 @@ fn empty_refusal() -> Verdict {
         style: Default::default(),
         fallback: None,
     }
-}
-
-/// A descriptor's cost: its own `hits_addend`, else the request's; a
-/// descriptor that gives quota back (`is_negative_hits`) costs nothing.
-fn cost_of(d: &RateLimitDescriptor, request_hits: u64) -> u64 {
-    if d.is_negative_hits {
-        0
-    } else {
-        hits_of(d, request_hits)
-    }
-}
-
-/// A descriptor's hits: its own `hits_addend`, else the request's.
-fn hits_of(d: &RateLimitDescriptor, request_hits: u64) -> u64 {
-    d.hits_addend.as_ref().map_or(request_hits, |h| h.value)
 }

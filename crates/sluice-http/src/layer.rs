@@ -42,7 +42,6 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -52,15 +51,17 @@ use pin_project_lite::pin_project;
 use sluice_policy::host::HostError;
 use sluice_policy::path::canonical;
 use sluice_policy::{
-    ConfigError, DecideError, Deployment, Engine, Policy, RequestInfo, Reservation, Source, Verdict,
+    ConfigError, DecideError, Deployment, Engine, Policy, RequestInfo, Source, Verdict,
 };
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::headers::Fields;
 use crate::metrics::Metrics;
-use crate::settling_body::{SettlingBody, Unsettled};
 use crate::verdict_json::{decide_error_response, refusal_response};
+
+mod waiting;
+use waiting::forward;
 
 /// Finds the address a request came from.
 pub type PeerFn = Arc<dyn Fn(&HeaderMap, &Extensions) -> Option<IpAddr> + Send + Sync>;
@@ -347,50 +348,9 @@ where
         }
         let inner = self.take_inner();
         let shared = self.shared.clone();
-        ResponseFuture::waiting(Box::pin(async move {
-            let (decided, reservation) = match shared
-                .engine
-                .decide_reserving(&request_info(&req, peer))
-                .await
-            {
-                Ok((v, r)) => (Ok(v), r),
-                Err(e) => (Err(e), None),
-            };
-            // Settled however the request ends from here: by its response's
-            // body, or with nothing observed if it never gets one (a rate
-            // limit's estimate stands, a concurrency slot is given back).
-            let reservation = reservation
-                .map(|r| Unsettled::new(shared.engine.clone(), shared.metrics.clone(), r));
-            if let Some(m) = &shared.metrics {
-                m.record_result(&decided);
-            }
-            match decided {
-                Ok(v) if v.allowed => {
-                    let (fields, delay) = (Fields::of(&v), v.delay());
-                    if shared.verdict {
-                        req.extensions_mut().insert(v);
-                    }
-                    if reservation
-                        .as_ref()
-                        .and_then(Unsettled::reservation)
-                        .is_some_and(Reservation::reads_usage)
-                    {
-                        // The usage is read from the body as it passes: it
-                        // must come uncompressed.
-                        req.headers_mut().insert(
-                            http::header::ACCEPT_ENCODING,
-                            http::HeaderValue::from_static("identity"),
-                        );
-                    }
-                    let response = forward(inner, req, fields, delay).await?;
-                    Ok(match reservation {
-                        Some(r) => SettlingBody::wrap(response, r),
-                        None => response,
-                    })
-                }
-                other => Ok(refused(other)),
-            }
-        }))
+        ResponseFuture::waiting(Box::pin(waiting::decide_then_forward(
+            shared, inner, req, peer,
+        )))
     }
 }
 
@@ -475,27 +435,4 @@ fn refused(decided: Result<Verdict, DecideError>) -> Response<Body> {
         Err(e) => decide_error_response(&e),
         Ok(v) => refusal_response(&v),
     }
-}
-
-/// Holds the request for the verdict's delay (a leaky bucket's smoothing,
-/// or an `on_limit = "delay"` limit's wait: an async sleep, no thread
-/// held), calls the inner service, and adds the rate-limit fields to its
-/// response.
-async fn forward<S, ReqBody, ResBody>(
-    mut inner: S,
-    req: Request<ReqBody>,
-    fields: Fields,
-    delay: u64,
-) -> Result<Response<Body>, S::Error>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    ResBody: http_body::Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
-{
-    if delay > 0 {
-        tokio::time::sleep(Duration::from_nanos(delay)).await;
-    }
-    let mut response = inner.call(req).await?.map(Body::new);
-    fields.apply(response.headers_mut());
-    Ok(response)
 }

@@ -66,25 +66,7 @@ pub(crate) fn compile_limit(
         .map_err(|m| source.error_at(Some(c.matches.span()), format!("limit `{name}`: {m}")))?;
     let delay = compile_delay(source, l, &name, &spec, plan_config)?;
     let max_share = max_share(source, c, &name, all_plans)?;
-    let settle = match &c.settle {
-        Some(t) if spec.algorithm == sluice_core::AlgorithmKind::Concurrency => {
-            return Err(source.error_at(
-                Some(t.span()),
-                format!(
-                    "limit `{name}`: a concurrency limit gives its slots back when a request ends: it takes no `settle`"
-                ),
-            ));
-        }
-        Some(t) => Some(Arc::new(crate::compile_settle::compile_settle(
-            source, t, &name, spec.burst,
-        )?)),
-        // A slot is taken on admission and given back whole when the
-        // request ends: a settlement at 0.
-        None if spec.algorithm == sluice_core::AlgorithmKind::Concurrency => {
-            Some(Arc::new(crate::settlement::Settlement::slot()))
-        }
-        None => None,
-    };
+    let settle = crate::compile_settle::settle_of(source, c, &name, &spec)?;
     let forgive = settle.as_ref().is_some_and(|s| s.forgive);
     let mut id = counter_id(plan, &name, &spec, delay.as_ref());
     if forgive {

@@ -7,8 +7,35 @@ use toml::Spanned;
 use crate::config::{ConfigError, DebtConfig, SettleConfig, Source, StatusItem};
 use crate::settlement::{SettleFrom, Settlement, StatusSet, UsageField};
 
+/// The settlement of a limit: its `settle` table compiled; a concurrency
+/// limit's, whose slot is given back whole when the request ends (it takes
+/// no table); or none.
+pub(crate) fn settle_of(
+    source: &Source,
+    c: &crate::config::LimitConfig,
+    name: &str,
+    spec: &sluice_core::LimitSpec,
+) -> Result<Option<std::sync::Arc<Settlement>>, ConfigError> {
+    let slots = spec.algorithm == sluice_core::AlgorithmKind::Concurrency;
+    Ok(match &c.settle {
+        Some(t) if slots => {
+            return Err(source.error_at(
+                Some(t.span()),
+                format!(
+                    "limit `{name}`: a concurrency limit gives its slots back when a request ends: it takes no `settle`"
+                ),
+            ));
+        }
+        Some(t) => Some(std::sync::Arc::new(compile_settle(
+            source, t, name, spec.burst,
+        )?)),
+        None if slots => Some(std::sync::Arc::new(Settlement::slot())),
+        None => None,
+    })
+}
+
 /// A limit's `settle` rule, for a limit named `name` with burst `burst`.
-pub(crate) fn compile_settle(
+fn compile_settle(
     source: &Source,
     settle: &Spanned<SettleConfig>,
     name: &str,
