@@ -8,9 +8,10 @@
 //! never held). A rule whose source said nothing (no usage in the stream,
 //! a stream cut short, a compressed body) settles at its estimate.
 //!
-//! The settlement runs on the tokio runtime, once, and never holds up the
-//! response.
+//! The settlement runs once: at once on a store in this process, else in a
+//! task of its own on the tokio runtime, never holding up the response.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -252,13 +253,7 @@ fn settle(pending: Option<Box<Pending>>, seen: &mut Seen) {
         renewal.abort();
     }
     let seen = seen.taken();
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(
-            "a response ended outside a tokio runtime: its reservation stands at its estimate"
-        );
-        return;
-    };
-    runtime.spawn(async move {
+    let mut work = Box::pin(async move {
         let usage = seen
             .usage
             .and_then(|scan| scan.finish())
@@ -280,4 +275,18 @@ fn settle(pending: Option<Box<Pending>>, seen: &mut Seen) {
             m.record_settled(&settled);
         }
     });
+    // A store in this process settles at once, here; one over the network
+    // goes on in a task of its own, never holding up the response.
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    if work.as_mut().poll(&mut cx).is_ready() {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(work);
+        }
+        Err(_) => tracing::warn!(
+            "a response ended outside a tokio runtime: its reservation stands at its estimate"
+        ),
+    }
 }
