@@ -148,6 +148,11 @@ impl Deployments {
         })
     }
 
+    /// The Redis Cluster of the Cluster deployment, where Redis runs.
+    pub fn cluster(&self) -> Option<&RedisCluster> {
+        self.redis.as_ref().map(|s| &s.cluster)
+    }
+
     /// An engine on a deployment.
     pub fn engine(&self, kind: Kind, toml: &str) -> Engine {
         let (store, runtime) = self.stores(kind);

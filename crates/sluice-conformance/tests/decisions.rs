@@ -428,6 +428,80 @@ fn debits_charge_into_debt_on_every_store(d: &Deployments) {
     }
 }
 
+/// Concurrency slots on the store seam (3 in flight, leases of a minute):
+/// taken, refused when none is free, released, taken again; the same on
+/// every store, every answer Redis's own. Each step shows (allowed,
+/// remaining, reset_after, retry_after).
+fn slots_are_taken_refused_and_released_alike(d: &Deployments) {
+    let spec = LimitSpec {
+        algorithm: AlgorithmKind::Concurrency,
+        rate: Rate::new(3, 60 * 1_000_000_000).unwrap(),
+        burst: 3,
+        nodelay: false,
+    };
+    same_everywhere(d, "slots", |kind| {
+        let (store, _) = d.stores(kind);
+        let counter = store.counter(CounterDef::new("slots", spec).unwrap());
+        let key = hasher().key_id(&fresh_key("slots"));
+        let at = |cost| one_check(&counter, key, cost);
+        let show = |c: sluice_store::seam::Checked| {
+            let d = c.decisions[0];
+            (c.allowed, d.remaining, d.reset_after, d.retry_after)
+        };
+        let take = |cost| show(block(store.check(&at(cost))).unwrap());
+        let release = |cost| show(block(store.refund(&at(cost))).unwrap());
+        let (minute, second) = (60_000_000_000, Some(1_000_000_000));
+        let seen = vec![take(2), take(1), take(1), release(1), take(1), release(9)];
+        assert_eq!(
+            seen,
+            [
+                (true, 1, minute, None),
+                (true, 0, minute, None),
+                (false, 0, minute, second),
+                (true, 1, minute, None),
+                (true, 0, minute, None),
+                (true, 3, 0, None),
+            ],
+            "slots on {kind:?}"
+        );
+        if let Some(h) = store.remote_health() {
+            let counts = (h.fallback_decisions, h.store_errors, h.store_timeouts);
+            assert_eq!(counts, (0, 0, 0), "slots on {kind:?}: a fallback took it");
+        }
+        seen.into_iter()
+            .map(|(a, r, reset, _)| (a, vec![(String::new(), r, reset, a)], vec![]))
+            .collect()
+    });
+}
+
+/// A fresh client's concurrency state on Cluster is one key, in the slot
+/// of the client's hash tag (with its other limits).
+fn slots_live_in_the_client_s_slot_on_cluster(d: &Deployments) {
+    let (Some(cluster), Some(store)) = (d.cluster(), d.redis_store(Kind::Cluster)) else {
+        return;
+    };
+    let slots = five_an_hour(AlgorithmKind::Concurrency).build().unwrap();
+    let bucket = five_an_hour(AlgorithmKind::TokenBucket).build().unwrap();
+    let key = hasher().key_id(&fresh_key("slots-cluster"));
+    let check = |limit_id, limiter| RedisCheck {
+        limit_id,
+        limiter,
+        key,
+        cost: 1,
+        reserve: 0,
+    };
+    let both = [check("c-slots", &slots), check("c-bucket", &bucket)];
+    assert!(block(store.check(&both)).unwrap().allowed);
+    let slot = cluster.keyslot(&format!("{{{}}}", key.to_hex()));
+    let owner = cluster.owner_of(slot, 0).unwrap();
+    for id in ["c-slots", "c-bucket"] {
+        let name = sluice_redis::key_name(id, key);
+        assert_eq!(cluster.keyslot(&name), slot, "{id}: the client's slot");
+        let exists = cluster.command(owner, &["EXISTS", &name]);
+        assert_eq!(format!("{exists:?}"), "Int(1)", "{id}: held by the owner");
+    }
+}
+
 /// What one call of a debt run answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Answer {
@@ -627,4 +701,6 @@ fn every_store_decides_alike() {
     refunds_give_back_what_was_charged_and_no_more(&d);
     debits_charge_into_debt_on_every_store(&d);
     debt_runs_equal_sluice_core_everywhere(&d);
+    slots_are_taken_refused_and_released_alike(&d);
+    slots_live_in_the_client_s_slot_on_cluster(&d);
 }

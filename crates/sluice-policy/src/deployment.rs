@@ -68,9 +68,6 @@ impl Deployment {
         };
         let dir = source.file.parent().unwrap_or(Path::new(""));
         let store = StoreSettings::from_config(source, &config.store)?;
-        if store.url.is_some() {
-            slots_in_memory_only(source, config)?;
-        }
         Ok(Self {
             listen: config.listen,
             control_listen: config.control_listen,
@@ -84,21 +81,6 @@ impl Deployment {
                 .transpose()?,
         })
     }
-}
-
-/// Concurrency limits keep their slots in the memory store only, for
-/// now: on a shared store, the first is refused where it is written.
-fn slots_in_memory_only(source: &Source, config: &Config) -> Result<(), ConfigError> {
-    let plans = config.plans.values().flat_map(|p| p.limits.iter());
-    for l in config.limits.iter().chain(plans) {
-        if l.get_ref().algorithm == sluice_core::AlgorithmKind::Concurrency {
-            return Err(source.error_at(
-                Some(l.span()),
-                "algorithm = \"concurrency\" keeps its slots in the memory store only: it cannot be used with a Redis store yet",
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// `upstream`: an `http://` URL with a host.

@@ -36,6 +36,24 @@
 -- State values are packed little-endian doubles (struct.pack), exact for
 -- the integers they hold and cheaper than text to read and write.
 --
+-- Concurrency (7): slots in flight, as leases per Sluice instance. Its
+-- fields: B the most in flight, R the reserve, L the lease in whole
+-- microseconds (rounded up), P and g the lease as (microseconds,
+-- nanoseconds) for the durations it answers, L2 the calling instance's id
+-- (below 2^52; M = M2 = 1); the others are unused. Its state is one string
+-- of packed '<ddd' triples, one per instance holding slots: (instance id,
+-- slots held, expiry in us on Redis's clock). Slots whose expiry is past
+-- are free. A check takes `cost` slots if the live ones plus cost fit
+-- B - R; an admitted cost > 0 adds them to the caller's entry, whose
+-- expiry becomes now + lease. A peek (cost 0, mode 'c') by an instance
+-- that holds live slots renews its entry's expiry, whatever the decision
+-- (it takes nothing): a long request keeps its leases so. A refund takes
+-- the cost off the caller's entry (never below 0) and removes it at 0; a
+-- debit adds up to B + max_debt on it. An instance that dies stops
+-- renewing: its slots come back one lease after its last acquisition or
+-- renewal. Every write drops expired entries and lives until the latest
+-- expiry; an empty state deletes the key.
+--
 -- Reply: per group its flag (1 allowed), then per check:
 --   remaining * 2 + allowed   (remaining above the reserve),
 --   reset_after,
@@ -545,7 +563,87 @@ local function log(lim, k, key, cost)
   return 0, free, r_us, r_ns, t_us, t_ns, 0, 0
 end
 
-local deciders = { fixed, log, sliding, meter, meter, meter }
+-- Concurrency (7): the entries of a slots state, live (expiry > now) ones
+-- only; the slots they hold; and the caller's index among them (or nil).
+local function slots_read(lim, key)
+  local v = get(key)
+  local ids, held, exps, n, total, mine = {}, {}, {}, 0, 0, nil
+  if not v or #v % 24 ~= 0 then return ids, held, exps, 0, 0, nil end
+  local pos = 1
+  while pos <= #v do
+    local id, h, exp
+    id, h, exp, pos = unpack('<ddd', v, pos)
+    if exp > now and h > 0 then
+      n = n + 1
+      ids[n], held[n], exps[n] = id, h, exp
+      total = total + h
+      if id == lim.L2 then mine = n end
+    end
+  end
+  return ids, held, exps, n, total, mine
+end
+
+-- The state of `n` entries, packed, and how long it must live (ms); nil
+-- when no entry holds a slot.
+local function slots_pack(ids, held, exps, n)
+  local parts, latest = {}, 0
+  for j = 1, n do
+    if held[j] > 0 then
+      parts[#parts + 1] = pack('<ddd', ids[j], held[j], exps[j])
+      if exps[j] > latest then latest = exps[j] end
+    end
+  end
+  if #parts == 0 then return nil, 0 end
+  return table.concat(parts), ttl_ms(latest - now)
+end
+
+local function slots_put(key, v, ttl)
+  if v then
+    call('SET', key, v, 'PX', ttl)
+  else
+    call('DEL', key)
+  end
+  values[key] = v or false
+end
+
+-- The caller's entry gains `cost` slots (created if need be), leased anew.
+local function slots_take(lim, ids, held, exps, n, mine, cost)
+  if not mine then
+    n = n + 1
+    mine = n
+    ids[n], held[n] = lim.L2, 0
+  end
+  held[mine] = held[mine] + cost
+  -- A lease is never shortened (a test clock may step back).
+  if not exps[mine] or exps[mine] < now + lim.L then exps[mine] = now + lim.L end
+  return slots_pack(ids, held, exps, n)
+end
+
+local function slots(lim, k, key, cost)
+  local ids, held, exps, n, total, mine = slots_read(lim, key)
+  local B = lim.B - lim.R
+  local r_us, r_ns = 0, 0
+  if total + cost <= B then
+    if total + cost > 0 then r_us, r_ns = lim.P, lim.g end
+    if cost > 0 then
+      w_val[k], w_ttl[k] = slots_take(lim, ids, held, exps, n, mine, cost)
+    elseif mine and mode == 'c' then
+      slots_put(key, slots_take(lim, ids, held, exps, n, mine, 0))
+    end
+    return 1, B - total - cost, r_us, r_ns, 0, 0, 0, 0
+  end
+  if cost == 0 and mine and mode == 'c' then
+    slots_put(key, slots_take(lim, ids, held, exps, n, mine, 0))
+  end
+  if total > 0 then r_us, r_ns = lim.P, lim.g end
+  local t_us, t_ns = lim.P, lim.g
+  if t_us >= 1000000 then t_us, t_ns = 1000000, 0 end
+  local free = B - total
+  if free < 0 then free = 0 end
+  return 0, free, r_us, r_ns, t_us, t_ns, 0, 0
+end
+
+local deciders = { fixed, log, sliding, meter, meter, meter, slots }
 
 local function decide(k, cost)
   local lim = c_lim[k]
@@ -558,7 +656,9 @@ end
 
 local function write(k)
   local key = KEYS[k]
-  if c_lim[k].alg ~= 2 then
+  if c_lim[k].alg == 7 then
+    slots_put(key, w_val[k], w_ttl[k])
+  elseif c_lim[k].alg ~= 2 then
     store(key, w_x[k], w_y[k], w_z[k], w_need[k], w_exp[k])
   elseif w_full[k] then
     put_log(key, w_full[k], w_ttl[k])
@@ -656,7 +756,16 @@ local function refund_log(lim, key, cost)
   end
 end
 
-local refunders = { refund_fixed, refund_log, refund_sliding, refund_meter, refund_meter, refund_meter }
+local function refund_slots(lim, key, cost)
+  local ids, held, exps, n, _, mine = slots_read(lim, key)
+  if not mine then return end
+  held[mine] = held[mine] - clamp(cost, held[mine])
+  slots_put(key, slots_pack(ids, held, exps, n))
+end
+
+local refunders = {
+  refund_fixed, refund_log, refund_sliding, refund_meter, refund_meter, refund_meter, refund_slots,
+}
 
 -- Debits: charge `amount` whatever is left, into debt up to `max_debt`
 -- units of cost beyond empty (sluice-core's `Algorithm::debit`). Each
@@ -741,7 +850,18 @@ local function debit_log(lim, key, amount, max_debt)
   return charged
 end
 
-local debiters = { debit_fixed, debit_log, debit_sliding, debit_meter, debit_meter, debit_meter }
+local function debit_slots(lim, key, amount, max_debt)
+  local ids, held, exps, n, total, mine = slots_read(lim, key)
+  local charged = clamp(lim.B + max_debt - total, amount)
+  if charged > 0 then
+    slots_put(key, slots_take(lim, ids, held, exps, n, mine, charged))
+  end
+  return charged
+end
+
+local debiters = {
+  debit_fixed, debit_log, debit_sliding, debit_meter, debit_meter, debit_meter, debit_slots,
+}
 
 -- Parse the limits and the groups before touching anything.
 local lims = {}

@@ -159,7 +159,11 @@ impl RedisRemote {
             } else {
                 RedisStore::with_batching(topology, None)
             };
-            self.store.store(Some(Arc::new(store)));
+            // Only the first of concurrent connections is kept: a store's
+            // instance id holds its concurrency slots, and one replaced
+            // after deciding would leave them to expire unreleased.
+            let none: Option<Arc<RedisStore>> = None;
+            self.store.compare_and_swap(&none, Some(Arc::new(store)));
         }
         Ok(())
     }

@@ -39,6 +39,20 @@
 //! whole number of microseconds ([`LimitParams::can_debit`]), as every
 //! common limit's is (`10/s` with any burst, `100/min`, `5/h`).
 //!
+//! # Concurrency (slots as leases)
+//!
+//! A concurrency limit ([`Limiter::Concurrency`]) is algorithm 7: its
+//! key's state is one string of packed `<ddd` triples, one per Sluice
+//! instance holding slots (instance id, slots held, expiry in µs on
+//! Redis's clock), so that an instance that dies gives its slots back one
+//! lease after it last took or renewed them. Its fields: `B` the most in
+//! flight, `R` the reserve, `L` the lease in whole µs (rounded up), `P`
+//! and `g` the lease as (µs, ns) for the durations answered, `L2` the
+//! calling store's instance id ([`DecisionScript`] sets it per call, so
+//! the parameters stay the store's own), `M = M2 = a = 1`. A peek
+//! (cost 0) by an instance holding slots renews its lease. See
+//! `lua/decide.lua` for the rules, docs/redis.md for their use.
+//!
 //! # Exact arithmetic in Lua
 //!
 //! Lua numbers are doubles, exact for integers below 2^53. The script keeps
@@ -92,6 +106,9 @@ use redis::aio::ConnectionLike;
 use sluice_core::{Decision, Limiter};
 
 use crate::RedisStoreError;
+
+mod reply;
+use reply::parse_reply;
 
 /// The script's source.
 pub(crate) const SOURCE: &str = include_str!("../lua/decide.lua");
@@ -166,9 +183,7 @@ impl LimitParams {
             Limiter::TokenBucket(_) => (4, false),
             Limiter::LeakyBucket(l) => (5, !l.nodelay()),
             Limiter::Gcra(_) => (6, false),
-            // Slots are not kept in Redis yet: a deployment refuses a
-            // concurrency limit on a Redis store when it compiles.
-            Limiter::Concurrency(_) => return None,
+            Limiter::Concurrency(c) => return Some(Self::slots(c, limiter)),
         };
         let us = 1000 * u128::from(a);
         let g = gcd(us, u128::from(p));
@@ -190,6 +205,26 @@ impl LimitParams {
             reserve: 0,
             forgive: limiter.debt_forgiven(),
         })
+    }
+
+    /// A concurrency limit's parameters (see the module docs); its
+    /// instance id (`l2`) is set per call.
+    fn slots(c: &sluice_core::Concurrency, limiter: &Limiter) -> Self {
+        let lease = c.lease();
+        Self {
+            alg: 7,
+            burst: limiter.capacity(),
+            p: lease / 1000,
+            m: 1,
+            g: lease % 1000,
+            a: 1,
+            l: lease.div_ceil(1000),
+            l2: 0,
+            m2: 1,
+            queue: false,
+            reserve: 0,
+            forgive: limiter.debt_forgiven(),
+        }
     }
 
     /// These parameters with a reserve: the cost that must still be left
@@ -223,6 +258,9 @@ impl LimitParams {
         if self.alg == 3 {
             ok &= 2 * u128::from(self.burst) * l < EXACT;
         }
+        if self.alg == 7 {
+            ok &= u128::from(self.burst) < EXACT;
+        }
         ok
     }
 
@@ -233,7 +271,10 @@ impl LimitParams {
         self.alg != 2 || self.l.is_multiple_of(self.m)
     }
 
-    fn fields(&self) -> [u64; 12] {
+    /// The script's fields, for a call by the store `instance` (the id a
+    /// concurrency limit's `L2` carries).
+    fn fields(&self, instance: u64) -> [u64; 12] {
+        let l2 = if self.alg == 7 { instance } else { self.l2 };
         [
             u64::from(self.alg),
             self.burst,
@@ -242,7 +283,7 @@ impl LimitParams {
             self.g,
             self.a,
             self.l,
-            self.l2,
+            l2,
             self.m2,
             u64::from(self.queue),
             self.reserve,
@@ -271,21 +312,44 @@ pub(crate) struct GroupReply {
     pub(crate) decisions: Vec<Decision>,
 }
 
-/// The loaded script (EVALSHA, reloaded on `NOSCRIPT`).
+/// Instance ids are below this: exact in a double.
+const INSTANCE_IDS: u64 = 1 << 52;
+
+/// A fresh random instance id, below 2^52.
+fn random_instance_id() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    // Each RandomState has keys of its own (random per process, then
+    // incremented); the time and the process tell processes apart anyway.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    RandomState::new().hash_one((nanos, std::process::id())) % INSTANCE_IDS
+}
+
+/// The loaded script (EVALSHA, reloaded on `NOSCRIPT`), with the instance
+/// id its store's concurrency slots are held under.
 #[derive(Debug, Clone)]
 pub(crate) struct DecisionScript {
     script: redis::Script,
+    instance: u64,
 }
 
 impl Default for DecisionScript {
+    /// The script, with a fresh random instance id.
     fn default() -> Self {
         Self {
             script: redis::Script::new(SOURCE),
+            instance: random_instance_id(),
         }
     }
 }
 
 impl DecisionScript {
+    /// The id under which this script's calls hold concurrency slots.
+    pub(crate) fn instance(&self) -> u64 {
+        self.instance
+    }
+
     /// Runs `groups` in one call. `now_us` overrides Redis's clock (tests).
     pub(crate) async fn run<C: ConnectionLike>(
         &self,
@@ -360,7 +424,7 @@ impl DecisionScript {
         }
         inv.arg(limits.len());
         for l in &limits {
-            for f in l.fields() {
+            for f in l.fields(self.instance) {
                 inv.arg(f);
             }
         }
@@ -387,67 +451,6 @@ impl DecisionScript {
 
 fn bad(what: &str) -> RedisStoreError {
     RedisStoreError::BadReply(what.to_owned())
-}
-
-/// Reads the script's reply (its format is described in `lua/decide.lua`).
-struct Reader<'r> {
-    reply: &'r [i64],
-    at: usize,
-}
-
-impl Reader<'_> {
-    fn next(&mut self) -> Result<i64, RedisStoreError> {
-        let v = self
-            .reply
-            .get(self.at)
-            .copied()
-            .ok_or_else(|| bad("reply too short"))?;
-        self.at += 1;
-        Ok(v)
-    }
-
-    /// A duration: nanoseconds, or -(µs + 1) followed by nanoseconds.
-    fn duration(&mut self) -> Result<u64, RedisStoreError> {
-        let v = self.next()?;
-        if let Ok(ns) = u64::try_from(v) {
-            return Ok(ns);
-        }
-        let us = v.unsigned_abs() - 1;
-        let ns = u64::try_from(self.next()?).map_err(|_| bad("negative nanoseconds"))?;
-        Ok(us.saturating_mul(1000).saturating_add(ns))
-    }
-}
-
-fn parse_reply(
-    reply: &[i64],
-    groups: &[&[ScriptCheck]],
-) -> Result<Vec<GroupReply>, RedisStoreError> {
-    let mut r = Reader { reply, at: 0 };
-    let mut out = Vec::with_capacity(groups.len());
-    for group in groups {
-        let allowed = r.next()? == 1;
-        let mut decisions = Vec::with_capacity(group.len());
-        for check in group.iter() {
-            let packed = u64::try_from(r.next()?).map_err(|_| bad("negative remaining"))?;
-            let ok = packed & 1 == 1;
-            let reset_after = r.duration()?;
-            let retry_after = if ok { None } else { Some(r.duration()?) };
-            let delay = if check.params.queue { r.duration()? } else { 0 };
-            decisions.push(Decision {
-                allowed: ok,
-                limit: check.params.burst,
-                remaining: packed >> 1,
-                reset_after,
-                retry_after,
-                delay,
-            });
-        }
-        out.push(GroupReply { allowed, decisions });
-    }
-    if r.at != reply.len() {
-        return Err(bad("reply too long"));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

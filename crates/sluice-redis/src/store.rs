@@ -166,6 +166,14 @@ impl RedisStore {
         }
     }
 
+    /// The id under which this store holds concurrency slots in Redis
+    /// (random, below 2^52, one per store and its clones): each instance's
+    /// slots are leased apart, so that those of an instance that dies come
+    /// back one lease later (see docs/redis.md).
+    pub fn instance_id(&self) -> u64 {
+        self.inner.script.instance()
+    }
+
     /// The nodes it decides on, unless it runs over one plain connection
     /// (tests and benchmarks).
     pub fn topology(&self) -> Option<&Topology> {

@@ -12,6 +12,7 @@ mod registered;
 mod reload_fallback;
 mod reserve;
 mod runtime_state;
+mod slots;
 mod store;
 mod store_topology;
 mod topology_cluster;
