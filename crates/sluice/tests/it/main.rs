@@ -57,6 +57,7 @@ mod redis_policy_parity;
 mod redis_recovery;
 mod redis_settlement;
 mod redis_shared;
+mod redis_slots;
 mod redis_tls;
 mod rollout;
 mod settle_api;
