@@ -275,9 +275,22 @@ async fn check(
     // its fallback refuses everything.
     let status = Outcome::of_verdict(&verdict).status_code();
     let mut json = VerdictJson::new(&verdict);
-    if let Some((id, ttl)) = reservation.and_then(|r| reservations.open(r)) {
-        metrics.record_reservation(crate::metrics::ReservationEvent::opened);
-        json.reservation = Some(ReservationJson::new(id, ttl));
+    if let Some(r) = reservation {
+        metrics.record_reserved(&r);
+        match reservations.open(r.clone()) {
+            Some((id, ttl)) => {
+                metrics.record_reservation(crate::metrics::ReservationEvent::opened);
+                json.reservation = Some(ReservationJson::new(id, ttl));
+            }
+            // No id could be made: settled now, with nothing observed (the
+            // estimate stands, a slot is given back).
+            None => {
+                let settled = engine
+                    .settle(&r, &sluice_policy::settlement::Observed::default())
+                    .await;
+                metrics.record_settled(&settled);
+            }
+        }
     }
     let mut response = (status, Json(json)).into_response();
     add_headers(&verdict, response.headers_mut());

@@ -44,6 +44,22 @@ pub struct Status {
     /// Overload protection: the limit, in flight, and each class's
     /// admitted and shed requests; `null` while it is off.
     pub overload: Option<crate::overload::OverloadSnapshot>,
+    /// Costs settled after the response and concurrency slots: per limit,
+    /// and the reservations of `/v1/check`.
+    pub settlements: SettlementStatus,
+}
+
+/// Settlements, slots and reservations, for the status page.
+#[derive(Debug, Serialize)]
+pub struct SettlementStatus {
+    /// `/v1/check` reservations open now.
+    pub reservations_open: usize,
+    /// `/v1/check` reservations that expired unsettled.
+    pub reservations_expired: u64,
+    /// Milliseconds until the next reservation expires, if any is open.
+    pub next_expiry_ms: Option<u64>,
+    /// Per limit that settled or holds slots.
+    pub limits: std::collections::BTreeMap<String, crate::metrics::LimitSettlements>,
 }
 
 /// The store's health.
@@ -128,5 +144,6 @@ pub async fn status(Extension(state): Extension<StatusState>) -> Json<Status> {
             .collect(),
         limits: state.engine.policy().limits().len(),
         overload: m.overload(),
+        settlements: m.settlement_status(),
     })
 }

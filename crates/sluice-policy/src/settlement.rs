@@ -233,6 +233,25 @@ impl Settlement {
         cost_in(headers, name).map(|c| c.clamp(1, burst.max(1)))
     }
 
+    /// The field whose value was not a cost, when the rule reads a header
+    /// or trailer that is there but holds no whole number (negative, a
+    /// fraction, text, or two fields): it was ignored.
+    pub fn malformed<'s>(&'s self, seen: &Observed<'_>) -> Option<&'s HeaderName> {
+        let (name, fields) = match &self.from {
+            SettleFrom::Header(name) => (name, seen.headers?),
+            SettleFrom::Trailer(name) => (name, seen.trailers?),
+            _ => return None,
+        };
+        (fields.contains_key(name) && cost_in(fields, name).is_none()).then_some(name)
+    }
+
+    /// The estimate field, when the request has it but it holds no whole
+    /// number: it was ignored.
+    pub fn malformed_estimate(&self, headers: &HeaderMap) -> Option<&HeaderName> {
+        let name = self.estimate.as_ref()?;
+        (headers.contains_key(name) && cost_in(headers, name).is_none()).then_some(name)
+    }
+
     /// Whether the rule reads the response body (so a proxy scans it).
     pub fn reads_body(&self) -> bool {
         matches!(self.from, SettleFrom::BodyBytes | SettleFrom::Usage(_))

@@ -41,8 +41,12 @@ where
     // Settled however the request ends from here: by its response's
     // body, or with nothing observed if it never gets one (a rate
     // limit's estimate stands, a concurrency slot is given back).
-    let reservation =
-        reservation.map(|r| Unsettled::new(shared.engine.clone(), shared.metrics.clone(), r));
+    let reservation = reservation.map(|r| {
+        if let Some(m) = &shared.metrics {
+            m.record_reserved(&r);
+        }
+        Unsettled::new(shared.engine.clone(), shared.metrics.clone(), r)
+    });
     if let Some(m) = &shared.metrics {
         m.record_result(&decided);
     }

@@ -30,6 +30,7 @@
 //! | `sluice_settlements_total` | `limit`, `result` | reservations settled after the response: `exact`, `refunded`, `debited`, `excess`, `failed` |
 //! | `sluice_settled_cost_total` | `limit`, `direction` | cost moved by settlements: `refunded`, `debited`, `excess` (beyond `max_debt`, not charged) |
 //! | `sluice_reservations_total` | `event` | `/v1/check` reservations: `opened`, `settled`, `unknown` (404), `duplicate` (409) |
+//! | `sluice_slots_held` | `limit` | concurrency slots held through this instance now |
 //! | `sluice_reservations_open` | — | `/v1/check` reservations not yet settled or expired |
 //! | `sluice_reservations_expired_total` | — | `/v1/check` reservations never settled (they stand at their estimate) |
 //! | `sluice_overload_limit` | — | overload protection's adaptive concurrency limit on the upstream |
@@ -65,7 +66,7 @@ mod settlements;
 mod store_gauges;
 
 pub use labels::{LimitOutcome, RequestOutcome};
-pub use settlements::{CostMoved, ReservationEvent, SettleResult};
+pub use settlements::{CostMoved, LimitSettlements, ReservationEvent, SettleResult};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -145,6 +146,23 @@ impl Metrics {
     /// `listener="<name>"`.
     pub fn watch_listener(&self, name: &'static str, limits: Arc<ConnLimits>) {
         self.listeners.lock().push((name, limits));
+    }
+
+    /// Settlements, slots and reservations, for the status page.
+    pub fn settlement_status(&self) -> crate::status_page::SettlementStatus {
+        let reservations = self.reservations.lock().clone();
+        let (open, expired) = reservations.as_ref().map_or((0, 0), |r| r.counts());
+        let next = reservations.as_ref().and_then(|r| r.next_expiry());
+        crate::status_page::SettlementStatus {
+            reservations_open: open,
+            reservations_expired: expired,
+            next_expiry_ms: next.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            limits: self
+                .settlements_by_limit()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        }
     }
 
     /// Reports the control API's open and expired reservations.

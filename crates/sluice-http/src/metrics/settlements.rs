@@ -4,10 +4,15 @@
 use std::sync::Arc;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use std::collections::BTreeMap;
+
+use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use sluice_policy::SettledLimit;
+use serde::Serialize;
+use sluice_policy::{Reservation, SettledLimit};
 
 use super::Metrics;
 
@@ -71,12 +76,44 @@ pub(super) struct EventLabels {
     event: ReservationEvent,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(super) struct SlotLabels {
+    limit: Arc<str>,
+}
+
+/// One limit's settlements and slots, as the status page shows them.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LimitSettlements {
+    /// Settlements at the estimate.
+    pub exact: u64,
+    /// Settlements that gave cost back.
+    pub refunded: u64,
+    /// Settlements that charged more (debt included).
+    pub debited: u64,
+    /// Settlements with a part beyond `max_debt`.
+    pub excess: u64,
+    /// Settlements the store could not make.
+    pub failed: u64,
+    /// Cost given back.
+    pub cost_refunded: u64,
+    /// Cost charged after the response, debt included.
+    pub cost_debited: u64,
+    /// Cost beyond `max_debt`, not charged.
+    pub cost_excess: u64,
+    /// A concurrency limit's slots held through this instance now.
+    pub slots_held: i64,
+}
+
 /// The registered settlement metrics.
 #[derive(Debug, Default)]
 pub(super) struct SettleFamilies {
     settled: Family<SettleLabels, Counter>,
     moved: Family<MovedLabels, Counter>,
     events: Family<EventLabels, Counter>,
+    slots: Family<SlotLabels, Gauge>,
+    /// The same, per limit, for the status page (limit names come from
+    /// the config: bounded).
+    by_limit: Mutex<BTreeMap<Arc<str>, LimitSettlements>>,
 }
 
 impl SettleFamilies {
@@ -98,15 +135,76 @@ impl SettleFamilies {
             "Reservations of /v1/check, by event",
             f.events.clone(),
         );
+        registry.register(
+            "sluice_slots_held",
+            "Concurrency slots held through this instance now, by limit",
+            f.slots.clone(),
+        );
         f
     }
 }
 
+impl LimitSettlements {
+    fn add(&mut self, s: &SettledLimit) {
+        if s.error.is_some() {
+            self.failed += 1;
+        } else if s.excess > 0 {
+            self.excess += 1;
+        } else if s.debited > 0 {
+            self.debited += 1;
+        } else if s.refunded > 0 {
+            self.refunded += 1;
+        } else {
+            self.exact += 1;
+        }
+        self.cost_refunded += s.refunded;
+        self.cost_debited += s.debited;
+        self.cost_excess += s.excess;
+        if s.slot && s.error.is_none() {
+            self.slots_held -= i64::try_from(s.charged).unwrap_or(i64::MAX);
+        }
+    }
+}
+
 impl Metrics {
+    /// Records the slots a reservation took (a request admitted under a
+    /// concurrency limit): held until its settlement gives them back.
+    pub fn record_reserved(&self, reservation: &Reservation) {
+        let f = &self.settle;
+        for (labels, n) in reservation.slots() {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            let limit = labels.limit.clone();
+            f.slots
+                .get_or_create(&SlotLabels {
+                    limit: limit.clone(),
+                })
+                .inc_by(n);
+            f.by_limit.lock().entry(limit).or_default().slots_held += n;
+        }
+    }
+
+    /// Each limit's settlements and slots so far.
+    pub fn settlements_by_limit(&self) -> BTreeMap<Arc<str>, LimitSettlements> {
+        self.settle.by_limit.lock().clone()
+    }
+
     /// Records a request's settlement.
     pub fn record_settled(&self, settled: &[SettledLimit]) {
         let f = &self.settle;
         for s in settled {
+            f.by_limit
+                .lock()
+                .entry(s.labels.limit.clone())
+                .or_default()
+                .add(s);
+            if s.slot && s.error.is_none() {
+                let n = i64::try_from(s.charged).unwrap_or(i64::MAX);
+                f.slots
+                    .get_or_create(&SlotLabels {
+                        limit: s.labels.limit.clone(),
+                    })
+                    .dec_by(n);
+            }
             let limit = s.labels.limit.clone();
             let result = if s.error.is_some() {
                 SettleResult::failed

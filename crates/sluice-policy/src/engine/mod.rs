@@ -96,6 +96,10 @@ pub struct Engine<C: Clock = SystemClock> {
     /// The lines logged for shadowed limits that would have refused: at
     /// most ten a second, in bursts of twenty.
     shadow_lines: crate::log_budget::LogBudget,
+    /// The lines logged for costs a client or upstream sent that are not
+    /// costs (negative, not whole numbers, in two fields): at most ten a
+    /// second, in bursts of twenty.
+    cost_lines: crate::log_budget::LogBudget,
 }
 
 impl<C: Clock> std::fmt::Debug for Engine<C> {
@@ -176,6 +180,7 @@ impl<C: Clock> Engine<C> {
             settles,
             credit_wait: Duration::from_millis(10),
             shadow_lines: crate::log_budget::LogBudget::new(10, 20),
+            cost_lines: crate::log_budget::LogBudget::new(10, 20),
         }
     }
 
@@ -468,6 +473,17 @@ impl<C: Clock> Engine<C> {
 
 /// The watcher of a shared runtime store replaces this engine's copy of
 /// the runtime plans with what it loads.
+impl<C: Clock> Engine<C> {
+    /// Logs, under a budget, a cost a request or an upstream sent in the
+    /// field `field` of limit `limit` that is not one: it was ignored (the
+    /// limit's own cost, or the estimate, stood).
+    pub(crate) fn note_bad_cost(&self, limit: &str, field: &http::HeaderName) {
+        if let Some(left_out) = self.cost_lines.take() {
+            tracing::info!(limit, field = %field, left_out, "a cost that is not a whole number was ignored");
+        }
+    }
+}
+
 impl<C: Clock> PlansSink for Engine<C> {
     fn plans_loaded(&self, plans: HashMap<KeyId, String>) {
         self.runtime_plans.update(|m| m.mirrored(plans.clone()));

@@ -198,7 +198,7 @@ impl<C: Clock> Engine<C> {
                 gate: current.gates[a.index].as_ref(),
                 by_client: client == Some(&a.limit.key),
                 key,
-                cost: estimated(a, req),
+                cost: self.estimated(a, req),
                 logged: true,
             };
             let enforced =
@@ -271,16 +271,25 @@ fn beyond_share(limit: &Limit, cost: u64, reserve: u64) -> DecideError {
     }
 }
 
-/// The cost a request is charged under an applied limit at admission: a
-/// settled limit's estimate, where the request names one in the rule's
-/// header and no caller set the cost; else the applied cost.
-#[inline]
-fn estimated(a: &crate::policy::Applied<'_>, req: &RequestInfo<'_>) -> u64 {
-    match &a.limit.limit.settle {
-        Some(rule) if req.cost.is_none() => rule
-            .estimate_in(req.headers, a.limit.limit.spec.burst)
-            .unwrap_or(a.cost),
-        _ => a.cost,
+impl<C: Clock> Engine<C> {
+    /// The cost a request is charged under an applied limit at admission: a
+    /// settled limit's estimate, where the request names one in the rule's
+    /// header and no caller set the cost; else the applied cost. A header
+    /// that holds no whole number is ignored, and logged under a budget.
+    #[inline]
+    fn estimated(&self, a: &crate::policy::Applied<'_>, req: &RequestInfo<'_>) -> u64 {
+        match &a.limit.limit.settle {
+            Some(rule) if req.cost.is_none() => {
+                let burst = a.limit.limit.spec.burst;
+                rule.estimate_in(req.headers, burst).unwrap_or_else(|| {
+                    if let Some(field) = rule.malformed_estimate(req.headers) {
+                        self.note_bad_cost(&a.limit.limit.name, field);
+                    }
+                    a.cost
+                })
+            }
+            _ => a.cost,
+        }
     }
 }
 

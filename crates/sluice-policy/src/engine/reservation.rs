@@ -106,6 +106,15 @@ impl Reservation {
             .min()
     }
 
+    /// The concurrency slots it holds: each slot limit's labels and the
+    /// slots taken.
+    pub fn slots(&self) -> impl Iterator<Item = (&Labels, u64)> {
+        self.items
+            .iter()
+            .filter(|r| r.rule.is_slot())
+            .map(|r| (&r.labels, r.charged))
+    }
+
     /// Whether a rule reads the usage the response reports.
     pub fn reads_usage(&self) -> bool {
         self.items
@@ -132,6 +141,8 @@ pub struct SettledLimit {
     /// Why the store could not settle it, if it could not: the estimate
     /// then stands.
     pub error: Option<String>,
+    /// Whether it was a concurrency limit's slots, given back.
+    pub slot: bool,
 }
 
 impl<C: Clock> Engine<C> {
@@ -173,6 +184,9 @@ impl<C: Clock> Engine<C> {
     ) -> Vec<SettledLimit> {
         let mut out = Vec::with_capacity(reservation.items.len());
         for r in &reservation.items {
+            if let Some(field) = r.rule.malformed(seen) {
+                self.note_bad_cost(&r.labels.limit, field);
+            }
             let actual = r.rule.actual(r.charged, seen);
             let mut done = SettledLimit {
                 labels: r.labels.clone(),
@@ -182,6 +196,7 @@ impl<C: Clock> Engine<C> {
                 debited: 0,
                 excess: 0,
                 error: None,
+                slot: r.rule.is_slot(),
             };
             if actual < r.charged {
                 let back = [Check {

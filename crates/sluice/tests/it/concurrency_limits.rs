@@ -80,6 +80,13 @@ async fn a_key_holds_at_most_its_slots_until_its_responses_end() {
         refused.header("ratelimit-policy"),
         "\"streams\";q=2;qu=\"concurrent-requests\""
     );
+    let status = send(client().get(sluice.control_url("/v1/status")))
+        .await
+        .json();
+    assert_eq!(
+        status["settlements"]["limits"]["streams"]["slots_held"], 2,
+        "{status}"
+    );
     assert!(
         refused.header("ratelimit").starts_with("\"streams\";r=0;"),
         "{}",

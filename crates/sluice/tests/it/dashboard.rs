@@ -116,6 +116,15 @@ async fn the_dashboard_uses_only_exported_metrics() {
             .map(|s| s["name"].as_str().unwrap().to_owned()),
     );
     text.push_str(&overload_text);
+    // Settlements, slots and reservations, after a check and a settlement.
+    let settle_text = settlement_scrape().await;
+    let settle = parse(&settle_text).expect("parsed before");
+    exported.extend(
+        settle
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned()),
+    );
+    text.push_str(&settle_text);
     let missing: Vec<_> = used_metrics(&dashboard())
         .into_iter()
         .filter(|m| !exported.contains(m))
@@ -141,6 +150,54 @@ async fn overload_scrape() -> String {
     }
     tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     send(client.get(sluice.url("/healthz"))).await;
+    let r = send(client.get(sluice.control_url("/metrics"))).await;
+    String::from_utf8(r.body).unwrap()
+}
+
+/// A scrape of a server whose limits settle after the request and hold
+/// concurrency slots, after one check settled and one unknown settlement.
+async fn settlement_scrape() -> String {
+    let config = r#"
+[[limits]]
+name = "tokens"
+key = "header:X-Api-Key"
+rate = "1000/min"
+cost = 10
+settle = { from = "reported" }
+
+[[limits]]
+name = "streams"
+key = "header:X-Api-Key"
+algorithm = "concurrency"
+max_in_flight = 4
+"#;
+    let sluice = Sluice::start_with("dashboard-settle", config);
+    let client = client();
+    let post = |path: &str, body: serde_json::Value| {
+        client
+            .post(sluice.control_url(path))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+    };
+    let check = send(post(
+        "/v1/check",
+        serde_json::json!({"path": "/", "headers": {"X-Api-Key": "k"}}),
+    ))
+    .await;
+    let id = check.json()["reservation"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    send(post(
+        "/v1/settle",
+        serde_json::json!({"reservation": id, "cost": 3}),
+    ))
+    .await;
+    send(post(
+        "/v1/settle",
+        serde_json::json!({"reservation": "0".repeat(32)}),
+    ))
+    .await;
     let r = send(client.get(sluice.control_url("/metrics"))).await;
     String::from_utf8(r.body).unwrap()
 }

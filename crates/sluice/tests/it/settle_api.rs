@@ -115,6 +115,27 @@ async fn a_check_reserves_its_estimate_and_a_settlement_moves_the_difference() {
         assert_eq!(post(&sluice, "/v1/settle", &bad).await.status, 400, "{bad}");
     }
 
+    // An estimate that is not a whole number is ignored (the limit's cost
+    // stands), and logged.
+    let bad = post(
+        &sluice,
+        "/v1/check",
+        &json!({"path": "/v1/chat/completions", "method": "POST",
+                "headers": {"X-Api-Key": "alice", "X-Max-Tokens": "-5"}}),
+    )
+    .await;
+    assert_eq!(remaining(&bad), 1000 - 40 - 100);
+    sluice
+        .log_says("a cost that is not a whole number was ignored")
+        .await;
+    let back = post(
+        &sluice,
+        "/v1/settle",
+        &json!({ "reservation": reservation(&bad), "cost": 0 }),
+    )
+    .await;
+    assert_eq!(back.json()["settled"][0]["refunded"], 100);
+
     // The estimate named by the request: 200 of what is left.
     let second = check(&sluice, "alice", Some(200)).await;
     assert_eq!(remaining(&second), 1000 - 40 - 200);
@@ -186,4 +207,16 @@ async fn a_settlement_past_empty_refuses_the_key_until_its_debt_is_paid() {
         "{metrics}"
     );
     assert!(metrics.contains("sluice_reservations_open 1"), "{metrics}");
+    // The status page shows the same.
+    let status = send(client().get(sluice.control_url("/v1/status")))
+        .await
+        .json();
+    let t = &status["settlements"];
+    assert_eq!(t["reservations_open"], 1, "{status}");
+    assert!(
+        t["next_expiry_ms"].as_u64().is_some_and(|ms| ms <= 600_000),
+        "{status}"
+    );
+    assert_eq!(t["limits"]["tokens"]["excess"], 1, "{status}");
+    assert_eq!(t["limits"]["tokens"]["cost_excess"], 500, "{status}");
 }
