@@ -268,35 +268,6 @@ impl<C: Clock> Engine<C> {
         self.decide_reserving(req).await.map(|(verdict, _)| verdict)
     }
 
-    /// [`decide`](Self::decide), and for an admitted request the
-    /// [`Reservation`] of its limits that settle after the response (none
-    /// when no limit that applied settles): the adapter settles it with
-    /// [`settle`](Self::settle) once the response is known.
-    pub async fn decide_reserving(
-        &self,
-        req: &RequestInfo<'_>,
-    ) -> Result<(Verdict, Option<Reservation>), DecideError> {
-        let path = crate::path::canonical(req.path)?;
-        let req = &RequestInfo {
-            path: &path,
-            ..*req
-        };
-        let current = self.current.load_full();
-        host_checked(&current.policy, req)?;
-        let runtime = self
-            .runtime_plans
-            .in_force()
-            .map(arc_swap::Guard::into_inner);
-        let mut plan = Plan::new(current.policy.headers);
-        self.plan(&current, runtime.as_deref(), req, &mut plan)?;
-        let verdict = self.decide_plan(&plan).await?;
-        let reservation = verdict
-            .allowed
-            .then(|| Reservation::of(&plan, &verdict))
-            .flatten();
-        Ok((verdict, reservation))
-    }
-
     /// [`decide`](Self::decide), done now, when the store answers at once
     /// (the memory store): `None` when it does not, and nothing was
     /// decided. For callers that avoid a future where they can (the tower
@@ -473,17 +444,6 @@ impl<C: Clock> Engine<C> {
 
 /// The watcher of a shared runtime store replaces this engine's copy of
 /// the runtime plans with what it loads.
-impl<C: Clock> Engine<C> {
-    /// Logs, under a budget, a cost a request or an upstream sent in the
-    /// field `field` of limit `limit` that is not one: it was ignored (the
-    /// limit's own cost, or the estimate, stood).
-    pub(crate) fn note_bad_cost(&self, limit: &str, field: &http::HeaderName) {
-        if let Some(left_out) = self.cost_lines.take() {
-            tracing::info!(limit, field = %field, left_out, "a cost that is not a whole number was ignored");
-        }
-    }
-}
-
 impl<C: Clock> PlansSink for Engine<C> {
     fn plans_loaded(&self, plans: HashMap<KeyId, String>) {
         self.runtime_plans.update(|m| m.mirrored(plans.clone()));

@@ -19,9 +19,11 @@ use sluice_store::seam::{Check, Counter};
 use smallvec::SmallVec;
 
 use super::Engine;
+use super::host_checked;
 use super::plan::{Plan, Planned};
-use super::verdict::Verdict;
+use super::verdict::{DecideError, Verdict};
 use crate::labels::Labels;
+use crate::policy::RequestInfo;
 use crate::settlement::{Observed, Settlement};
 
 /// One limit's share of a [`Reservation`].
@@ -146,6 +148,44 @@ pub struct SettledLimit {
 }
 
 impl<C: Clock> Engine<C> {
+    /// [`decide`](Self::decide), and for an admitted request the
+    /// [`Reservation`] of its limits that settle after the response (none
+    /// when no limit that applied settles): the adapter settles it with
+    /// [`settle`](Self::settle) once the response is known.
+    pub async fn decide_reserving(
+        &self,
+        req: &RequestInfo<'_>,
+    ) -> Result<(Verdict, Option<Reservation>), DecideError> {
+        let path = crate::path::canonical(req.path)?;
+        let req = &RequestInfo {
+            path: &path,
+            ..*req
+        };
+        let current = self.current.load_full();
+        host_checked(&current.policy, req)?;
+        let runtime = self
+            .runtime_plans
+            .in_force()
+            .map(arc_swap::Guard::into_inner);
+        let mut plan = Plan::new(current.policy.headers);
+        self.plan(&current, runtime.as_deref(), req, &mut plan)?;
+        let verdict = self.decide_plan(&plan).await?;
+        let reservation = verdict
+            .allowed
+            .then(|| Reservation::of(&plan, &verdict))
+            .flatten();
+        Ok((verdict, reservation))
+    }
+
+    /// Logs, under a budget, a cost a request or an upstream sent in the
+    /// field `field` of limit `limit` that is not one: it was ignored (the
+    /// limit's own cost, or the estimate, stood).
+    pub(crate) fn note_bad_cost(&self, limit: &str, field: &http::HeaderName) {
+        if let Some(left_out) = self.cost_lines.take() {
+            tracing::info!(limit, field = %field, left_out, "a cost that is not a whole number was ignored");
+        }
+    }
+
     /// Renews the leases of a reservation's concurrency slots, on a store
     /// that keeps leases (Redis: a peek by the instance holding slots moves
     /// their expiry one lease on). A response that streams longer than a
