@@ -163,6 +163,7 @@ impl SettlingBody {
             return response;
         };
         let (parts, body) = response.into_parts();
+        let reservation_reads_fields = reservation.reads_fields();
         let usage = reservation
             .reads_usage()
             .then(|| usage_scan(&parts.headers))
@@ -173,7 +174,13 @@ impl SettlingBody {
             metrics: unsettled.metrics.take(),
             reservation,
             status: Some(parts.status.as_u16()),
-            headers: parts.headers.clone(),
+            // Kept only for a rule that reads them: a copy per response
+            // otherwise costs for nothing.
+            headers: if reservation_reads_fields {
+                parts.headers.clone()
+            } else {
+                HeaderMap::new()
+            },
             reported: parts.extensions.get::<ActualCost>().map(|c| c.0),
             renewal: unsettled.renewal.take(),
         };

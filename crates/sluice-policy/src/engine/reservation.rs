@@ -117,6 +117,18 @@ impl Reservation {
             .map(|r| (&r.labels, r.charged))
     }
 
+    /// Whether a rule reads a response header or trailer (so the adapter
+    /// keeps the header fields until the settlement).
+    pub fn reads_fields(&self) -> bool {
+        self.items.iter().any(|r| {
+            matches!(
+                r.rule.from,
+                crate::settlement::SettleFrom::Header(_)
+                    | crate::settlement::SettleFrom::Trailer(_)
+            )
+        })
+    }
+
     /// Whether a rule reads the usage the response reports.
     pub fn reads_usage(&self) -> bool {
         self.items
