@@ -19,6 +19,11 @@
 //! therefore forgets the entries of its own keys, and of about
 //! `1/STRIPES` of the others.
 //!
+//! A refund made by another instance is not seen here: a cached refusal
+//! then lasts until its retry time (it errs towards refusing). A refusal
+//! that counts on a concurrency slot is never cached, since a slot comes
+//! back whenever its holder releases it, not at a time the store can name.
+//!
 //! The cache is bounded: each shard holds at most `capacity / shards`
 //! entries and drops expired ones before taking a new one; when it is full
 //! of live entries, the new refusal is simply not cached.

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use sluice_core::Decision;
+use sluice_core::{Decision, Limiter};
 use sluice_store::seam::{
     CallObserver, Check, Checked, Counter, CounterDef, DecidedBy, Fallback, Pending, RemoteHealth,
     Slot, Store, StoreError,
@@ -145,15 +145,23 @@ impl<R: Remote> Protected<R> {
     /// checks no store could decide (a foreign counter).
     async fn decide(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
         let pairs = pairs_of(checks)?;
+        // A concurrency slot comes back whenever any instance releases it,
+        // not at its retry time: a refusal that counts on one is never
+        // cached.
+        let cache = self.cache.as_ref().filter(|_| {
+            !checks
+                .iter()
+                .any(|c| matches!(c.counter.def().limiter(), Limiter::Concurrency(_)))
+        });
         // The cache's identity of this request; not computed without one.
-        let parts: SmallVec<[Part; 4]> = match &self.cache {
+        let parts: SmallVec<[Part; 4]> = match cache {
             Some(_) => checks
                 .iter()
                 .map(|c| (c.counter.def().tag(), c.key, c.cost, c.reserve))
                 .collect(),
             None => SmallVec::new(),
         };
-        if let Some(cache) = &self.cache
+        if let Some(cache) = cache
             && let Some(decisions) = cache.lookup(&parts)
         {
             self.counts.cache_hits.fetch_add(1, Ordering::Relaxed);
@@ -180,7 +188,7 @@ impl<R: Remote> Protected<R> {
         if admit != Admit::Skip {
             // Read before the store is asked: a refund made meanwhile
             // voids what it answers (see `over_limit`).
-            let stamp = self.cache.as_ref().map(|c| c.stamp(&parts));
+            let stamp = cache.map(|c| (c, c.stamp(&parts)));
             // Reports the probe however this call ends: dropped half-way
             // (the client went away), the probe is given back.
             let probe = (admit == Admit::Probe).then(|| ProbeOut {
@@ -228,7 +236,7 @@ impl<R: Remote> Protected<R> {
     fn on_result(
         &self,
         parts: &[Part],
-        stamp: Option<Stamp>,
+        stamp: Option<(&OverLimitCache, Stamp)>,
         result: Result<Checked, RemoteError>,
     ) -> Option<Result<Checked, StoreError>> {
         match result {
@@ -238,7 +246,7 @@ impl<R: Remote> Protected<R> {
                 }
                 self.counts.store_decisions.fetch_add(1, Ordering::Relaxed);
                 if !checked.allowed
-                    && let (Some(cache), Some(stamp)) = (&self.cache, stamp)
+                    && let Some((cache, stamp)) = stamp
                 {
                     cache.remember(parts, stamp, &checked.decisions);
                 }

@@ -178,3 +178,41 @@ async fn cluster() {
     assert!(!refused.allowed);
     assert_eq!(refused.decisions[0].remaining, 1);
 }
+
+/// Concurrency slots on a Cluster: a slot taken together with a rate
+/// limit of the same client key is given back by its holder's refund.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_slots_are_given_back_by_their_holder() {
+    if !require_redis() {
+        return;
+    }
+    let cluster = RedisCluster::start(3);
+    let topology = connect(&cluster.url()).await;
+    let a = RedisStore::new(topology.clone());
+    let b = RedisStore::new(topology);
+    let slots = limiter(AlgorithmKind::Concurrency, 1);
+    let rate = limiter(AlgorithmKind::Gcra, 10);
+    let take = [
+        RedisCheck {
+            limit_id: "rate",
+            limiter: &rate,
+            key: KeyId(9),
+            cost: 1,
+            reserve: 0,
+        },
+        RedisCheck {
+            limit_id: "slots",
+            limiter: &slots,
+            key: KeyId(9),
+            cost: 1,
+            reserve: 0,
+        },
+    ];
+    assert!(a.check(&take).await.unwrap().allowed);
+    assert!(
+        !b.check(&take).await.unwrap().allowed,
+        "the one slot is held"
+    );
+    a.refund(&take[1..]).await.unwrap();
+    assert!(b.check(&take).await.unwrap().allowed, "given back");
+}

@@ -179,3 +179,65 @@ async fn two_instances_settle_exactly_as_the_rules_say() {
         "{refused_in_debt} refusals in debt, {excess} excess"
     );
 }
+
+/// The same capabilities on a Redis Cluster, through the decision API of
+/// two instances: a settlement above the estimate puts the key into debt
+/// on both, and a concurrency slot taken on one is seen by the other until
+/// it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlement_and_slots_hold_across_instances_on_a_cluster() {
+    if !require_redis() {
+        return;
+    }
+    let cluster = sluice_testkit::redis_cluster::RedisCluster::start(3);
+    let text = format!(
+        "{}\n[[limits]]\nname = \"slots\"\nkey = \"header:X-Api-Key\"\nalgorithm = \"concurrency\"\nmax_in_flight = 1\nmatch = {{ path_prefix = \"/export\" }}\n",
+        config()
+    );
+    let file = TempConfig::new("cluster-settle", &text);
+    let secret = ("SLUICE_KEY_SECRET", "cluster-settle-secret");
+    let url = cluster.url();
+    let a = Sluice::start_env(file.path(), &["--store-url", &url], &[secret]);
+    let b = Sluice::start_env(file.path(), &["--store-url", &url], &[secret]);
+    let tokens = |key: &str, estimate: u64| json!({"path": "/v1/chat", "headers": {"X-Api-Key": key, "X-Estimate": estimate.to_string()}});
+    let first = post(&a, "/v1/check", &tokens("c1", 100)).await;
+    assert_eq!(first.status, 200);
+    assert!(!first.has("sluice-fallback"), "Redis decided");
+    let id = first.json()["reservation"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let settled = post(
+        &a,
+        "/v1/settle",
+        &json!({"reservation": id, "cost": BURST + 200}),
+    )
+    .await;
+    assert_eq!(
+        settled.json()["settled"][0]["debited"],
+        BURST + 100,
+        "to empty, then 200 of debt"
+    );
+    let refused = post(&b, "/v1/check", &tokens("c1", 1)).await;
+    assert_eq!(refused.status, 429, "in debt, on the other instance too");
+    assert_eq!(post(&b, "/v1/check", &tokens("c2", 1)).await.status, 200);
+
+    let export = json!({"path": "/export", "headers": {"X-Api-Key": "c3", "X-Estimate": "1"}});
+    let held = post(&a, "/v1/check", &export).await;
+    assert_eq!(held.status, 200);
+    assert_eq!(
+        post(&b, "/v1/check", &export).await.status,
+        429,
+        "the one slot is held"
+    );
+    let slot_id = held.json()["reservation"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let released = post(&a, "/v1/release", &json!({"reservation": slot_id})).await;
+    assert_eq!(released.status, 200);
+    assert_eq!(released.json()["settled"][1]["refunded"], 1);
+    // At once on the other instance: a refusal that counts on a slot is
+    // never cached there (its retry time is only a hint).
+    assert_eq!(post(&b, "/v1/check", &export).await.status, 200, "released");
+}
