@@ -66,7 +66,13 @@ pub(crate) fn compile_limit(
         .map_err(|m| source.error_at(Some(c.matches.span()), format!("limit `{name}`: {m}")))?;
     let delay = compile_delay(source, l, &name, &spec, plan_config)?;
     let max_share = max_share(source, c, &name, all_plans)?;
-    let settle = crate::compile_settle::settle_of(source, c, &name, &spec)?;
+    let mut settle = crate::compile_settle::settle_of(source, c, &name, &spec)?;
+    if spec.algorithm == sluice_core::AlgorithmKind::Concurrency
+        && let Some(wait) = crate::compile_slots::slot_wait(source, l, &name, plan_config)?
+        && let Some(rule) = &mut settle
+    {
+        std::sync::Arc::make_mut(rule).wait = Some(std::sync::Arc::new(wait));
+    }
     let forgive = settle.as_ref().is_some_and(|s| s.forgive);
     let mut id = counter_id(plan, &name, &spec, delay.as_ref());
     if forgive {
@@ -249,6 +255,10 @@ fn compile_delay(
         }
         return Ok(None);
     };
+    if spec.algorithm == sluice_core::AlgorithmKind::Concurrency {
+        // A wait for a slot, not a delay of the charge: `slot_wait`.
+        return Ok(None);
+    }
     if !matches!(
         spec.algorithm,
         sluice_core::AlgorithmKind::TokenBucket | sluice_core::AlgorithmKind::Gcra

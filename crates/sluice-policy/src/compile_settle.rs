@@ -78,6 +78,7 @@ fn compile_settle(
         forgive: c.debt == DebtConfig::Forgive,
         charge_status: statuses(&c.charge_status, "charge_status")?,
         refund_status: statuses(&c.refund_status, "refund_status")?,
+        wait: None,
     })
 }
 

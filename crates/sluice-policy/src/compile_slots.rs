@@ -1,11 +1,13 @@
 //! Compiling a concurrency limit (`algorithm = "concurrency"`): its
 //! `max_in_flight` and `lease`, as the spec a store counts (`max_in_flight`
-//! per lease: the spec's window is the lease), and its cost.
+//! per lease: the spec's window is the lease), its cost, and its wait for
+//! a slot (`on_limit = "delay"`).
 
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use toml::Spanned;
 
-use crate::config::{ConfigError, LimitConfig, Source};
+use crate::config::{ConfigError, LimitConfig, OnLimitConfig, PlanConfig, Source};
+use crate::slot_wait::SlotWait;
 
 /// A lease when the limit names none: one minute.
 pub const DEFAULT_LEASE: &str = "60s";
@@ -73,4 +75,52 @@ pub(crate) fn slots_and_cost(
         ));
     }
     Ok((spec, cost))
+}
+
+/// A concurrency limit's `on_limit = "delay"` (its own, or its plan's):
+/// the waiting room of its requests, with `max_delay` the longest wait
+/// and `max_queue` (100 by default) the most waiting at once.
+pub(crate) fn slot_wait(
+    source: &Source,
+    l: &Spanned<LimitConfig>,
+    name: &str,
+    plan: Option<&PlanConfig>,
+) -> Result<Option<SlotWait>, ConfigError> {
+    let c = l.get_ref();
+    let on_limit = c
+        .on_limit
+        .as_ref()
+        .or(plan.and_then(|p| p.on_limit.as_ref()));
+    let Some(on_limit) = on_limit.filter(|o| *o.get_ref() == OnLimitConfig::Delay) else {
+        return Ok(None);
+    };
+    let at = |span: std::ops::Range<usize>, m: String| {
+        source.error_at(Some(span), format!("limit `{name}`: {m}"))
+    };
+    let Some(max_delay) = c
+        .max_delay
+        .as_ref()
+        .or(plan.and_then(|p| p.max_delay.as_ref()))
+    else {
+        return Err(at(
+            on_limit.span(),
+            "on_limit = \"delay\" needs max_delay, the longest a request waits for a slot, e.g. max_delay = \"2s\"".into(),
+        ));
+    };
+    let max_wait = sluice_core::parse_duration(max_delay.get_ref()).map_err(|e| {
+        at(
+            max_delay.span(),
+            format!("max_delay `{}`: {e}", max_delay.get_ref()),
+        )
+    })?;
+    let max_queue = match c
+        .max_queue
+        .as_ref()
+        .or(plan.and_then(|p| p.max_queue.as_ref()))
+    {
+        None => 100,
+        Some(q) if *q.get_ref() >= 1 => usize::try_from(*q.get_ref()).unwrap_or(usize::MAX),
+        Some(q) => return Err(at(q.span(), "max_queue must be at least 1".into())),
+    };
+    Ok(Some(SlotWait::new(max_wait, max_queue)))
 }

@@ -34,6 +34,7 @@ mod runtime;
 pub mod server_settings;
 pub mod settle;
 pub mod settlement;
+pub mod slot_wait;
 pub mod store_settings;
 
 pub use config::{Config, ConfigError, HeadersConfig, Source};

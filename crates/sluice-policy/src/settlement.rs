@@ -26,6 +26,9 @@
 //! ```
 
 use http::{HeaderMap, HeaderName};
+use std::sync::Arc;
+
+use crate::slot_wait::SlotWait;
 
 /// The most a cost read from a header or a response may be. Larger
 /// numbers are not costs a client or upstream could mean: they are
@@ -148,6 +151,9 @@ pub struct Settlement {
     pub charge_status: Option<StatusSet>,
     /// These statuses settle at 0: the request's cost is given back.
     pub refund_status: Option<StatusSet>,
+    /// A concurrency limit with `on_limit = "delay"`: where its requests
+    /// wait for a slot on this instance.
+    pub wait: Option<Arc<SlotWait>>,
 }
 
 /// A rule with the defaults: the application reports the cost, at most one
@@ -161,6 +167,7 @@ impl Default for Settlement {
             forgive: false,
             charge_status: None,
             refund_status: None,
+            wait: None,
         }
     }
 }

@@ -21,6 +21,7 @@ mod decide;
 mod outcome;
 mod plan;
 mod reservation;
+mod slot_wait;
 mod verdict;
 
 use std::collections::{BTreeMap, HashMap};

@@ -181,7 +181,10 @@ impl<C: Clock> Engine<C> {
             .map(arc_swap::Guard::into_inner);
         let mut plan = Plan::new(current.policy.headers);
         self.plan(&current, runtime.as_deref(), req, &mut plan)?;
-        let verdict = self.decide_plan(&plan).await?;
+        let mut verdict = self.decide_plan(&plan).await?;
+        if let Some(room) = super::slot_wait::room(&plan, &verdict) {
+            verdict = self.wait_for_slot(&plan, room, verdict).await?;
+        }
         let reservation = verdict
             .allowed
             .then(|| Reservation::of(&plan, &verdict))
@@ -260,6 +263,9 @@ impl<C: Clock> Engine<C> {
                 match self.store.refund(&back).await {
                     Ok(_) => done.refunded = r.charged - actual,
                     Err(e) => done.error = Some(e.to_string()),
+                }
+                if let Some(room) = &r.rule.wait {
+                    room.released();
                 }
             } else if actual > r.charged {
                 let more = actual - r.charged;

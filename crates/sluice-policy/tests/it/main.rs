@@ -12,6 +12,7 @@ mod quickstart_policy;
 mod reload;
 mod rollout;
 mod settlement;
+mod slot_waits;
 
 /// An engine call on the memory store, which answers at once.
 pub fn now<F: std::future::Future>(f: F) -> F::Output {

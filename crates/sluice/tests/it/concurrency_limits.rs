@@ -231,3 +231,44 @@ async fn the_decision_api_holds_a_slot_until_released_or_until_its_lease_ends() 
         "{text}"
     );
 }
+
+/// With `on_limit = "delay"`, a request that finds every slot held waits
+/// for one instead of a 429, and goes through when a response ends; one
+/// that finds the waiting room full is refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waits_for_a_slot_when_the_rule_says_delay() {
+    let upstream = LlmUpstream::start();
+    let text = config(&upstream.url()).replace(
+        "lease = \"1s\"",
+        "lease = \"1s\"\non_limit = \"delay\"\nmax_delay = \"30s\"\nmax_queue = 1",
+    );
+    let sluice = Sluice::start_with("slot-wait", &text);
+    upstream.hold();
+    let spawn = || {
+        let request = client()
+            .post(sluice.url("/v1/chat/completions"))
+            .header("x-api-key", "alice")
+            .body(completion());
+        tokio::spawn(async move { send(request).await })
+    };
+    let held: Vec<_> = (0..2).map(|_| spawn()).collect();
+    upstream.wait_in_flight(2).await;
+    let waiting = spawn();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "waits for a slot");
+    assert_eq!(upstream.requests(), 2, "not sent upstream while it waits");
+    let refused = call(&sluice, "alice").await;
+    refused.problem(429);
+
+    upstream.release();
+    for h in held {
+        assert_eq!(h.await.unwrap().status, 200);
+    }
+    let waited = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("admitted when a slot came back, long before max_delay")
+        .unwrap();
+    assert_eq!(waited.status, 200);
+    assert_eq!(upstream.requests(), 3);
+    assert_eq!(upstream.max_in_flight(), 2, "never more than two at once");
+}
