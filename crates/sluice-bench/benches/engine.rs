@@ -73,6 +73,7 @@ fn single_key(c: &mut Criterion) {
         headers: &headers,
         peer: Some(ip(7)),
         cost: None,
+        body: None,
     };
     // One limit for every request: one key, as governor's direct limiter
     // is one state.

@@ -85,6 +85,7 @@ rate = "100000000/s"
             headers,
             peer: Some(peer),
             cost: None,
+            body: None,
         };
         matches!(
             engine.decide_now(&req),

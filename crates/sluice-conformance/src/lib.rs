@@ -190,6 +190,7 @@ pub fn get(e: &Engine, key: &str, path: &str) -> Result<Verdict, DecideError> {
         headers: &h,
         peer: Some("192.0.2.1".parse().unwrap()),
         cost: None,
+        body: None,
     };
     let decided = match e.decide_now(&req) {
         Some(now) => now,

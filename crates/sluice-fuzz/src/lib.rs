@@ -315,6 +315,7 @@ pub fn check_json(data: &[u8]) {
         headers: &headers,
         peer: req.client_ip,
         cost: req.cost,
+        body: None,
     });
     if let Some(Ok(verdict)) = decided {
         let body = serde_json::to_vec(&sluice_http::verdict_json::VerdictJson::new(&verdict));

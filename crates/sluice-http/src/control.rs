@@ -71,9 +71,26 @@ pub struct CheckRequest {
     pub client_ip: Option<IpAddr>,
     /// A cost that replaces each matched limit's configured cost.
     pub cost: Option<u64>,
+    /// The request's JSON body, or as much of it as the caller has: where
+    /// a settle rule's `estimate = "json:<field>"` reads its estimate (its
+    /// whole-number fields at the top level; anything else is ignored).
+    pub body: Option<serde_json::Value>,
 }
 
 impl CheckRequest {
+    /// The whole-number fields at the top level of its `body`, when that
+    /// is an object.
+    pub fn body_numbers(&self) -> Option<sluice_policy::request_body::BodyNumbers> {
+        let object = self.body.as_ref()?.as_object()?;
+        let mut numbers = sluice_policy::request_body::BodyNumbers::new();
+        for (name, value) in object {
+            if let Some(n) = value.as_u64() {
+                numbers.push(name, n);
+            }
+        }
+        Some(numbers)
+    }
+
     /// What the check describes, as the engine takes it: the method, the
     /// header fields and the path without its query; or why it cannot be
     /// (the `detail` of a 400).
@@ -254,6 +271,7 @@ async fn check(
         Ok(parts) => parts,
         Err(e) => return bad_request(e),
     };
+    let numbers = req.body_numbers();
     let decided = engine
         .decide_reserving(&RequestInfo {
             method: &method,
@@ -261,6 +279,7 @@ async fn check(
             headers: &headers,
             peer: req.client_ip,
             cost: req.cost,
+            body: numbers.as_ref(),
         })
         .await;
     let (verdict, reservation) = match decided {

@@ -45,12 +45,18 @@ pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) 
         }
         None => Router::new().fallback(echo),
     };
+    let reads = engine.clone();
     inner
         .layer(
             RateLimitLayer::new(engine)
                 .with_metrics(metrics)
                 .with_verdict(),
         )
+        // Before the limits: the body's numbers, where an estimate is read
+        // there (a pass-through otherwise).
+        .layer(axum::middleware::map_request(move |req| {
+            crate::request_numbers::read_request_numbers(reads.clone(), req)
+        }))
         .layer(axum::middleware::map_request(move |req| {
             at_the_edge(req, proxied)
         }))

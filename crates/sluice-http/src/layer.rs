@@ -426,6 +426,8 @@ fn request_info<B>(req: &Request<B>, peer: Option<IpAddr>) -> RequestInfo<'_> {
         headers: req.headers(),
         peer,
         cost: None,
+        // Read before the layer, where a rule asks (`request_numbers`).
+        body: req.extensions().get(),
     }
 }
 

@@ -377,6 +377,7 @@ mod tests {
             headers: &headers,
             peer: Some(IpAddr::from(*peer)),
             cost: None,
+            body: None,
         };
         format!("{:?}", engine.decide_now(&req))
     }

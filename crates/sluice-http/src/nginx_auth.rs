@@ -73,6 +73,7 @@ pub async fn auth(
             headers: &headers,
             peer: Some(peer.ip()),
             cost: None,
+            body: None,
         })
         .await;
     metrics.record_result(&decided);

@@ -205,6 +205,7 @@ impl Overload {
                 headers,
                 peer: (self.peer)(headers, extensions),
                 cost: None,
+                body: None,
             };
             let policy = self.engine.policy();
             let key = policy.client_of(&info);

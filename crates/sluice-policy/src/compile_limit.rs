@@ -66,13 +66,7 @@ pub(crate) fn compile_limit(
         .map_err(|m| source.error_at(Some(c.matches.span()), format!("limit `{name}`: {m}")))?;
     let delay = compile_delay(source, l, &name, &spec, plan_config)?;
     let max_share = max_share(source, c, &name, all_plans)?;
-    let mut settle = crate::compile_settle::settle_of(source, c, &name, &spec)?;
-    if spec.algorithm == sluice_core::AlgorithmKind::Concurrency
-        && let Some(wait) = crate::compile_slots::slot_wait(source, l, &name, plan_config)?
-        && let Some(rule) = &mut settle
-    {
-        std::sync::Arc::make_mut(rule).wait = Some(std::sync::Arc::new(wait));
-    }
+    let settle = crate::compile_settle::settle_of(source, l, &name, &spec, plan_config)?;
     let forgive = settle.as_ref().is_some_and(|s| s.forgive);
     let mut id = counter_id(plan, &name, &spec, delay.as_ref());
     if forgive {
@@ -219,7 +213,62 @@ fn counter_id(
     id
 }
 
-/// `on_limit`, `max_delay` and `max_queue` of a limit, or of its plan.
+/// A limit's `on_limit = "delay"` with its `max_delay` and `max_queue`
+/// (its own, or its plan's); `None` without it. `max_delay` or
+/// `max_queue` without it is an error.
+pub(crate) struct DelayFields<'a> {
+    pub(crate) on_limit: &'a Spanned<OnLimitConfig>,
+    pub(crate) max_delay: Option<&'a Spanned<String>>,
+    /// `max_queue`, 100 by default.
+    pub(crate) max_queue: usize,
+}
+
+impl<'a> DelayFields<'a> {
+    pub(crate) fn of(
+        source: &Source,
+        c: &'a LimitConfig,
+        name: &str,
+        plan: Option<&'a PlanConfig>,
+    ) -> Result<Option<Self>, ConfigError> {
+        let at = |span: std::ops::Range<usize>, msg: String| {
+            source.error_at(Some(span), format!("limit `{name}`: {msg}"))
+        };
+        let on_limit = c
+            .on_limit
+            .as_ref()
+            .or(plan.and_then(|p| p.on_limit.as_ref()));
+        let Some(on_limit) = on_limit.filter(|o| *o.get_ref() == OnLimitConfig::Delay) else {
+            let own = c.max_delay.as_ref().map(Spanned::span);
+            return match own.or(c.max_queue.as_ref().map(Spanned::span)) {
+                Some(field) => Err(at(
+                    field,
+                    "max_delay and max_queue need on_limit = \"delay\"".into(),
+                )),
+                None => Ok(None),
+            };
+        };
+        let max_queue = match c
+            .max_queue
+            .as_ref()
+            .or(plan.and_then(|p| p.max_queue.as_ref()))
+        {
+            None => 100,
+            Some(q) if *q.get_ref() >= 1 => usize::try_from(*q.get_ref()).unwrap_or(usize::MAX),
+            Some(q) => return Err(at(q.span(), "max_queue must be at least 1".into())),
+        };
+        Ok(Some(Self {
+            on_limit,
+            max_delay: c
+                .max_delay
+                .as_ref()
+                .or(plan.and_then(|p| p.max_delay.as_ref())),
+            max_queue,
+        }))
+    }
+}
+
+/// A rate limit's `on_limit = "delay"` (a concurrency limit's is a wait
+/// for a slot: `compile_slots::slot_wait`).
 fn compile_delay(
     source: &Source,
     l: &Spanned<LimitConfig>,
@@ -227,36 +276,16 @@ fn compile_delay(
     spec: &LimitSpec,
     plan: Option<&PlanConfig>,
 ) -> Result<Option<DelayDef>, ConfigError> {
-    let c = l.get_ref();
     let at = |span: std::ops::Range<usize>, msg: String| source.error_at(Some(span), msg);
-    let on_limit = c
-        .on_limit
-        .as_ref()
-        .or(plan.and_then(|p| p.on_limit.as_ref()));
-    let max_delay = c
-        .max_delay
-        .as_ref()
-        .or(plan.and_then(|p| p.max_delay.as_ref()));
-    let max_queue = c
-        .max_queue
-        .as_ref()
-        .or(plan.and_then(|p| p.max_queue.as_ref()));
-    let Some(on_limit) = on_limit.filter(|o| *o.get_ref() == OnLimitConfig::Delay) else {
-        if let Some(field) = c
-            .max_delay
-            .as_ref()
-            .map(Spanned::span)
-            .or(c.max_queue.as_ref().map(Spanned::span))
-        {
-            return Err(at(
-                field,
-                format!("limit `{name}`: max_delay and max_queue need on_limit = \"delay\""),
-            ));
-        }
+    let Some(DelayFields {
+        on_limit,
+        max_delay,
+        max_queue,
+    }) = DelayFields::of(source, l.get_ref(), name, plan)?
+    else {
         return Ok(None);
     };
     if spec.algorithm == sluice_core::AlgorithmKind::Concurrency {
-        // A wait for a slot, not a delay of the charge: `slot_wait`.
         return Ok(None);
     }
     if !matches!(
@@ -280,16 +309,6 @@ fn compile_delay(
         ));
     };
     let (delay_ns, extra) = extension(source, name, spec, max_delay)?;
-    let max_queue = match max_queue {
-        None => 100,
-        Some(q) if *q.get_ref() >= 1 => usize::try_from(*q.get_ref()).unwrap_or(usize::MAX),
-        Some(q) => {
-            return Err(at(
-                q.span(),
-                format!("limit `{name}`: max_queue must be at least 1"),
-            ));
-        }
-    };
     let extended = LimitSpec {
         burst: spec.burst.saturating_add(extra),
         ..*spec

@@ -5,17 +5,19 @@ use http::HeaderName;
 use toml::Spanned;
 
 use crate::config::{ConfigError, DebtConfig, SettleConfig, Source, StatusItem};
-use crate::settlement::{SettleFrom, Settlement, StatusSet, UsageField};
+use crate::settlement::{EstimateFrom, SettleFrom, Settlement, StatusSet, UsageField};
 
 /// The settlement of a limit: its `settle` table compiled; a concurrency
 /// limit's, whose slot is given back whole when the request ends (it takes
-/// no table); or none.
+/// no table), with its wait for a slot (`on_limit = "delay"`); or none.
 pub(crate) fn settle_of(
     source: &Source,
-    c: &crate::config::LimitConfig,
+    l: &Spanned<crate::config::LimitConfig>,
     name: &str,
     spec: &sluice_core::LimitSpec,
+    plan: Option<&crate::config::PlanConfig>,
 ) -> Result<Option<std::sync::Arc<Settlement>>, ConfigError> {
+    let c = l.get_ref();
     let slots = spec.algorithm == sluice_core::AlgorithmKind::Concurrency;
     Ok(match &c.settle {
         Some(t) if slots => {
@@ -29,7 +31,10 @@ pub(crate) fn settle_of(
         Some(t) => Some(std::sync::Arc::new(compile_settle(
             source, t, name, spec.burst,
         )?)),
-        None if slots => Some(std::sync::Arc::new(Settlement::slot())),
+        None if slots => Some(std::sync::Arc::new(Settlement {
+            wait: crate::compile_slots::slot_wait(source, l, name, plan)?.map(std::sync::Arc::new),
+            ..Settlement::slot()
+        })),
         None => None,
     })
 }
@@ -49,15 +54,15 @@ fn compile_settle(
         })?,
     };
     let estimate = match &c.estimate {
-        None => None,
-        Some(e) => Some(header_of(e.get_ref()).ok_or_else(|| {
+        None => Vec::new(),
+        Some(e) => estimates_of(e.get_ref()).ok_or_else(|| {
             source.error_at(
                 Some(e.span()),
                 format!(
-                    "limit `{name}`: settle.estimate: use \"header:<Name>\" (the limit's `cost` is the estimate otherwise)"
+                    "limit `{name}`: settle.estimate: use \"header:<Name>\" or \"json:<field>\" (a whole number at the top level of the request's JSON body), or several joined by `|`, the first the request has standing (the limit's `cost` is the estimate otherwise)"
                 ),
             )
-        })?),
+        })?,
     };
     let statuses = |field: &Option<Spanned<Vec<StatusItem>>>, what: &str| match field {
         None => Ok(None),
@@ -106,6 +111,23 @@ fn settle_from(text: &str) -> Result<SettleFrom, String> {
 }
 
 /// A `"header:<Name>"` value's header.
+/// `settle.estimate`'s sources, joined by `|`.
+fn estimates_of(text: &str) -> Option<Vec<EstimateFrom>> {
+    text.split('|')
+        .map(|part| {
+            let part = part.trim();
+            if let Some(field) = part.strip_prefix("json:") {
+                let field = field.trim();
+                let ok = !field.is_empty()
+                    && field.len() <= crate::request_body::MAX_NAME
+                    && !field.contains('.');
+                return ok.then(|| EstimateFrom::BodyField(field.into()));
+            }
+            header_of(part).map(EstimateFrom::Header)
+        })
+        .collect()
+}
+
 fn header_of(text: &str) -> Option<HeaderName> {
     text.strip_prefix("header:").and_then(header_name)
 }

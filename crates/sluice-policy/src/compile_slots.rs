@@ -6,7 +6,8 @@
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use toml::Spanned;
 
-use crate::config::{ConfigError, LimitConfig, OnLimitConfig, PlanConfig, Source};
+use crate::compile_limit::DelayFields;
+use crate::config::{ConfigError, LimitConfig, PlanConfig, Source};
 use crate::slot_wait::SlotWait;
 
 /// A lease when the limit names none: one minute.
@@ -86,24 +87,15 @@ pub(crate) fn slot_wait(
     name: &str,
     plan: Option<&PlanConfig>,
 ) -> Result<Option<SlotWait>, ConfigError> {
-    let c = l.get_ref();
-    let on_limit = c
-        .on_limit
-        .as_ref()
-        .or(plan.and_then(|p| p.on_limit.as_ref()));
-    let Some(on_limit) = on_limit.filter(|o| *o.get_ref() == OnLimitConfig::Delay) else {
+    let Some(fields) = DelayFields::of(source, l.get_ref(), name, plan)? else {
         return Ok(None);
     };
     let at = |span: std::ops::Range<usize>, m: String| {
         source.error_at(Some(span), format!("limit `{name}`: {m}"))
     };
-    let Some(max_delay) = c
-        .max_delay
-        .as_ref()
-        .or(plan.and_then(|p| p.max_delay.as_ref()))
-    else {
+    let Some(max_delay) = fields.max_delay else {
         return Err(at(
-            on_limit.span(),
+            fields.on_limit.span(),
             "on_limit = \"delay\" needs max_delay, the longest a request waits for a slot, e.g. max_delay = \"2s\"".into(),
         ));
     };
@@ -113,14 +105,5 @@ pub(crate) fn slot_wait(
             format!("max_delay `{}`: {e}", max_delay.get_ref()),
         )
     })?;
-    let max_queue = match c
-        .max_queue
-        .as_ref()
-        .or(plan.and_then(|p| p.max_queue.as_ref()))
-    {
-        None => 100,
-        Some(q) if *q.get_ref() >= 1 => usize::try_from(*q.get_ref()).unwrap_or(usize::MAX),
-        Some(q) => return Err(at(q.span(), "max_queue must be at least 1".into())),
-    };
-    Ok(Some(SlotWait::new(max_wait, max_queue)))
+    Ok(Some(SlotWait::new(max_wait, fields.max_queue)))
 }

@@ -29,6 +29,7 @@ pub mod matcher;
 pub mod overload_settings;
 pub mod path;
 pub mod policy;
+pub mod request_body;
 mod request_key;
 mod runtime;
 pub mod server_settings;

@@ -73,6 +73,10 @@ pub struct RequestInfo<'a> {
     pub peer: Option<IpAddr>,
     /// A cost that overrides every limit's configured cost.
     pub cost: Option<u64>,
+    /// The whole-number fields of its JSON body, where the adapter read
+    /// them because a settle rule takes its estimate there
+    /// ([`Policy::reads_request_body`]); `None` otherwise.
+    pub body: Option<&'a crate::request_body::BodyNumbers>,
 }
 
 /// A limit that applies to a request.
@@ -297,6 +301,16 @@ impl Policy {
     /// [`Engine::decide_reserving`](crate::Engine::decide_reserving).
     pub fn settles(&self) -> bool {
         self.limits.iter().any(|l| l.limit.settle.is_some())
+    }
+
+    /// Whether a settle rule takes its estimate from the request's JSON
+    /// body (`estimate = "json:<field>"`): adapters then read the body's
+    /// top-level numbers first, as far as their bound allows.
+    pub fn reads_request_body(&self) -> bool {
+        self.limits
+            .iter()
+            .filter_map(|l| l.limit.settle.as_ref())
+            .any(|s| s.reads_request_body())
     }
 
     /// A plan's `bucket = "shared"` rules.

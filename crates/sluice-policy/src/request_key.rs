@@ -136,6 +136,7 @@ mod tests {
             headers: &headers,
             peer: None,
             cost: None,
+            body: None,
         };
         let source: KeySource = source.parse().unwrap();
         key_of(&source, &req, &TrustedProxies::new(Vec::new())).map(|k| k.map(|k| (*k).to_owned()))

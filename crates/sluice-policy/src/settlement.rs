@@ -28,6 +28,7 @@
 use http::{HeaderMap, HeaderName};
 use std::sync::Arc;
 
+use crate::policy::RequestInfo;
 use crate::slot_wait::SlotWait;
 
 /// The most a cost read from a header or a response may be. Larger
@@ -134,13 +135,25 @@ impl StatusSet {
     }
 }
 
+/// Where a request names its estimate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EstimateFrom {
+    /// A request header (`header:<Name>`).
+    Header(HeaderName),
+    /// A whole-number field at the top level of the request's JSON body
+    /// (`json:<field>`), as the adapter read it
+    /// ([`BodyNumbers`](crate::request_body::BodyNumbers)).
+    BodyField(Box<str>),
+}
+
 /// A limit's `settle` rule, compiled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
     /// Where the actual cost is read.
     pub from: SettleFrom,
-    /// A request header that names the estimate, over the limit's `cost`.
-    pub estimate: Option<HeaderName>,
+    /// Where a request names its estimate, over the limit's `cost`: the
+    /// first of these that the request has as a whole number.
+    pub estimate: Vec<EstimateFrom>,
     /// The most debt a settlement may leave, in units of cost beyond
     /// empty; what would pass it is excess, reported and not charged.
     pub max_debt: u64,
@@ -162,7 +175,7 @@ impl Default for Settlement {
     fn default() -> Self {
         Self {
             from: SettleFrom::Reported,
-            estimate: None,
+            estimate: Vec::new(),
             max_debt: 0,
             forgive: false,
             charge_status: None,
@@ -232,12 +245,25 @@ impl Settlement {
         read.unwrap_or(estimate).min(MAX_COST)
     }
 
-    /// The estimate a request names in the rule's `estimate` header, within
-    /// `1..=burst`; `None` without a usable one (absent, doubled, negative,
-    /// not a whole number): the limit's own cost then stands.
-    pub fn estimate_in(&self, headers: &HeaderMap, burst: u64) -> Option<u64> {
-        let name = self.estimate.as_ref()?;
-        cost_in(headers, name).map(|c| c.clamp(1, burst.max(1)))
+    /// The estimate a request names where the rule's `estimate` says (a
+    /// header, or a field of its JSON body), within `1..=burst`; `None`
+    /// without a usable one (absent, doubled, negative, not a whole
+    /// number): the limit's own cost then stands.
+    pub fn estimate_in(&self, req: &RequestInfo<'_>, burst: u64) -> Option<u64> {
+        self.estimate
+            .iter()
+            .find_map(|from| match from {
+                EstimateFrom::Header(name) => cost_in(req.headers, name),
+                EstimateFrom::BodyField(field) => req.body.and_then(|b| b.get(field)),
+            })
+            .map(|c| c.min(MAX_COST).clamp(1, burst.max(1)))
+    }
+
+    /// Whether the rule reads a field of the request's JSON body.
+    pub fn reads_request_body(&self) -> bool {
+        self.estimate
+            .iter()
+            .any(|e| matches!(e, EstimateFrom::BodyField(_)))
     }
 
     /// The field whose value was not a cost, when the rule reads a header
@@ -252,11 +278,15 @@ impl Settlement {
         (fields.contains_key(name) && cost_in(fields, name).is_none()).then_some(name)
     }
 
-    /// The estimate field, when the request has it but it holds no whole
-    /// number: it was ignored.
+    /// An estimate header the request has that holds no whole number: it
+    /// was ignored.
     pub fn malformed_estimate(&self, headers: &HeaderMap) -> Option<&HeaderName> {
-        let name = self.estimate.as_ref()?;
-        (headers.contains_key(name) && cost_in(headers, name).is_none()).then_some(name)
+        self.estimate.iter().find_map(|from| match from {
+            EstimateFrom::Header(name) => {
+                (headers.contains_key(name) && cost_in(headers, name).is_none()).then_some(name)
+            }
+            EstimateFrom::BodyField(_) => None,
+        })
     }
 
     /// Whether the rule reads the response body (so a proxy scans it).
@@ -313,18 +343,63 @@ mod tests {
         assert_eq!(at(&[]), None);
     }
 
+    fn request<'a>(
+        headers: &'a HeaderMap,
+        body: Option<&'a crate::request_body::BodyNumbers>,
+    ) -> RequestInfo<'a> {
+        RequestInfo {
+            method: &http::Method::POST,
+            path: "/v1/chat/completions",
+            headers,
+            peer: None,
+            cost: None,
+            body,
+        }
+    }
+
     #[test]
     fn an_estimate_is_kept_within_the_burst_and_never_zero() {
         let rule = Settlement {
-            estimate: Some(HeaderName::from_static("x-estimate")),
+            estimate: vec![EstimateFrom::Header(HeaderName::from_static("x-estimate"))],
             ..Settlement::default()
         };
-        let at = |v: &str| rule.estimate_in(&headers(&[("x-estimate", v)]), 100);
+        let at = |v: &str| {
+            let h = headers(&[("x-estimate", v)]);
+            rule.estimate_in(&request(&h, None), 100)
+        };
         assert_eq!(at("40"), Some(40));
         assert_eq!(at("0"), Some(1));
         assert_eq!(at("100000"), Some(100));
         assert_eq!(at("-1"), None);
-        assert_eq!(Settlement::default().estimate_in(&headers(&[]), 100), None);
+        let none = HeaderMap::new();
+        assert_eq!(
+            Settlement::default().estimate_in(&request(&none, None), 100),
+            None
+        );
+    }
+
+    #[test]
+    fn the_first_estimate_the_request_has_stands() {
+        let rule = Settlement {
+            estimate: vec![
+                EstimateFrom::BodyField("max_completion_tokens".into()),
+                EstimateFrom::BodyField("max_tokens".into()),
+                EstimateFrom::Header(HeaderName::from_static("x-estimate")),
+            ],
+            ..Settlement::default()
+        };
+        assert!(rule.reads_request_body());
+        let mut body = crate::request_body::BodyNumbers::new();
+        body.push("max_tokens", 300);
+        let h = headers(&[("x-estimate", "7")]);
+        assert_eq!(rule.estimate_in(&request(&h, Some(&body)), 1000), Some(300));
+        body.push("max_completion_tokens", 5000);
+        assert_eq!(
+            rule.estimate_in(&request(&h, Some(&body)), 1000),
+            Some(1000),
+            "within the burst"
+        );
+        assert_eq!(rule.estimate_in(&request(&h, None), 1000), Some(7));
     }
 
     #[test]

@@ -287,6 +287,7 @@ impl Simulator {
             headers: &self.headers,
             peer: Some(entry.peer),
             cost: entry.cost,
+            body: None,
         };
         // The memory store answers at once; an engine over any other store
         // is a bug of the caller.

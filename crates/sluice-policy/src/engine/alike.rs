@@ -297,6 +297,7 @@ mod tests {
                     headers: &h,
                     peer: s.peer.map(peer),
                     cost: s.cost,
+                    body: None,
                 };
                 let a = alike.decide_now(&req).unwrap();
                 let g = general.decide_now(&req).unwrap();

@@ -65,7 +65,7 @@ pub use verdict::{
 /// let (method, headers) = (http::Method::GET, http::HeaderMap::new());
 /// let req = sluice_policy::RequestInfo {
 ///     method: &method, path: "/", headers: &headers,
-///     peer: Some("192.0.2.1".parse()?), cost: None,
+///     peer: Some("192.0.2.1".parse()?), cost: None, body: None,
 /// };
 /// // The memory store answers at once: no runtime needed.
 /// assert!(engine.decide_now(&req).unwrap()?.allowed);
@@ -92,6 +92,9 @@ pub struct Engine<C: Clock = SystemClock> {
     reads_host: std::sync::atomic::AtomicBool,
     /// Whether a limit of the policy in force settles after the response.
     settles: std::sync::atomic::AtomicBool,
+    /// Whether a settle rule of the policy in force takes its estimate
+    /// from the request's JSON body.
+    reads_body: std::sync::atomic::AtomicBool,
     /// The longest a request waits for burst credits to be spent.
     credit_wait: Duration,
     /// The lines logged for shadowed limits that would have refused: at
@@ -165,6 +168,7 @@ impl<C: Clock> Engine<C> {
             .unwrap_or_default();
         let reads_host = std::sync::atomic::AtomicBool::new(policy.reads_host());
         let settles = std::sync::atomic::AtomicBool::new(policy.settles());
+        let reads_body = std::sync::atomic::AtomicBool::new(policy.reads_request_body());
         let compiled = Compiled::new(policy, store.as_ref(), &hasher, None);
         // A decision may spend credits: both stores must answer at once
         // for `decide_now` to finish what it starts.
@@ -179,6 +183,7 @@ impl<C: Clock> Engine<C> {
             at_once,
             reads_host,
             settles,
+            reads_body,
             credit_wait: Duration::from_millis(10),
             shadow_lines: crate::log_budget::LogBudget::new(10, 20),
             cost_lines: crate::log_budget::LogBudget::new(10, 20),
@@ -244,12 +249,23 @@ impl<C: Clock> Engine<C> {
     pub fn replace_policy(&self, policy: Policy) {
         let reads_host = policy.reads_host();
         let settles = policy.settles();
+        let reads_body = policy.reads_request_body();
         self.current
             .replace(|old| Compiled::new(policy, self.store.as_ref(), &self.hasher, Some(old)));
         self.reads_host
             .store(reads_host, std::sync::atomic::Ordering::Relaxed);
         self.settles
             .store(settles, std::sync::atomic::Ordering::Relaxed);
+        self.reads_body
+            .store(reads_body, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether a settle rule of the policy in force takes its estimate
+    /// from the request's JSON body (`estimate = "json:<field>"`): an
+    /// adapter then reads the body's top-level numbers before deciding
+    /// and gives them in [`RequestInfo::body`] (one relaxed load).
+    pub fn reads_request_body(&self) -> bool {
+        self.reads_body.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether a limit of the policy in force settles its cost after the

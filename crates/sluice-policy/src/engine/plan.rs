@@ -273,15 +273,16 @@ fn beyond_share(limit: &Limit, cost: u64, reserve: u64) -> DecideError {
 
 impl<C: Clock> Engine<C> {
     /// The cost a request is charged under an applied limit at admission: a
-    /// settled limit's estimate, where the request names one in the rule's
-    /// header and no caller set the cost; else the applied cost. A header
-    /// that holds no whole number is ignored, and logged under a budget.
+    /// settled limit's estimate, where the request names one where the rule
+    /// says (a header, a field of its JSON body) and no caller set the
+    /// cost; else the applied cost. A header that holds no whole number is
+    /// ignored, and logged under a budget.
     #[inline]
     fn estimated(&self, a: &crate::policy::Applied<'_>, req: &RequestInfo<'_>) -> u64 {
         match &a.limit.limit.settle {
             Some(rule) if req.cost.is_none() => {
                 let burst = a.limit.limit.spec.burst;
-                rule.estimate_in(req.headers, burst).unwrap_or_else(|| {
+                rule.estimate_in(req, burst).unwrap_or_else(|| {
                     if let Some(field) = rule.malformed_estimate(req.headers) {
                         self.note_bad_cost(&a.limit.limit.name, field);
                     }

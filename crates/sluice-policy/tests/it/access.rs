@@ -51,6 +51,7 @@ fn decide(
         headers: &h,
         peer: Some(ip.parse().unwrap()),
         cost: None,
+        body: None,
     })
 }
 

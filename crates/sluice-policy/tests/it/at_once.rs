@@ -78,6 +78,7 @@ fn get(headers: &HeaderMap) -> RequestInfo<'_> {
         headers,
         peer: Some("192.0.2.7".parse().unwrap()),
         cost: None,
+        body: None,
     }
 }
 

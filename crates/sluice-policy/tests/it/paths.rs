@@ -26,6 +26,7 @@ fn decide(
         headers: &headers,
         peer: Some("192.0.2.7".parse().unwrap()),
         cost: None,
+        body: None,
     };
     if at_once {
         engine.decide_here(&req)

@@ -57,6 +57,7 @@ fn decide(e: &Engine<ManualClock>, r: &Req<'_>) -> Verdict {
         headers: &r.headers,
         peer: None,
         cost: None,
+        body: None,
     })
     .unwrap()
 }
@@ -593,6 +594,7 @@ fn a_cost_beyond_the_class_share_can_never_pass() {
             headers: &headers,
             peer: None,
             cost: Some(cost),
+            body: None,
         })
     };
     let err = decide_cost(9).unwrap_err();

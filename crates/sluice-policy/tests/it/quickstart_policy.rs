@@ -42,6 +42,7 @@ fn admitted(engine: &Engine<ManualClock>, key: &str, path: &str, n: usize) -> us
                 headers: &h,
                 peer: Some("192.0.2.1".parse().unwrap()),
                 cost: None,
+                body: None,
             };
             engine.decide_here(&req).unwrap().allowed
         })
@@ -78,6 +79,7 @@ fn exports_admit_two_then_refuse_for_thirty_seconds() {
         headers: &h,
         peer: Some("192.0.2.1".parse().unwrap()),
         cost: None,
+        body: None,
     };
     let v = e.decide_here(&req).unwrap();
     assert!(!v.allowed);
@@ -100,6 +102,7 @@ fn a_request_without_a_key_is_missing_its_key() {
         headers: &h,
         peer: Some("192.0.2.1".parse().unwrap()),
         cost: None,
+        body: None,
     };
     assert!(matches!(
         e.decide_here(&req),
@@ -124,6 +127,7 @@ fn an_explicit_cost_above_a_burst_is_impossible() {
         headers: &h,
         peer: Some("192.0.2.1".parse().unwrap()),
         cost: Some(21),
+        body: None,
     };
     assert!(matches!(
         e.decide_here(&req),

@@ -23,6 +23,7 @@ fn decide(e: &Engine<ManualClock>) -> sluice_policy::Verdict {
         headers: &HeaderMap::new(),
         peer: Some("192.0.2.1".parse().unwrap()),
         cost: None,
+        body: None,
     })
     .unwrap()
 }

@@ -25,6 +25,7 @@ fn decide(e: &Engine<ManualClock>, key: &str) -> sluice_policy::Verdict {
         headers: &h,
         peer: None,
         cost: None,
+        body: None,
     })
     .unwrap()
 }

@@ -40,6 +40,7 @@ fn decide(
         headers: &headers,
         peer: None,
         cost: None,
+        body: None,
     }))
     .unwrap()
 }

@@ -34,6 +34,7 @@ async fn decide(e: &Engine) -> (Verdict, Option<Reservation>) {
         headers: &headers,
         peer: None,
         cost: None,
+        body: None,
     })
     .await
     .unwrap()

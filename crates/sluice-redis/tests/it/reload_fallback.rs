@@ -67,6 +67,7 @@ fn a_reload_forgets_the_fallback_shares_of_dropped_limits_only() {
             headers: &headers,
             peer: None,
             cost: None,
+            body: None,
         };
         assert!(engine.decide(&req).await.unwrap().allowed);
 

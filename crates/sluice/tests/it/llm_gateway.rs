@@ -85,7 +85,7 @@ async fn tokens_are_settled_from_the_usage_of_json_and_streamed_answers() {
         ("x-test-completion-tokens", "70"),
     ];
 
-    // JSON: 500 reserved, 100 used, 400 given back.
+    // JSON: its max_tokens (50) reserved, 100 used, 50 more charged.
     let first = call(&sluice, "alice", &completion(false), &counts).await;
     assert_eq!(
         first.status,
@@ -93,21 +93,25 @@ async fn tokens_are_settled_from_the_usage_of_json_and_streamed_answers() {
         "{}",
         String::from_utf8_lossy(&first.body)
     );
-    assert_used(&first, 500);
+    assert_used(&first, 50);
     assert_eq!(first.json()["usage"]["total_tokens"], 100);
-    settled(&sluice, "refunded", 1).await;
+    settled(&sluice, "debited", 1).await;
     // The upstream was asked for an uncompressed body, to read its usage.
     let asked = upstream.last_headers().unwrap();
     assert_eq!(asked["accept-encoding"], "identity");
+    // The body read for its estimate went on whole.
+    assert_eq!(upstream.last_request().unwrap(), completion(false));
 
     // An event stream: its usage is in its last event.
     let streamed = call(&sluice, "alice", &completion(true), &counts).await;
     assert_eq!(streamed.header("content-type"), "text/event-stream");
-    assert_used(&streamed, 100 + 500);
+    assert_used(&streamed, 100 + 50);
     assert!(String::from_utf8_lossy(&streamed.body).ends_with("data: [DONE]\n\n"));
-    settled(&sluice, "refunded", 2).await;
+    settled(&sluice, "debited", 2).await;
 
-    // No usage in the stream, or a stream cut short: the estimate stands.
+    // No usage in the stream, or a stream cut short: the estimate stands
+    // (a body that is not said to be JSON is not read: the limit's cost,
+    // 500, is the estimate).
     let silent = call(
         &sluice,
         "alice",
@@ -115,7 +119,7 @@ async fn tokens_are_settled_from_the_usage_of_json_and_streamed_answers() {
         &[("x-test-no-usage", "1")],
     )
     .await;
-    assert_used(&silent, 200 + 500);
+    assert_used(&silent, 200 + 50);
     settled(&sluice, "exact", 1).await;
     let cut = client()
         .post(sluice.url("/v1/chat/completions"))
@@ -128,7 +132,7 @@ async fn tokens_are_settled_from_the_usage_of_json_and_streamed_answers() {
     let _ = cut.bytes().await;
     settled(&sluice, "exact", 2).await;
     let after = call(&sluice, "alice", &completion(false), &counts).await;
-    assert_used(&after, 200 + 500 + 500 + 500);
+    assert_used(&after, 200 + 50 + 500 + 50);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,8 +158,8 @@ async fn a_key_in_debt_is_refused_and_another_is_not() {
         "{problem}"
     );
     assert_eq!(tokens_left(&refused), 0);
-    // 10,000 of debt and 500 of estimate at 20,000/min: 31.5 s.
-    assert_eq!(refused.int_header("retry-after"), 32);
+    // 10,000 of debt and 50 of estimate at 20,000/min: 30.15 s.
+    assert_eq!(refused.int_header("retry-after"), 31);
     assert_eq!(
         upstream.requests(),
         requests_before,

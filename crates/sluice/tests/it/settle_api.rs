@@ -220,3 +220,64 @@ async fn a_settlement_past_empty_refuses_the_key_until_its_debt_is_paid() {
     assert_eq!(t["limits"]["tokens"]["excess"], 1, "{status}");
     assert_eq!(t["limits"]["tokens"]["cost_excess"], 500, "{status}");
 }
+
+/// `estimate = "json:<field>"`: a check names the request's JSON body (or
+/// its top-level numbers), and the first field it has is the estimate; a
+/// header may stand in after it.
+#[tokio::test]
+async fn a_check_reads_its_estimate_from_the_request_body_it_describes() {
+    let config = CONFIG.replace(
+        "estimate = \"header:X-Max-Tokens\"",
+        "estimate = \"json:max_completion_tokens|json:max_tokens|header:X-Max-Tokens\"",
+    );
+    let sluice = Sluice::start_with("settle-api-body", &config);
+    let with_body = |key: &str, body: Value| {
+        json!({
+            "path": "/v1/chat/completions",
+            "method": "POST",
+            "headers": { "X-Api-Key": key, "X-Max-Tokens": "7" },
+            "body": body,
+        })
+    };
+    let reply = post(
+        &sluice,
+        "/v1/check",
+        &with_body(
+            "a",
+            json!({"model": "m", "max_tokens": 300, "messages": []}),
+        ),
+    )
+    .await;
+    assert_eq!(remaining(&reply), 700, "max_tokens is the estimate");
+    let reply = post(
+        &sluice,
+        "/v1/check",
+        &with_body("b", json!({"max_tokens": 300, "max_completion_tokens": 40})),
+    )
+    .await;
+    assert_eq!(remaining(&reply), 960, "the first field named stands");
+    let reply = post(
+        &sluice,
+        "/v1/check",
+        &with_body(
+            "c",
+            json!({"max_tokens": "300", "max_completion_tokens": -1}),
+        ),
+    )
+    .await;
+    assert_eq!(remaining(&reply), 993, "no whole number: the header");
+    let reply = post(
+        &sluice,
+        "/v1/check",
+        &with_body("d", json!({"max_tokens": 1e9})),
+    )
+    .await;
+    assert_eq!(remaining(&reply), 993, "not a whole number: the header");
+    let reply = post(
+        &sluice,
+        "/v1/check",
+        &with_body("e", json!({"max_tokens": 99_999_999})),
+    )
+    .await;
+    assert_eq!(remaining(&reply), 0, "within the burst");
+}

@@ -1,0 +1,279 @@
+//! A request's JSON body read before it is decided, when a settle rule
+//! takes its estimate there (`estimate = "json:max_tokens"`): its
+//! whole-number fields at the top level go to the engine
+//! ([`BodyNumbers`]), and the body goes on, unchanged, to the upstream or
+//! the handler.
+//!
+//! Bounded: at most [`MAX_BODY`] bytes are held, for at most [`MAX_WAIT`].
+//! A body that is longer, slower, not JSON (by its `Content-Type`), not an
+//! object, or has trailers is passed on as it came (what was read first,
+//! then the rest), and the limit's own cost is its estimate. A body that
+//! fails while it is read fails the same way downstream (the proxy answers
+//! 400). Requests of a policy with no such rule are not touched.
+//!
+//! With the tower layer outside the data plane, put
+//! [`read_request_numbers`] in front of it (`axum::middleware::map_request`),
+//! or insert the [`BodyNumbers`] extension yourself.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::{Bytes, BytesMut};
+use http::Request;
+use http_body::{Frame, SizeHint};
+use http_body_util::BodyExt;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use sluice_policy::Engine;
+use sluice_policy::request_body::BodyNumbers;
+
+use crate::usage::BodyKind;
+
+/// The most of a body held to read its numbers: 1 MiB.
+pub const MAX_BODY: usize = 1 << 20;
+
+/// The longest a body is waited for.
+pub const MAX_WAIT: Duration = Duration::from_secs(10);
+
+/// Reads `req`'s body numbers into its extensions, when the policy in
+/// force asks for them and the body is JSON (see the module docs).
+pub async fn read_request_numbers(engine: Arc<Engine>, req: Request<Body>) -> Request<Body> {
+    let json = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| BodyKind::from_content_type(v.as_bytes()))
+        == Some(BodyKind::Json);
+    if !json || !engine.reads_request_body() {
+        return req;
+    }
+    let (mut parts, body) = req.into_parts();
+    let (body, numbers) = hold(body).await;
+    if let Some(numbers) = numbers {
+        parts.extensions.insert(numbers);
+    }
+    Request::from_parts(parts, body)
+}
+
+/// The body again, and its numbers when it was read whole in time.
+async fn hold(mut body: Body) -> (Body, Option<BodyNumbers>) {
+    let deadline = tokio::time::Instant::now() + MAX_WAIT;
+    let mut read = BytesMut::new();
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return (replay(read, Vec::new(), Some(body)), None),
+            Ok(None) => {
+                let read = read.freeze();
+                let numbers = numbers_of(&read);
+                return (Body::from(read), numbers);
+            }
+            Ok(Some(Err(e))) => return (replay(read, vec![Err(e)], None), None),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        match frame.into_data() {
+            Ok(data) => {
+                read.extend_from_slice(&data);
+                if read.len() > MAX_BODY {
+                    return (replay(read, Vec::new(), Some(body)), None);
+                }
+            }
+            // Trailers: the body is not read for them.
+            Err(other) => return (replay(read, vec![Ok(other)], Some(body)), None),
+        }
+    }
+}
+
+/// A body of what was read, then `then`, then the rest.
+fn replay(
+    read: BytesMut,
+    then: Vec<Result<Frame<Bytes>, axum::Error>>,
+    rest: Option<Body>,
+) -> Body {
+    let mut first: VecDeque<_> = VecDeque::with_capacity(1 + then.len());
+    if !read.is_empty() {
+        first.push_back(Ok(Frame::data(read.freeze())));
+    }
+    first.extend(then);
+    Body::new(Replayed { first, rest })
+}
+
+/// Frames already read, then the body they were read from.
+struct Replayed {
+    first: VecDeque<Result<Frame<Bytes>, axum::Error>>,
+    rest: Option<Body>,
+}
+
+impl http_body::Body for Replayed {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = self.get_mut();
+        if let Some(frame) = this.first.pop_front() {
+            return Poll::Ready(Some(frame));
+        }
+        match &mut this.rest {
+            Some(rest) => Pin::new(rest).poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_empty() && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let held: u64 = self
+            .first
+            .iter()
+            .filter_map(|f| f.as_ref().ok()?.data_ref().map(|d| d.len() as u64))
+            .sum();
+        let mut hint = self
+            .rest
+            .as_ref()
+            .map_or(SizeHint::with_exact(0), |r| r.size_hint());
+        hint.set_lower(hint.lower().saturating_add(held));
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper.saturating_add(held));
+        }
+        hint
+    }
+}
+
+/// The whole-number fields at the top level of a JSON object; `None` when
+/// `json` is not one.
+pub fn numbers_of(json: &[u8]) -> Option<BodyNumbers> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let numbers = de.deserialize_map(TopLevel).ok()?;
+    de.end().ok()?;
+    Some(numbers)
+}
+
+/// The top-level object's numbers, every other value skipped.
+struct TopLevel;
+
+impl<'de> Visitor<'de> for TopLevel {
+    type Value = BodyNumbers;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<BodyNumbers, A::Error> {
+        let mut numbers = BodyNumbers::new();
+        while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if let Some(n) = map.next_value::<WholeNumber>()?.0 {
+                numbers.push(&name, n);
+            }
+        }
+        Ok(numbers)
+    }
+}
+
+/// A value, kept when it is a whole number that fits a `u64`.
+struct WholeNumber(Option<u64>);
+
+impl<'de> serde::Deserialize<'de> for WholeNumber {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(WholeNumberVisitor)
+    }
+}
+
+struct WholeNumberVisitor;
+
+impl<'de> Visitor<'de> for WholeNumberVisitor {
+    type Value = WholeNumber;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<WholeNumber, E> {
+        Ok(WholeNumber(Some(n)))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<WholeNumber, E> {
+        Ok(WholeNumber(u64::try_from(n).ok()))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<WholeNumber, E> {
+        Ok(WholeNumber(None))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<WholeNumber, E> {
+        Ok(WholeNumber(None))
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<WholeNumber, E> {
+        Ok(WholeNumber(None))
+    }
+
+    fn visit_unit<E>(self) -> Result<WholeNumber, E> {
+        Ok(WholeNumber(None))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<WholeNumber, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(WholeNumber(None))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WholeNumber, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(WholeNumber(None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_top_level_whole_numbers_are_read() {
+        let n = numbers_of(
+            br#"{"model":"m","max_tokens":512,"messages":[{"max_tokens":9}],
+                "temperature":0.5,"n":-1,"nested":{"x":1},"stream":true,"big":1e3}"#,
+        )
+        .unwrap();
+        assert_eq!(n.get("max_tokens"), Some(512));
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert_eq!(numbers_of(b"[1,2]"), None);
+        assert_eq!(numbers_of(b"{\"max_tokens\": 5"), None, "cut short");
+        assert_eq!(numbers_of(b"{\"a\":1} {}"), None, "two documents");
+        assert_eq!(
+            numbers_of(b"{\"max\\u005ftokens\":7}")
+                .unwrap()
+                .get("max_tokens"),
+            Some(7),
+            "an escaped name"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_read_whole_goes_on_unchanged() {
+        let (body, numbers) = hold(Body::from("{\"max_tokens\":40}")).await;
+        assert_eq!(numbers.unwrap().get("max_tokens"), Some(40));
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"{\"max_tokens\":40}");
+    }
+
+    #[tokio::test]
+    async fn a_body_too_long_goes_on_whole_and_unread() {
+        let long = format!("{{\"max_tokens\":1,\"pad\":\"{}\"}}", "x".repeat(MAX_BODY));
+        let chunks: Vec<Result<Bytes, std::io::Error>> = long
+            .as_bytes()
+            .chunks(64 * 1024)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let body = Body::from_stream(futures_util::stream::iter(chunks));
+        let (body, numbers) = hold(body).await;
+        assert!(numbers.is_none(), "not read past the bound");
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(bytes.len(), long.len());
+        assert_eq!(&bytes[..], long.as_bytes());
+    }
+}
