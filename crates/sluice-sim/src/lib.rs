@@ -33,6 +33,8 @@ pub mod replay;
 pub mod report;
 pub mod time;
 
-pub use log::{Entry, Format, HeaderKey, JsonlParser, LineError, NginxParser};
+pub use log::{
+    CostError, CostField, Entry, Format, HeaderKey, JsonlParser, LineError, NginxParser,
+};
 pub use replay::{Options, SimError, Simulator, Status};
 pub use report::{Counts, Report};
