@@ -36,5 +36,5 @@ pub mod time;
 pub use log::{
     CostError, CostField, Entry, Format, HeaderKey, JsonlParser, LineError, NginxParser,
 };
-pub use replay::{Options, SimError, Simulator, Status};
-pub use report::{Counts, Report};
+pub use replay::{MAX_IN_FLIGHT, Options, SimError, Simulator, Status};
+pub use report::{Costs, Counts, Report, Settled};
