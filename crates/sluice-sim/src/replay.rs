@@ -283,10 +283,7 @@ impl Simulator {
             }
         };
         match self.decide(&entry) {
-            Ok(status) => {
-                self.agg.record_cost(number, entry.actual.as_ref());
-                Some(status)
-            }
+            Ok(status) => Some(status),
             Err(e) => {
                 self.agg.bad_line(number, &e);
                 None
@@ -334,6 +331,7 @@ impl Simulator {
         let client = client_of(self.client_key.as_ref(), &self.policy, &req);
         self.agg.record(time, client, status, decided.as_ref().ok());
         if let Some(reservation) = reservation {
+            self.agg.record_cost(self.lines, entry.actual.as_ref());
             let seen = settling::Seen {
                 status: entry.status,
                 cost: entry.actual.as_ref().and_then(|a| a.as_ref().ok().copied()),

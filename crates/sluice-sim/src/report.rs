@@ -108,8 +108,9 @@ pub struct Settled {
     pub excess: u64,
 }
 
-/// The costs read from the log's cost field, and the settlements of the
-/// requests in flight.
+/// The costs read from the log's cost field for the requests settled (an
+/// admitted request under a limit that settles; the cost of any other is
+/// not used), and the settlements of the requests in flight.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Costs {
     /// The cost field, as given; `""` without one.
@@ -124,7 +125,7 @@ pub struct Costs {
     /// Requests settled before they ended, because
     /// [`MAX_IN_FLIGHT`](crate::replay::MAX_IN_FLIGHT) were in flight.
     pub settled_early: u64,
-    /// The first few requests without a cost, and why.
+    /// The first few requests settled without a cost, and why.
     pub errors: Vec<BadLine>,
 }
 

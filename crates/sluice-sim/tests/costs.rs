@@ -100,13 +100,14 @@ fn token_counts_settle_a_tokens_per_minute_limit() {
     assert_eq!(s.excess, 3500);
     let c = &r.costs;
     assert_eq!(c.field, "usage.total_tokens");
-    assert_eq!((c.read, c.missing, c.not_whole), (8, 1, 1));
+    // Counted over the requests settled: a refused one's cost is unused.
+    assert_eq!((c.read, c.missing, c.not_whole), (4, 1, 1));
     let lines: Vec<u64> = c.errors.iter().map(|e| e.line).collect();
     assert_eq!(lines, [5, 9]);
     assert!(c.errors[1].message.contains("`lots` is not a whole number"));
     let text = r.to_text(5);
     assert!(
-        text.contains("costs from `usage.total_tokens`: 8 read, 1 missing, 1 not a whole number"),
+        text.contains("costs from `usage.total_tokens`: 4 read, 1 missing, 1 not a whole number"),
         "{text}"
     );
     assert!(text.contains("line 9: `lots`"), "{text}");
@@ -148,11 +149,10 @@ impl Bucket {
         self.level -= Self::COST;
         let used = used.unwrap_or(Self::COST);
         if used <= Self::COST {
+            // Given back, the level never above full.
             let back = Self::COST - used;
-            let before = self.level;
             self.level = (self.level + back).min(Self::BURST);
-            // What was given back: never above full.
-            return (true, self.level - before, 0, 0);
+            return (true, back, 0, 0);
         }
         let more = used - Self::COST;
         let floor = (self.level - more).max(-Self::MAX_DEBT);
@@ -245,7 +245,7 @@ fn nginx_response_sizes_settle_a_bytes_limit() {
     let s = limit(&r, "bytes").settled;
     assert_eq!((s.requests, s.estimated, s.actual), (4, 4, 600 + 600 + 1));
     assert_eq!((s.refunded, s.debited, s.excess), (1, 599 + 599, 0));
-    assert_eq!((r.costs.read, r.costs.not_whole), (4, 1));
+    assert_eq!((r.costs.read, r.costs.not_whole), (3, 1));
 
     // Only the response size is a cost of nginx lines.
     let mut o = Options::new(Format::Nginx);

@@ -144,8 +144,8 @@ impl Aggregator {
         }
     }
 
-    /// Counts the cost field of a decided request's line: `None` when no
-    /// cost field is read.
+    /// Counts the cost field of the line of a request to settle (admitted
+    /// under a limit that settles): `None` when no cost field is read.
     pub(crate) fn record_cost(&mut self, line: u64, cost: Option<&Result<u64, CostError>>) {
         let c = &mut self.costs;
         let error = match cost {
