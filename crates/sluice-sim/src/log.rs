@@ -1,5 +1,5 @@
 //! Access-log parsers: nginx's `combined` format (with optional extra quoted
-//! header fields) and JSON lines ([`jsonl`]). Both borrow from the line: a
+//! header fields) and JSON lines ([`JsonlParser`]). Both borrow from the line: a
 //! line costs no allocation unless a JSON string holds escapes.
 
 mod jsonl;

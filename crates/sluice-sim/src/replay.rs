@@ -3,7 +3,7 @@
 //! it (method, path without the query, headers, socket peer; the client IP
 //! and keys then come from the policy's own rules). An admitted request
 //! under limits that settle after the response is settled when it ends
-//! ([`settling`]).
+//! (see [`Simulator::finish`] and [`MAX_IN_FLIGHT`]).
 
 mod settling;
 
