@@ -60,7 +60,8 @@ enum LogFormat {
 }
 
 /// Runs `sluice simulate`: exit 0 when the log was replayed (bad lines
-/// included), 2 on a bad config, 1 when a file cannot be read or written.
+/// included), 2 on a bad config or `--cost-field`, 1 when a file cannot be
+/// read or written.
 pub fn run(args: Args) -> ExitCode {
     let format = match args.format {
         LogFormat::Nginx => Format::Nginx,
