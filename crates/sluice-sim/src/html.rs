@@ -41,6 +41,7 @@ pub fn render(report: &Report, title: &str) -> String {
     label_table(&mut h, "Plans", "plan", &report.by_plan);
     label_table(&mut h, "Endpoints", "endpoint", &report.by_endpoint);
     limits_table(&mut h, &report.by_limit);
+    settled_table(&mut h, report);
     minutes_table(&mut h, &report.busiest_minutes);
     clients_table(&mut h, &report.by_key);
     bad_lines_table(&mut h, report.bad_lines, &report.errors);
@@ -128,6 +129,51 @@ fn limits_table(h: &mut String, rows: &[LimitRow]) {
             l.limited,
             l.shadow_requests,
             l.shadow_limited
+        );
+    }
+    h.push_str("</table>\n");
+}
+
+/// What each limit's settlements moved, under the costs read from the
+/// log; nothing without a cost field or a limit that settled.
+fn settled_table(h: &mut String, report: &Report) {
+    let c = &report.costs;
+    let rows: Vec<&LimitRow> = report
+        .by_limit
+        .iter()
+        .filter(|l| l.settled.requests > 0)
+        .collect();
+    if rows.is_empty() && c.field.is_empty() {
+        return;
+    }
+    h.push_str("<h2>Settled costs</h2>\n");
+    if !c.field.is_empty() {
+        let _ = writeln!(
+            h,
+            "<p>Costs from <code>{}</code>: {} read, {} missing, {} not a whole number; {} settled early.</p>",
+            esc(&c.field),
+            c.read,
+            c.missing,
+            c.not_whole,
+            c.settled_early
+        );
+    }
+    if rows.is_empty() {
+        return;
+    }
+    h.push_str("<table><tr><th>limit</th><th>settled</th><th>estimated</th><th>actual</th><th>refunded</th><th>debited</th><th>excess</th></tr>\n");
+    for l in rows {
+        let s = &l.settled;
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"lim\">{}</td></tr>",
+            esc(&l.name),
+            s.requests,
+            s.estimated,
+            s.actual,
+            s.refunded,
+            s.debited,
+            s.excess
         );
     }
     h.push_str("</table>\n");

@@ -5,7 +5,9 @@
 //! request at its original time through a policy on a virtual clock
 //! ([`replay`]), deciding it exactly as `sluice serve` would, and reports
 //! who would have been limited ([`report`], as JSON, and [`html`], as a
-//! self-contained page with inline SVG charts).
+//! self-contained page with inline SVG charts). A request admitted under a
+//! limit that settles its cost after the response is settled when it ends,
+//! with the cost its line gives ([`CostField`]).
 //!
 //! ```
 //! use sluice_sim::{Format, Options, Simulator};
@@ -33,6 +35,8 @@ pub mod replay;
 pub mod report;
 pub mod time;
 
-pub use log::{Entry, Format, HeaderKey, JsonlParser, LineError, NginxParser};
-pub use replay::{Options, SimError, Simulator, Status};
-pub use report::{Counts, Report};
+pub use log::{
+    CostError, CostField, Entry, Format, HeaderKey, JsonlParser, LineError, NginxParser,
+};
+pub use replay::{MAX_IN_FLIGHT, Options, SimError, Simulator, Status};
+pub use report::{Costs, Counts, Report, Settled};

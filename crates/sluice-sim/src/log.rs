@@ -1,15 +1,19 @@
 //! Access-log parsers: nginx's `combined` format (with optional extra quoted
-//! header fields) and JSON lines. Both borrow from the line: a line costs no
-//! allocation unless a JSON string holds escapes.
+//! header fields) and JSON lines ([`JsonlParser`]). Both borrow from the line: a
+//! line costs no allocation unless a JSON string holds escapes.
+
+mod jsonl;
 
 use std::borrow::Cow;
 use std::net::IpAddr;
 
-use serde::Deserialize;
 use sluice_core::Nanos;
+use sluice_policy::settlement::MAX_COST;
 use smallvec::SmallVec;
 
-use crate::time::{NginxTime, from_epoch_f64, from_epoch_u64, parse_rfc3339};
+use crate::time::NginxTime;
+
+pub use jsonl::{JsonlParser, MAX_DURATION};
 
 /// The format of an access log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,8 +22,54 @@ pub enum Format {
     /// fields (see `docs/simulate.md`).
     Nginx,
     /// One JSON object per line: `time`, `method`, `path`, `ip`, and
-    /// optionally `headers` and `cost`.
+    /// optionally `headers`, `cost`, `status` and `duration`.
     Jsonl,
+}
+
+/// Where each line's actual cost is read (`--cost-field`): the cost a
+/// request turned out to have, which settles its limits after the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CostField {
+    /// nginx: the response size, `$body_bytes_sent` (`-` is 0, as Apache
+    /// writes it).
+    BodyBytes,
+    /// JSON lines: a field, or a dotted path into nested objects
+    /// (`usage.total_tokens`), holding a whole number or a string of
+    /// digits.
+    Json(Vec<Box<str>>),
+}
+
+impl CostField {
+    /// The cost field named `text` for logs of `format`: for nginx only
+    /// `body_bytes_sent` (or `$body_bytes_sent`); for JSON lines a dotted
+    /// path of non-empty names that does not start at a field the replay
+    /// reads itself (`time`, `path`, ...) other than `cost`.
+    pub fn parse(format: Format, text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        match format {
+            Format::Nginx => match text.strip_prefix('$').unwrap_or(text) {
+                "body_bytes_sent" => Ok(Self::BodyBytes),
+                _ => Err(format!(
+                    "`{text}`: the cost of an nginx line can only be its response size, `body_bytes_sent`"
+                )),
+            },
+            Format::Jsonl => {
+                let path: Vec<Box<str>> = text.split('.').map(Box::from).collect();
+                if path.iter().any(|p| p.is_empty()) {
+                    return Err(format!(
+                        "`{text}`: name a field, or a dotted path such as `usage.total_tokens`"
+                    ));
+                }
+                let first = &*path[0];
+                if jsonl::RESERVED.contains(&first) || (first == "cost" && path.len() > 1) {
+                    return Err(format!(
+                        "`{text}`: `{first}` is a field the replay reads itself, not a cost"
+                    ));
+                }
+                Ok(Self::Json(path))
+            }
+        }
+    }
 }
 
 /// Which header a value in a log line is.
@@ -45,8 +95,31 @@ pub struct Entry<'a> {
     pub peer: IpAddr,
     /// The request headers the log recorded.
     pub headers: SmallVec<[(HeaderKey<'a>, Cow<'a, str>); 4]>,
-    /// A cost that overrides the limits' configured costs.
+    /// A cost that overrides the limits' configured costs (the estimate
+    /// of a limit that settles).
     pub cost: Option<u64>,
+    /// The response status the log recorded, if any.
+    pub status: Option<u16>,
+    /// How long the request took, if the log says (JSON lines'
+    /// `duration`).
+    pub duration: Option<Nanos>,
+    /// The request's actual cost, read from the cost field: `None` when
+    /// the parser reads none; an error when this line's is missing or not
+    /// a whole number (at most [`MAX_COST`]).
+    pub actual: Option<Result<u64, CostError>>,
+}
+
+/// Why a line has no actual cost in its cost field. The line is still a
+/// request: it is replayed with no cost observed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CostError {
+    /// The line lacks the field (or it is `null`).
+    #[error("no cost")]
+    Missing,
+    /// The field holds something else than a whole number that is not
+    /// negative.
+    #[error("`{0}` is not a whole number")]
+    NotWhole(String),
 }
 
 /// Why a line is not a request.
@@ -140,6 +213,7 @@ fn is_token(s: &str) -> bool {
 pub struct NginxParser {
     extra_fields: usize,
     time: NginxTime,
+    body_bytes: bool,
 }
 
 /// A cursor over a line.
@@ -203,7 +277,15 @@ impl NginxParser {
         Self {
             extra_fields,
             time: NginxTime::new(),
+            body_bytes: false,
         }
+    }
+
+    /// The same parser, reading each line's actual cost from its response
+    /// size (`$body_bytes_sent`).
+    pub fn with_body_bytes_cost(mut self) -> Self {
+        self.body_bytes = true;
+        self
     }
 
     /// Parses one line (without its line break).
@@ -233,11 +315,15 @@ impl NginxParser {
             .ok_or(LineError::Malformed("no quoted request line"))?;
         let (method, path) = parse_request(request)?;
         // $status $body_bytes_sent
-        for what in ["no status", "no body size"] {
-            c.skip_spaces();
-            if c.word().is_empty() {
-                return Err(LineError::Malformed(what));
-            }
+        c.skip_spaces();
+        let status = c.word();
+        c.skip_spaces();
+        let bytes = c.word();
+        if status.is_empty() {
+            return Err(LineError::Malformed("no status"));
+        }
+        if bytes.is_empty() {
+            return Err(LineError::Malformed("no body size"));
         }
         // The referer and user agent are required by `combined`.
         for what in ["no quoted referer", "no quoted user agent"] {
@@ -264,8 +350,27 @@ impl NginxParser {
             peer,
             headers,
             cost: None,
+            status: status
+                .parse::<u16>()
+                .ok()
+                .filter(|s| (100..=599).contains(s)),
+            duration: None,
+            actual: self.body_bytes.then(|| body_bytes(bytes)),
         })
     }
+}
+
+/// `$body_bytes_sent` as a cost: digits (clamped to [`MAX_COST`]), or `-`
+/// for none.
+fn body_bytes(word: &str) -> Result<u64, CostError> {
+    if word == "-" {
+        return Ok(0);
+    }
+    if !word.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(CostError::NotWhole(excerpt(word)));
+    }
+    // All digits: only too many of them fail to parse.
+    Ok(word.parse::<u64>().map_or(MAX_COST, |n| n.min(MAX_COST)))
 }
 
 /// `GET /path?q HTTP/1.1` to the method and the path.
@@ -288,136 +393,6 @@ fn parse_request(request: &str) -> Result<(&str, &str), LineError> {
     }
     let path = target_path(target).ok_or_else(bad)?;
     Ok((method, path))
-}
-
-/// Parses JSON lines:
-///
-/// ```json
-/// {"time": "2026-11-30T03:11:35.25Z", "method": "GET", "path": "/export?x=1",
-///  "ip": "192.0.2.7", "headers": {"X-Api-Key": "alice"}, "cost": 2}
-/// ```
-///
-/// `time` is RFC 3339, or a number of seconds (with a fraction) or
-/// milliseconds since the epoch. Other fields are ignored.
-#[derive(Debug, Clone, Default)]
-pub struct JsonlParser;
-
-#[derive(Deserialize)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
-
-#[derive(Deserialize)]
-struct JsonLine<'a> {
-    time: JsonTime,
-    #[serde(borrow)]
-    method: Text<'a>,
-    #[serde(borrow)]
-    path: Text<'a>,
-    #[serde(borrow)]
-    ip: Text<'a>,
-    #[serde(borrow, default)]
-    headers: JsonHeaders<'a>,
-    #[serde(default)]
-    cost: Option<u64>,
-}
-
-/// A time as the line wrote it, already converted.
-struct JsonTime(Result<Nanos, String>);
-
-impl<'de> Deserialize<'de> for JsonTime {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = JsonTime;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an RFC 3339 string or an epoch number")
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<JsonTime, E> {
-                Ok(JsonTime(from_epoch_u64(v).ok_or_else(|| v.to_string())))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<JsonTime, E> {
-                Ok(JsonTime(
-                    u64::try_from(v)
-                        .ok()
-                        .and_then(from_epoch_u64)
-                        .ok_or_else(|| v.to_string()),
-                ))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<JsonTime, E> {
-                Ok(JsonTime(from_epoch_f64(v).ok_or_else(|| v.to_string())))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<JsonTime, E> {
-                Ok(JsonTime(parse_rfc3339(v).ok_or_else(|| excerpt(v))))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-#[derive(Default)]
-struct JsonHeaders<'a>(SmallVec<[(HeaderKey<'a>, Cow<'a, str>); 4]>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for JsonHeaders<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
-            type Value = JsonHeaders<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object of header names to string values")
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(JsonHeaders::default())
-            }
-            fn visit_map<M: serde::de::MapAccess<'de>>(
-                self,
-                mut map: M,
-            ) -> Result<Self::Value, M::Error> {
-                let mut out = SmallVec::new();
-                while let Some((Text(k), Text(v))) = map.next_entry::<Text<'a>, Text<'a>>()? {
-                    out.push((HeaderKey::Name(k), v));
-                }
-                Ok(JsonHeaders(out))
-            }
-        }
-        d.deserialize_any(V(std::marker::PhantomData))
-    }
-}
-
-impl JsonlParser {
-    /// A parser.
-    pub fn new() -> Self {
-        Self
-    }
-
-    /// Parses one line (without its line break).
-    pub fn parse<'a>(&mut self, line: &'a str) -> Result<Entry<'a>, LineError> {
-        let j: JsonLine<'a> =
-            serde_json::from_str(line).map_err(|e| LineError::Json(e.to_string()))?;
-        let time = j.time.0.map_err(LineError::BadTime)?;
-        let method = j.method.0;
-        if !is_token(&method) {
-            return Err(LineError::BadRequest(excerpt(&method)));
-        }
-        let path = match j.path.0 {
-            Cow::Borrowed(p) => {
-                Cow::Borrowed(target_path(p).ok_or_else(|| LineError::BadRequest(excerpt(p)))?)
-            }
-            Cow::Owned(p) => Cow::Owned(
-                target_path(&p)
-                    .ok_or_else(|| LineError::BadRequest(excerpt(&p)))?
-                    .to_owned(),
-            ),
-        };
-        let ip = j.ip.0;
-        let peer: IpAddr = ip.parse().map_err(|_| LineError::BadIp(excerpt(&ip)))?;
-        Ok(Entry {
-            time,
-            method,
-            path,
-            peer,
-            headers: j.headers.0,
-            cost: j.cost,
-        })
-    }
 }
 
 #[cfg(test)]
@@ -508,79 +483,30 @@ mod tests {
     }
 
     #[test]
-    fn jsonl_lines() {
-        let mut p = JsonlParser::new();
-        let e = p
-            .parse(r#"{"time":"2000-10-10T20:55:36Z","method":"GET","path":"/export?x=1","ip":"192.0.2.7","headers":{"X-Api-Key":"alice"},"cost":3,"status":200}"#)
-            .unwrap();
-        assert_eq!(e.time, T);
-        assert_eq!(e.path, "/export");
-        assert_eq!(e.cost, Some(3));
+    fn nginx_status_and_body_bytes_as_the_cost() {
+        let line = |status: &str, bytes: &str| {
+            format!(
+                r#"192.0.2.1 - - [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.1" {status} {bytes} "-" "ua""#
+            )
+        };
+        let mut p = NginxParser::new(0).with_body_bytes_cost();
+        let l = line("200", "2326");
+        let e = p.parse(&l).unwrap();
+        assert_eq!((e.status, e.actual), (Some(200), Some(Ok(2326))));
+        assert_eq!(p.parse(&line("204", "-")).unwrap().actual, Some(Ok(0)));
         assert_eq!(
-            e.headers.as_slice(),
-            &[(
-                HeaderKey::Name(Cow::Borrowed("X-Api-Key")),
-                Cow::Borrowed("alice")
-            )]
+            p.parse(&line("200", "99999999999999999999999"))
+                .unwrap()
+                .actual,
+            Some(Ok(MAX_COST))
         );
-        assert!(matches!(e.method, Cow::Borrowed(_)));
-        // Epoch seconds, milliseconds, escapes, null headers.
-        let e = p
-            .parse(r#"{"time":971211336,"method":"GET","path":"/","ip":"::1"}"#)
-            .unwrap();
-        assert_eq!(e.time, T);
-        let e = p
-            .parse(r#"{"time":971211336250,"method":"GET","path":"/a\u0062","ip":"::1","headers":null}"#)
-            .unwrap();
-        assert_eq!(e.time, T + SECOND / 4);
-        assert_eq!(e.path, "/ab");
-        let e = p
-            .parse(r#"{"time":971211336.5,"method":"GET","path":"/","ip":"::1"}"#)
-            .unwrap();
-        assert_eq!(e.time, T + SECOND / 2);
-    }
-
-    #[test]
-    fn jsonl_malformed_lines_are_errors() {
-        let mut p = JsonlParser::new();
-        let cases = [
-            ("", "JSON"),
-            ("{", "JSON"),
-            ("[1,2]", "JSON"),
-            (r#"{"method":"GET","path":"/","ip":"::1"}"#, "time"),
-            (
-                r#"{"time":"yesterday","method":"GET","path":"/","ip":"::1"}"#,
-                "BadTime",
-            ),
-            (
-                r#"{"time":-5,"method":"GET","path":"/","ip":"::1"}"#,
-                "BadTime",
-            ),
-            (
-                r#"{"time":1,"method":"G T","path":"/","ip":"::1"}"#,
-                "BadRequest",
-            ),
-            (
-                r#"{"time":1,"method":"GET","path":"x","ip":"::1"}"#,
-                "BadRequest",
-            ),
-            (
-                r#"{"time":1,"method":"GET","path":"/","ip":"nope"}"#,
-                "BadIp",
-            ),
-            (
-                r#"{"time":1,"method":"GET","path":"/","ip":"::1","headers":{"a":1}}"#,
-                "JSON",
-            ),
-            (
-                r#"{"time":1,"method":"GET","path":"/","ip":"::1","cost":-1}"#,
-                "JSON",
-            ),
-        ];
-        for (line, what) in cases {
-            let e = p.parse(line).expect_err(line);
-            let text = format!("{e:?} {e}");
-            assert!(text.contains(what), "{line}: {text}");
-        }
+        let l = line("abc", "12k");
+        let e = p.parse(&l).unwrap();
+        assert_eq!(e.status, None, "not a status: ignored");
+        assert_eq!(e.actual, Some(Err(CostError::NotWhole("12k".into()))));
+        // Without the cost, the size is not read.
+        let l = line("503", "12k");
+        let e = NginxParser::new(0).parse(&l).unwrap();
+        assert_eq!((e.status, e.actual), (Some(503), None));
     }
 }

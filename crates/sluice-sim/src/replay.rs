@@ -1,7 +1,11 @@
 //! The replay: each log line's request, decided by the policy's engine on a
 //! virtual clock set to the line's time, exactly as `sluice serve` decides
 //! it (method, path without the query, headers, socket peer; the client IP
-//! and keys then come from the policy's own rules).
+//! and keys then come from the policy's own rules). An admitted request
+//! under limits that settle after the response is settled when it ends
+//! (see [`Simulator::finish`] and [`MAX_IN_FLIGHT`]).
+
+mod settling;
 
 use std::io::BufRead;
 use std::path::Path;
@@ -10,12 +14,15 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use sluice_core::{ManualClock, Nanos};
 use sluice_policy::{
-    Config, ConfigError, DecideError, Engine, KeySource, KeyText, Policy, RequestInfo, Source,
+    Config, ConfigError, DecideError, Engine, KeySource, KeyText, Policy, RequestInfo, Reservation,
+    Source, Verdict,
 };
 use sluice_store::{KeyHasher, MemoryStore, MemoryStoreConfig};
 
-use crate::log::{Entry, Format, HeaderKey, JsonlParser, LineError, NginxParser};
+use crate::log::{CostField, Entry, Format, HeaderKey, JsonlParser, LineError, NginxParser};
 use crate::report::{Aggregator, Client, Report};
+
+pub use settling::MAX_IN_FLIGHT;
 
 /// How to replay.
 #[derive(Debug, Clone)]
@@ -32,6 +39,11 @@ pub struct Options {
     pub key_secret: Vec<u8>,
     /// Show client keys and IPs in the report instead of their hashes.
     pub show_keys: bool,
+    /// Where each line's actual cost is read, as
+    /// [`CostField::parse`] takes it: `body_bytes_sent` for nginx, a field
+    /// or dotted path (`usage.total_tokens`) for JSON lines. `None`: no
+    /// cost is read, and limits that settle keep their estimates.
+    pub cost_field: Option<String>,
 }
 
 impl Options {
@@ -42,6 +54,7 @@ impl Options {
             nginx_fields: None,
             key_secret: b"sluice-simulate".to_vec(),
             show_keys: false,
+            cost_field: None,
         }
     }
 }
@@ -55,6 +68,9 @@ pub enum SimError {
     /// A header name given for the nginx fields is not a header name.
     #[error("`{0}` is not a header name")]
     HeaderName(String),
+    /// The cost field cannot be read from logs of the format.
+    #[error("--cost-field {0}")]
+    CostField(String),
     /// The log cannot be read.
     #[error("cannot read the log: {0}")]
     Io(#[from] std::io::Error),
@@ -98,6 +114,10 @@ pub struct Simulator {
     agg: Aggregator,
     hasher: KeyHasher,
     show_keys: bool,
+    /// The cost field, as given.
+    cost_field: Option<String>,
+    /// Admitted requests that settle when they end.
+    flights: settling::Flights,
 }
 
 impl Simulator {
@@ -130,13 +150,13 @@ impl Simulator {
                 .collect::<Result<_, _>>()?,
             None => default_fields(&config),
         };
-        Ok(Self::build(
+        Self::build(
             policy,
             config.store.max_keys,
             config.client.key.clone(),
             fields,
             options,
-        ))
+        )
     }
 
     /// A simulator for a compiled policy. Without the config, the client is
@@ -153,7 +173,7 @@ impl Simulator {
             })
             .collect::<Result<_, _>>()?;
         let max_keys = MemoryStoreConfig::default().max_keys;
-        Ok(Self::build(policy, max_keys, None, fields, options))
+        Self::build(policy, max_keys, None, fields, options)
     }
 
     fn build(
@@ -162,7 +182,7 @@ impl Simulator {
         client_key: Option<KeySource>,
         fields: Vec<HeaderName>,
         options: Options,
-    ) -> Self {
+    ) -> Result<Self, SimError> {
         let clock = ManualClock::new(0);
         // The store the server builds for this policy, on the virtual clock.
         let store = MemoryStore::with_clock(
@@ -174,11 +194,23 @@ impl Simulator {
         );
         let hasher = KeyHasher::from_secret(&options.key_secret);
         let engine = Engine::with_store(policy, Arc::new(store), hasher.clone());
-        let parser = match options.format {
-            Format::Nginx => Parser::Nginx(NginxParser::new(fields.len())),
-            Format::Jsonl => Parser::Jsonl(JsonlParser::new()),
+        let cost = options
+            .cost_field
+            .as_deref()
+            .map(|text| CostField::parse(options.format, text))
+            .transpose()
+            .map_err(SimError::CostField)?;
+        let parser = match (options.format, cost) {
+            (Format::Nginx, Some(_)) => {
+                Parser::Nginx(NginxParser::new(fields.len()).with_body_bytes_cost())
+            }
+            (Format::Nginx, None) => Parser::Nginx(NginxParser::new(fields.len())),
+            (Format::Jsonl, Some(CostField::Json(path))) => {
+                Parser::Jsonl(JsonlParser::with_cost_field(path))
+            }
+            (Format::Jsonl, _) => Parser::Jsonl(JsonlParser::new()),
         };
-        Self {
+        Ok(Self {
             policy: engine.policy(),
             engine,
             clock,
@@ -192,7 +224,9 @@ impl Simulator {
             agg: Aggregator::default(),
             hasher,
             show_keys: options.show_keys,
-        }
+            cost_field: options.cost_field,
+            flights: settling::Flights::default(),
+        })
     }
 
     /// The headers the extra fields of nginx lines hold, in order.
@@ -207,7 +241,8 @@ impl Simulator {
 
     /// Replays every line of a log, calling `each(line_number, status)` for
     /// each request decided (line numbers count from 1; bad and blank lines
-    /// are skipped).
+    /// are skipped). At the end of the log, the requests still in flight
+    /// are settled ([`finish`](Self::finish)).
     pub fn replay_with(
         &mut self,
         mut reader: impl BufRead,
@@ -217,6 +252,7 @@ impl Simulator {
         loop {
             buf.clear();
             if reader.read_until(b'\n', &mut buf)? == 0 {
+                self.finish();
                 return Ok(());
             }
             self.lines += 1;
@@ -280,6 +316,8 @@ impl Simulator {
             entry.time
         };
         self.latest = time;
+        // Requests that ended by now give back what they did not use first.
+        self.settle_until(time);
         self.clock.set(time);
         let req = RequestInfo {
             method: &method,
@@ -289,16 +327,18 @@ impl Simulator {
             cost: entry.cost,
             body: None,
         };
-        // The memory store answers at once; an engine over any other store
-        // is a bug of the caller.
-        let decided = self.engine.decide_now(&req).unwrap_or_else(|| {
-            Err(DecideError::Internal(
-                "the simulator needs a store in this process".into(),
-            ))
-        });
+        let (decided, reservation) = decide_with(&self.engine, &req);
         let status = Status::of(&decided);
         let client = client_of(self.client_key.as_ref(), &self.policy, &req);
         self.agg.record(time, client, status, decided.as_ref().ok());
+        if let Some(reservation) = reservation {
+            self.agg.record_cost(self.lines, entry.actual.as_ref());
+            let seen = settling::Seen {
+                status: entry.status,
+                cost: entry.actual.as_ref().and_then(|a| a.as_ref().ok().copied()),
+            };
+            self.hold(reservation, time, entry.duration, seen);
+        }
         Ok(status)
     }
 
@@ -306,7 +346,29 @@ impl Simulator {
     pub fn report(&self) -> Report {
         let mut report = self.agg.report(self.show_keys, &self.hasher);
         report.lines = self.lines;
+        report.costs.field = self.cost_field.clone().unwrap_or_default();
         report
+    }
+}
+
+/// Decides a request as the server would: at once, and, when a limit of
+/// the policy settles after the response, with the reservation to settle.
+/// The memory store answers at once; an engine over any other store is a
+/// bug of the caller.
+fn decide_with(
+    engine: &Engine<ManualClock>,
+    req: &RequestInfo<'_>,
+) -> (Result<Verdict, DecideError>, Option<Reservation>) {
+    let not_at_once =
+        || DecideError::Internal("the simulator needs a store in this process".into());
+    if !engine.settles() {
+        let decided = engine.decide_now(req).unwrap_or_else(|| Err(not_at_once()));
+        return (decided, None);
+    }
+    match sluice_store::seam::now_or_never(engine.decide_reserving(req)) {
+        Some(Ok((verdict, reservation))) => (Ok(verdict), reservation),
+        Some(Err(e)) => (Err(e), None),
+        None => (Err(not_at_once()), None),
     }
 }
 

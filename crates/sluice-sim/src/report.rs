@@ -83,6 +83,50 @@ pub struct LimitRow {
     pub shadow_requests: u64,
     /// Requests it would have refused in shadow.
     pub shadow_limited: u64,
+    /// Its settlements, when it settles costs after the response (or is
+    /// a concurrency limit).
+    pub settled: Settled,
+}
+
+/// What one limit's settlements moved: the requests it admitted, each
+/// settled when it ended (see `docs/simulate.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Settled {
+    /// Requests settled.
+    pub requests: u64,
+    /// The estimates charged at admission, summed.
+    pub estimated: u64,
+    /// The actual costs, summed.
+    pub actual: u64,
+    /// Given back: actual costs below their estimates (for a concurrency
+    /// limit, the slots given back).
+    pub refunded: u64,
+    /// Charged afterwards: actual costs above their estimates, debt
+    /// included.
+    pub debited: u64,
+    /// Beyond the limit's `max_debt`: not charged.
+    pub excess: u64,
+}
+
+/// The costs read from the log's cost field for the requests settled (an
+/// admitted request under a limit that settles; the cost of any other is
+/// not used), and the settlements of the requests in flight.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Costs {
+    /// The cost field, as given; `""` without one.
+    pub field: String,
+    /// Requests with a cost in the field.
+    pub read: u64,
+    /// Requests without it (or `null`): settled with no cost observed.
+    pub missing: u64,
+    /// Requests whose cost is not a whole number that is not negative:
+    /// settled with no cost observed.
+    pub not_whole: u64,
+    /// Requests settled before they ended, because
+    /// [`MAX_IN_FLIGHT`](crate::replay::MAX_IN_FLIGHT) were in flight.
+    pub settled_early: u64,
+    /// The first few requests settled without a cost, and why.
+    pub errors: Vec<BadLine>,
 }
 
 /// One minute's traffic.
@@ -156,6 +200,8 @@ pub struct Report {
     pub busiest_minutes: Vec<MinuteRow>,
     /// Requests and limited requests over time.
     pub timeline: Timeline,
+    /// The log's costs and the settlements they made.
+    pub costs: Costs,
 }
 
 impl Report {

@@ -35,6 +35,13 @@ pub struct Args {
     /// `header:` keys, then X-Forwarded-For if it trusts proxies).
     #[arg(long, value_delimiter = ',')]
     nginx_fields: Option<Vec<String>>,
+    /// Where each line's actual cost is read, for the limits that settle
+    /// after the response: a field of JSON lines, or a dotted path into
+    /// nested objects (`tokens`, `usage.total_tokens`); for nginx lines,
+    /// `body_bytes_sent` (the response size). A line without one settles
+    /// at the estimate.
+    #[arg(long, value_name = "FIELD")]
+    cost_field: Option<String>,
     /// Write each request's status (200, 429, 401, 403, 400) as JSON lines
     /// `{"line":N,"status":S}` to this file.
     #[arg(long)]
@@ -53,7 +60,8 @@ enum LogFormat {
 }
 
 /// Runs `sluice simulate`: exit 0 when the log was replayed (bad lines
-/// included), 2 on a bad config, 1 when a file cannot be read or written.
+/// included), 2 on a bad config or `--cost-field`, 1 when a file cannot be
+/// read or written.
 pub fn run(args: Args) -> ExitCode {
     let format = match args.format {
         LogFormat::Nginx => Format::Nginx,
@@ -62,6 +70,7 @@ pub fn run(args: Args) -> ExitCode {
     let mut options = Options::new(format);
     options.show_keys = args.show_keys;
     options.nginx_fields = args.nginx_fields.clone();
+    options.cost_field = args.cost_field.clone();
     // Name keys (and split `enforce_percent` rollouts) as a Redis-backed
     // `sluice serve` with the same secret does.
     options.key_secret = match std::env::var("SLUICE_KEY_SECRET") {

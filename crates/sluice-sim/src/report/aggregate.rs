@@ -8,10 +8,11 @@ use std::sync::Arc;
 use sluice_core::Nanos;
 use sluice_core::clock::SECOND;
 use sluice_policy::Outcome as Status;
-use sluice_policy::{LimitResult, Verdict};
+use sluice_policy::{Labels, SettledLimit, Verdict};
 use smallvec::SmallVec;
 
-use super::{BadLine, Counts};
+use super::{BadLine, Costs, Counts, Settled};
+use crate::log::CostError;
 
 /// A cheap hasher for the aggregation maps (keys come from logs, not from
 /// attackers of this process).
@@ -87,6 +88,8 @@ pub(super) struct LimitCounts {
     pub(super) shadow_requests: u64,
     /// Requests it would have refused in shadow.
     pub(super) shadow_limited: u64,
+    /// Its settlements.
+    pub(super) settled: Settled,
 }
 
 /// Counts decisions as they are made.
@@ -125,6 +128,8 @@ pub(crate) struct Aggregator {
     pub(super) errors: Vec<BadLine>,
     /// Lines earlier than one already replayed.
     pub(crate) out_of_order: u64,
+    /// The costs read, and the first few missing.
+    pub(crate) costs: Costs,
 }
 
 impl Aggregator {
@@ -136,6 +141,44 @@ impl Aggregator {
                 line,
                 message: error.to_string(),
             });
+        }
+    }
+
+    /// Counts the cost field of the line of a request to settle (admitted
+    /// under a limit that settles): `None` when no cost field is read.
+    pub(crate) fn record_cost(&mut self, line: u64, cost: Option<&Result<u64, CostError>>) {
+        let c = &mut self.costs;
+        let error = match cost {
+            None => return,
+            Some(Ok(_)) => {
+                c.read += 1;
+                return;
+            }
+            Some(Err(e)) => e,
+        };
+        match error {
+            CostError::Missing => c.missing += 1,
+            CostError::NotWhole(_) => c.not_whole += 1,
+        }
+        if c.errors.len() < KEPT_ERRORS {
+            c.errors.push(BadLine {
+                line,
+                message: error.to_string(),
+            });
+        }
+    }
+
+    /// Counts a request's settlements, per limit.
+    pub(crate) fn record_settled(&mut self, settled: &[SettledLimit]) {
+        for s in settled {
+            let slot = self.slot(&s.labels);
+            let c = &mut self.by_limit[slot.limit].settled;
+            c.requests += 1;
+            c.estimated = c.estimated.saturating_add(s.charged);
+            c.actual = c.actual.saturating_add(s.actual);
+            c.refunded = c.refunded.saturating_add(s.refunded);
+            c.debited = c.debited.saturating_add(s.debited);
+            c.excess = c.excess.saturating_add(s.excess);
         }
     }
 
@@ -194,7 +237,7 @@ impl Aggregator {
         let mut plans: SmallVec<[usize; 4]> = SmallVec::new();
         let mut endpoints: SmallVec<[usize; 4]> = SmallVec::new();
         for r in &v.results {
-            let slot = self.slot(r);
+            let slot = self.slot(&r.labels);
             if let Some(p) = slot.plan
                 && !plans.contains(&p)
             {
@@ -210,7 +253,7 @@ impl Aggregator {
         for r in &v.shadow {
             let refused = u64::from(!r.decision.allowed);
             self.shadow_limited += refused;
-            let slot = self.slot(r);
+            let slot = self.slot(&r.labels);
             let c = &mut self.by_limit[slot.limit];
             c.shadow_requests += 1;
             c.shadow_limited += refused;
@@ -224,19 +267,18 @@ impl Aggregator {
     }
 
     /// Where a limit's counts are; made at its first decision.
-    fn slot(&mut self, r: &LimitResult) -> Slot {
-        let addr = r.labels.addr();
+    fn slot(&mut self, l: &Labels) -> Slot {
+        let addr = l.addr();
         if let Some(s) = self.slots.get(&addr) {
             return *s;
         }
-        let l = &r.labels;
         let slot = Slot {
             limit: self.by_limit.len(),
             plan: (!l.plan.is_empty()).then(|| index_of(&mut self.by_plan, &l.plan)),
             endpoint: index_of(&mut self.by_endpoint, &l.endpoint),
         };
         self.by_limit.push(LimitCounts {
-            name: r.labels.limit.clone(),
+            name: l.limit.clone(),
             plan: l.plan.clone(),
             endpoint: l.endpoint.clone(),
             ..LimitCounts::default()

@@ -49,6 +49,7 @@ impl Aggregator {
             by_limit: limit_rows(&self.by_limit),
             busiest_minutes: busiest_minutes(&self.ticks, BUSIEST_MINUTES),
             timeline: timeline(&self.ticks),
+            costs: self.costs.clone(),
         }
     }
 
@@ -133,6 +134,7 @@ fn limit_rows(limits: &[LimitCounts]) -> Vec<LimitRow> {
             limited: l.limited,
             shadow_requests: l.shadow_requests,
             shadow_limited: l.shadow_limited,
+            settled: l.settled,
         })
         .collect();
     rows.sort_by(|a, b| {

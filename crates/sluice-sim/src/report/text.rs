@@ -2,12 +2,12 @@
 
 use std::fmt::Write;
 
-use super::{BadLine, KeyRow, LabelRow, MinuteRow, Report};
+use super::{BadLine, Costs, KeyRow, LabelRow, LimitRow, MinuteRow, Report};
 
 impl Report {
     /// A plain-text summary for a terminal: totals, the most limited
-    /// clients (at most `top`), plans, endpoints, busiest minutes and bad
-    /// lines.
+    /// clients (at most `top`), plans, endpoints, settled costs, busiest
+    /// minutes and bad lines.
     pub fn to_text(&self, top: usize) -> String {
         let mut s = String::new();
         self.write_totals(&mut s);
@@ -20,6 +20,7 @@ impl Report {
         write_limited_clients(&mut s, &hit);
         write_label_table(&mut s, "plan", &self.by_plan);
         write_label_table(&mut s, "endpoint", &self.by_endpoint);
+        write_settled(&mut s, &self.costs, &self.by_limit);
         write_busiest_minutes(&mut s, &self.busiest_minutes);
         write_bad_lines(&mut s, self.bad_lines, &self.errors);
         s
@@ -93,6 +94,45 @@ fn write_label_table(s: &mut String, title: &str, rows: &[LabelRow]) {
             s,
             "  {:<40} {:>10} {:>10} {:>10} {:>10}",
             r.name, r.counts.requests, r.counts.admitted, r.counts.limited, r.counts.delayed
+        );
+    }
+}
+
+/// The costs read from the log and what each limit's settlements moved;
+/// nothing without a cost field or a limit that settled.
+fn write_settled(s: &mut String, costs: &Costs, limits: &[LimitRow]) {
+    let settled: Vec<&LimitRow> = limits.iter().filter(|l| l.settled.requests > 0).collect();
+    if !costs.field.is_empty() {
+        let _ = writeln!(
+            s,
+            "\ncosts from `{}`: {} read, {} missing, {} not a whole number",
+            costs.field, costs.read, costs.missing, costs.not_whole
+        );
+        for e in &costs.errors {
+            let _ = writeln!(s, "  line {}: {}", e.line, e.message);
+        }
+    }
+    if settled.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n  {:<30} {:>9} {:>11} {:>11} {:>11} {:>11} {:>9}",
+        "settled (limit)", "requests", "estimated", "actual", "refunded", "debited", "excess"
+    );
+    for l in settled {
+        let c = &l.settled;
+        let _ = writeln!(
+            s,
+            "  {:<30} {:>9} {:>11} {:>11} {:>11} {:>11} {:>9}",
+            l.name, c.requests, c.estimated, c.actual, c.refunded, c.debited, c.excess
+        );
+    }
+    if costs.settled_early > 0 {
+        let _ = writeln!(
+            s,
+            "  {} requests settled early: too many in flight",
+            costs.settled_early
         );
     }
 }

@@ -243,3 +243,136 @@ fn nginx_fields_named_on_the_command_line_and_the_log_on_stdin() {
     assert_eq!(r["by_key"][0]["key"], "198.51.100.1", "{r:#}");
     assert_eq!(r["by_key"][0]["limited"], 1, "{r:#}");
 }
+
+/// The settled-costs example of docs/simulate.md: the LLM gateway's free
+/// tier over a JSON-lines log with token counts and durations.
+#[test]
+fn the_llm_example_settles_its_token_counts() {
+    let config = example_path("llm-gateway.toml");
+    let log = example_path("simulate/llm.jsonl");
+    let decisions = temp("llm-decisions.jsonl");
+    let out = simulate(&[
+        os("--config"),
+        config.as_os_str(),
+        os("--log"),
+        log.as_os_str(),
+        os("--format"),
+        os("jsonl"),
+        os("--cost-field"),
+        os("usage.total_tokens"),
+        os("--decisions"),
+        decisions.as_os_str(),
+        os("--json"),
+    ]);
+    let written = std::fs::read_to_string(&decisions).unwrap_or_default();
+    let _ = std::fs::remove_file(&decisions);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The long completion (line 2) ends at 13.5 s and puts the key 9,500
+    // tokens in debt: refused at 14 s and 30 s, paid off by 45 s.
+    let statuses: Vec<u64> = written
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["status"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 200, 200]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let settled = |name: &str| {
+        let row = r["by_limit"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {r:#}"));
+        let s = &row["settled"];
+        [
+            "requests",
+            "estimated",
+            "actual",
+            "refunded",
+            "debited",
+            "excess",
+        ]
+        .map(|k| s[k].as_u64().unwrap())
+    };
+    // 500 reserved per call; 120, 30000, 800 used, the 502 given back
+    // whole, and the last (no usage) at its estimate.
+    assert_eq!(
+        settled("free-tokens"),
+        [5, 2500, 120 + 30000 + 800 + 500, 380 + 500, 29500 + 300, 0]
+    );
+    assert_eq!(settled("free-tokens-daily"), settled("free-tokens"));
+    assert_eq!(settled("free-streams"), [5, 5, 0, 5, 0, 0]);
+    assert_eq!(settled("free-requests")[0], 0, "it does not settle");
+    let c = &r["costs"];
+    assert_eq!(c["field"], "usage.total_tokens");
+    assert_eq!(
+        (c["read"].as_u64(), c["missing"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(c["errors"][0]["line"], 6);
+}
+
+#[test]
+fn nginx_response_sizes_as_the_cost() {
+    let config = TempConfig::new(
+        "sim-bytes",
+        "[[limits]]\nname = \"bytes\"\nkey = \"ip\"\nrate = \"1000/min\"\nburst = 1000\nsettle = { from = \"body_bytes\" }\n",
+    );
+    let line = |bytes: &str| {
+        format!(
+            "192.0.2.7 - - [30/Nov/2026:09:00:00 +0000] \"GET /export HTTP/1.1\" 200 {bytes} \"-\" \"curl\"\n"
+        )
+    };
+    let log = temp("bytes.log");
+    std::fs::write(
+        &log,
+        [line("900"), line("x"), line("200"), line("1")].concat(),
+    )
+    .unwrap();
+    let run = |field: &str| {
+        simulate(&[
+            os("--config"),
+            config.path().as_os_str(),
+            os("--log"),
+            log.as_os_str(),
+            os("--cost-field"),
+            os(field),
+            os("--json"),
+        ])
+    };
+    let out = run("body_bytes_sent");
+    let bad = run("usage.total_tokens");
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 999 left, 899 more: 100; `x` is no size: 99 left at its estimate;
+    // 98, 199 more: 98 and 101 of debt (one burst allowed); refused.
+    assert_eq!(
+        (r["allowed"].as_u64(), r["limited"].as_u64()),
+        (Some(3), Some(1)),
+        "{r:#}"
+    );
+    let s = &r["by_limit"][0]["settled"];
+    assert_eq!(
+        (s["debited"].as_u64(), s["excess"].as_u64()),
+        (Some(899 + 199), Some(0)),
+        "{r:#}"
+    );
+    assert_eq!(r["costs"]["not_whole"], 1);
+    assert_eq!(r["costs"]["errors"][0]["line"], 2);
+    // nginx lines have one cost, their size: anything else is refused
+    // before the replay.
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("body_bytes_sent"));
+}
