@@ -12,14 +12,19 @@
 //!   given back.
 //! - The map is bounded (`max`): with it full, the reservation that would
 //!   expire first expires now.
-//! - Settled ids are remembered for `ttl` (also at most `max`), so that a
-//!   second settlement is told 409 rather than 404.
+//! - Settled and expired ids are remembered for `ttl`, or 10 minutes if
+//!   longer (at most `max` of them), so that a second settlement, or one that comes after its
+//!   reservation expired, is told 409 rather than 404.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use sluice_policy::Reservation;
+
+/// The shortest time a settled or expired id is remembered (at most `max`
+/// of them are): a settlement that comes a little late is told so.
+pub const REMEMBERED: Duration = Duration::from_secs(600);
 
 /// A reservation's id: 128 random bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -50,12 +55,17 @@ impl ReservationId {
 /// Why a settlement found no reservation to settle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Untaken {
-    /// No such reservation: never issued, expired, or dropped.
-    #[error("no such reservation (never issued, or expired)")]
+    /// No such reservation: never issued, or forgotten (its memory is as
+    /// bounded as the open ones).
+    #[error("no such reservation (never issued, or expired long ago)")]
     Unknown,
     /// It was settled already.
     #[error("this reservation was settled already")]
     Settled,
+    /// It expired unsettled, and was settled then with nothing observed:
+    /// the settlement came too late.
+    #[error("this reservation expired before it was settled, and was settled at its estimate then")]
+    Expired,
 }
 
 /// Open reservations and recently settled ids. See the module docs.
@@ -71,7 +81,9 @@ struct Inner {
     open: HashMap<ReservationId, (Instant, Reservation)>,
     /// Open ids by expiry.
     opened: BTreeSet<(Instant, ReservationId)>,
-    settled: HashMap<ReservationId, Instant>,
+    /// Ids settled or expired (`true`) lately, until when they are
+    /// remembered.
+    settled: HashMap<ReservationId, (Instant, bool)>,
     settled_order: VecDeque<(Instant, ReservationId)>,
     /// Reservations that expired, waiting to be settled with nothing
     /// observed (at most `max`: each was open).
@@ -96,6 +108,12 @@ impl Reservations {
         self.ttl
     }
 
+    /// How long a settled or expired id is remembered: `ttl`, and at
+    /// least [`REMEMBERED`].
+    fn remembered(&self) -> Duration {
+        self.ttl.max(REMEMBERED)
+    }
+
     /// Keeps `reservation` until it is settled or expires, and returns its
     /// id and how long it lives; `None` if no random id could be made.
     pub fn open(&self, reservation: Reservation) -> Option<(ReservationId, Duration)> {
@@ -105,13 +123,13 @@ impl Reservations {
             .lease()
             .map_or(self.ttl, |lease| self.ttl.min(Duration::from_nanos(lease)));
         let mut inner = self.inner.lock();
-        inner.expire(now);
+        inner.expire(now, self.remembered(), self.max);
         while inner.open.len() >= self.max {
             // Full: the first to expire expires now.
             let Some(first) = inner.opened.pop_first() else {
                 break;
             };
-            inner.expire_one(first.1);
+            inner.expire_one(first.1, now + self.remembered(), self.max);
         }
         let until = now + ttl;
         inner.open.insert(id, (until, reservation));
@@ -123,7 +141,7 @@ impl Reservations {
     /// each with nothing observed.
     pub fn drain_expired(&self) -> Vec<Reservation> {
         let mut inner = self.inner.lock();
-        inner.expire(Instant::now());
+        inner.expire(Instant::now(), self.remembered(), self.max);
         std::mem::take(&mut inner.expired_unsettled)
     }
 
@@ -133,13 +151,9 @@ impl Reservations {
     pub fn renew(&self, id: ReservationId) -> Result<(Reservation, Duration), Untaken> {
         let now = Instant::now();
         let mut inner = self.inner.lock();
-        inner.expire(now);
+        inner.expire(now, self.remembered(), self.max);
         let Some((until, reservation)) = inner.open.get(&id) else {
-            return Err(if inner.settled.contains_key(&id) {
-                Untaken::Settled
-            } else {
-                Untaken::Unknown
-            });
+            return Err(inner.untaken(id));
         };
         let (old, copy) = (*until, reservation.clone());
         let ttl = copy
@@ -158,30 +172,19 @@ impl Reservations {
     pub fn take(&self, id: ReservationId) -> Result<Reservation, Untaken> {
         let now = Instant::now();
         let mut inner = self.inner.lock();
-        inner.expire(now);
+        inner.expire(now, self.remembered(), self.max);
         if let Some((until, reservation)) = inner.open.remove(&id) {
             inner.opened.remove(&(until, id));
-            while inner.settled.len() >= self.max {
-                let Some((_, old)) = inner.settled_order.pop_front() else {
-                    break;
-                };
-                inner.settled.remove(&old);
-            }
-            let until = now + self.ttl;
-            inner.settled.insert(id, until);
-            inner.settled_order.push_back((until, id));
+            inner.remember(id, now + self.remembered(), false, self.max);
             return Ok(reservation);
         }
-        if inner.settled.contains_key(&id) {
-            return Err(Untaken::Settled);
-        }
-        Err(Untaken::Unknown)
+        Err(inner.untaken(id))
     }
 
     /// Open reservations now, and how many expired unsettled so far.
     pub fn counts(&self) -> (usize, u64) {
         let mut inner = self.inner.lock();
-        inner.expire(Instant::now());
+        inner.expire(Instant::now(), self.remembered(), self.max);
         (inner.open.len(), inner.expired)
     }
 
@@ -189,7 +192,7 @@ impl Reservations {
     pub fn next_expiry(&self) -> Option<Duration> {
         let now = Instant::now();
         let mut inner = self.inner.lock();
-        inner.expire(now);
+        inner.expire(now, self.remembered(), self.max);
         inner
             .opened
             .first()
@@ -199,22 +202,46 @@ impl Reservations {
 
 impl Inner {
     /// Moves an open reservation (already out of `opened`) to those
-    /// waiting to be settled with nothing observed.
-    fn expire_one(&mut self, id: ReservationId) {
+    /// waiting to be settled with nothing observed, remembering it as
+    /// expired until when it would have been remembered as settled.
+    fn expire_one(&mut self, id: ReservationId, until: Instant, max: usize) {
         if let Some((_, reservation)) = self.open.remove(&id) {
             self.expired += 1;
             self.expired_unsettled.push(reservation);
+            self.remember(id, until, true, max);
         }
     }
 
+    /// Why `id` is not open.
+    fn untaken(&self, id: ReservationId) -> Untaken {
+        match self.settled.get(&id) {
+            Some((_, false)) => Untaken::Settled,
+            Some((_, true)) => Untaken::Expired,
+            None => Untaken::Unknown,
+        }
+    }
+
+    /// Remembers a settled (or `expired`) id until `until`, forgetting the
+    /// oldest first when `max` are remembered.
+    fn remember(&mut self, id: ReservationId, until: Instant, expired: bool, max: usize) {
+        while self.settled.len() >= max {
+            let Some((_, old)) = self.settled_order.pop_front() else {
+                break;
+            };
+            self.settled.remove(&old);
+        }
+        self.settled.insert(id, (until, expired));
+        self.settled_order.push_back((until, id));
+    }
+
     /// Drops what expired by `now`.
-    fn expire(&mut self, now: Instant) {
+    fn expire(&mut self, now: Instant, ttl: Duration, max: usize) {
         while let Some(&(until, id)) = self.opened.first() {
             if until > now {
                 break;
             }
             self.opened.pop_first();
-            self.expire_one(id);
+            self.expire_one(id, now + ttl, max);
         }
         while let Some(&(until, id)) = self.settled_order.front() {
             if until > now {
@@ -268,12 +295,21 @@ mod tests {
             .map(|_| r.open(Reservation::default()).unwrap().0)
             .collect();
         assert_eq!(r.counts(), (3, 2), "the two oldest were dropped");
-        assert_eq!(r.take(ids[0]).unwrap_err(), Untaken::Unknown);
+        assert_eq!(
+            r.take(ids[0]).unwrap_err(),
+            Untaken::Expired,
+            "settled at its estimate already: too late"
+        );
         assert_eq!(r.drain_expired().len(), 2, "to be settled");
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(r.counts(), (0, 5));
-        assert_eq!(r.take(ids[4]).unwrap_err(), Untaken::Unknown);
+        assert_eq!(r.take(ids[4]).unwrap_err(), Untaken::Expired);
         assert_eq!(r.drain_expired().len(), 3);
         assert!(r.drain_expired().is_empty());
+        assert_eq!(
+            r.take(ids[0]).unwrap_err(),
+            Untaken::Unknown,
+            "forgotten: at most 3 remembered"
+        );
     }
 }

@@ -57,6 +57,8 @@ pub struct SettledJson<'a> {
     pub refunded: u64,
     /// Charged afterwards, debt included.
     pub debited: u64,
+    /// Of `debited`, what went beyond what the key had left: its debt.
+    pub into_debt: u64,
     /// Beyond the limit's `max_debt`: not charged.
     pub excess: u64,
 }
@@ -69,6 +71,7 @@ impl<'a> From<&'a SettledLimit> for SettledJson<'a> {
             actual: s.actual,
             refunded: s.refunded,
             debited: s.debited,
+            into_debt: s.into_debt,
             excess: s.excess,
         }
     }
@@ -131,7 +134,7 @@ pub async fn renew(
         Err(why) => {
             let status = match why {
                 Untaken::Unknown => StatusCode::NOT_FOUND,
-                Untaken::Settled => StatusCode::CONFLICT,
+                Untaken::Settled | Untaken::Expired => StatusCode::CONFLICT,
             };
             Problem::new(status, format!("{why}.")).into_response()
         }
@@ -171,6 +174,7 @@ pub async fn settle(
             let (status, event) = match why {
                 Untaken::Unknown => (StatusCode::NOT_FOUND, ReservationEvent::unknown),
                 Untaken::Settled => (StatusCode::CONFLICT, ReservationEvent::duplicate),
+                Untaken::Expired => (StatusCode::CONFLICT, ReservationEvent::late),
             };
             metrics.record_reservation(event);
             return Problem::new(status, format!("{why}.")).into_response();

@@ -58,6 +58,12 @@ pub struct SettlementStatus {
     pub reservations_expired: u64,
     /// Milliseconds until the next reservation expires, if any is open.
     pub next_expiry_ms: Option<u64>,
+    /// Settlements that came after their reservation had expired (409).
+    pub settled_late: u64,
+    /// Settlements for ids never issued, or forgotten (404).
+    pub settled_unknown: u64,
+    /// Second settlements of one reservation (409).
+    pub settled_twice: u64,
     /// Per limit that settled or holds slots.
     pub limits: std::collections::BTreeMap<String, crate::metrics::LimitSettlements>,
 }

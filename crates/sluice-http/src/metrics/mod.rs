@@ -157,6 +157,9 @@ impl Metrics {
             reservations_open: open,
             reservations_expired: expired,
             next_expiry_ms: next.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            settled_late: self.reservation_events(ReservationEvent::late),
+            settled_unknown: self.reservation_events(ReservationEvent::unknown),
+            settled_twice: self.reservation_events(ReservationEvent::duplicate),
             limits: self
                 .settlements_by_limit()
                 .into_iter()

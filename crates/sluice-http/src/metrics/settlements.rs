@@ -41,6 +41,9 @@ pub enum CostMoved {
     refunded,
     /// Charged after the response.
     debited,
+    /// Of what was charged after the response, what went beyond what the
+    /// key had left: debt.
+    into_debt,
     /// Beyond `max_debt`: reported, not charged.
     excess,
 }
@@ -53,10 +56,13 @@ pub enum ReservationEvent {
     opened,
     /// Settled by `/v1/settle`.
     settled,
-    /// A settlement for an id never issued, or expired (404).
+    /// A settlement for an id never issued, or forgotten (404).
     unknown,
     /// A second settlement of one reservation (409).
     duplicate,
+    /// A settlement that came after its reservation expired and was
+    /// settled at its estimate (409).
+    late,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -98,6 +104,8 @@ pub struct LimitSettlements {
     pub cost_refunded: u64,
     /// Cost charged after the response, debt included.
     pub cost_debited: u64,
+    /// Of that, the debt incurred: cost charged beyond what keys had left.
+    pub cost_into_debt: u64,
     /// Cost beyond `max_debt`, not charged.
     pub cost_excess: u64,
     /// A concurrency limit's slots held through this instance now.
@@ -127,7 +135,7 @@ impl SettleFamilies {
         );
         registry.register(
             "sluice_settled_cost",
-            "Cost moved by settlements, by limit and direction (excess: beyond max_debt, not charged)",
+            "Cost moved by settlements, by limit and direction (into_debt: the part of debited beyond what keys had left; excess: beyond max_debt, not charged)",
             f.moved.clone(),
         );
         registry.register(
@@ -159,6 +167,7 @@ impl LimitSettlements {
         }
         self.cost_refunded += s.refunded;
         self.cost_debited += s.debited;
+        self.cost_into_debt += s.into_debt;
         self.cost_excess += s.excess;
         if s.slot && s.error.is_none() {
             self.slots_held -= i64::try_from(s.charged).unwrap_or(i64::MAX);
@@ -226,6 +235,7 @@ impl Metrics {
             for (direction, n) in [
                 (CostMoved::refunded, s.refunded),
                 (CostMoved::debited, s.debited),
+                (CostMoved::into_debt, s.into_debt),
                 (CostMoved::excess, s.excess),
             ] {
                 if n > 0 {
@@ -249,6 +259,14 @@ impl Metrics {
             .events
             .get_or_create(&EventLabels { event })
             .inc();
+    }
+
+    /// Reservation events of `event` so far.
+    pub fn reservation_events(&self, event: ReservationEvent) -> u64 {
+        self.settle
+            .events
+            .get(&EventLabels { event })
+            .map_or(0, |c| c.get())
     }
 
     /// Settlements of `limit` with `result` so far.

@@ -150,6 +150,11 @@ pub struct SettledLimit {
     pub refunded: u64,
     /// Charged afterwards (actual above the estimate), debt included.
     pub debited: u64,
+    /// Of `debited`, what went beyond what the key had left: the debt it
+    /// incurred. Read from the key's state just before the debit, so that
+    /// requests of the same key settled at the same moment may shift it
+    /// between them (their sum holds); 0 when the state could not be read.
+    pub into_debt: u64,
     /// Beyond the rule's `max_debt`: not charged, reported.
     pub excess: u64,
     /// Why the store could not settle it, if it could not: the estimate
@@ -190,6 +195,19 @@ impl<C: Clock> Engine<C> {
             .then(|| Reservation::of(&plan, &verdict))
             .flatten();
         Ok((verdict, reservation))
+    }
+
+    /// What a reserved limit's key has left now (a peek: it charges
+    /// nothing); `None` when the store could not say.
+    async fn left(&self, r: &Reserved) -> Option<u64> {
+        let peek = [Check {
+            counter: &r.counter,
+            key: r.key,
+            cost: 0,
+            reserve: 0,
+        }];
+        let checked = self.store.check(&peek).await.ok()?;
+        checked.decisions.first().map(|d| d.remaining)
     }
 
     /// Logs, under a budget, a cost a request or an upstream sent in the
@@ -249,6 +267,7 @@ impl<C: Clock> Engine<C> {
                 actual,
                 refunded: 0,
                 debited: 0,
+                into_debt: 0,
                 excess: 0,
                 error: None,
                 slot: r.rule.is_slot(),
@@ -269,6 +288,7 @@ impl<C: Clock> Engine<C> {
                 }
             } else if actual > r.charged {
                 let more = actual - r.charged;
+                let left = self.left(r).await;
                 match self
                     .store
                     .debit(&r.counter, r.key, more, r.rule.max_debt)
@@ -276,6 +296,7 @@ impl<C: Clock> Engine<C> {
                 {
                     Ok(d) => {
                         done.debited = d.charged;
+                        done.into_debt = left.map_or(0, |l| d.charged.saturating_sub(l));
                         done.excess = d.excess;
                     }
                     Err(e) => done.error = Some(e.to_string()),

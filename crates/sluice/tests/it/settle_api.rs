@@ -170,8 +170,12 @@ async fn a_settlement_past_empty_refuses_the_key_until_its_debt_is_paid() {
     .await;
     let s = &settled.json()["settled"][0];
     assert_eq!(
-        (s["debited"].as_u64(), s["excess"].as_u64()),
-        (Some(500), Some(500)),
+        (
+            s["debited"].as_u64(),
+            s["into_debt"].as_u64(),
+            s["excess"].as_u64()
+        ),
+        (Some(500), Some(500), Some(500)),
         "{s}"
     );
 
@@ -283,4 +287,66 @@ async fn a_check_reads_its_estimate_from_the_request_body_it_describes() {
     )
     .await;
     assert_eq!(remaining(&reply), 0, "within the burst");
+}
+
+/// A settlement that comes after its reservation expired is told 409 (the
+/// reservation was settled at its estimate then) and counted as late; one
+/// for an id never issued is 404 and counted as unknown. Both show on the
+/// status page and in the metrics.
+#[tokio::test]
+async fn a_settlement_after_the_reservation_expired_is_late() {
+    let config = format!(
+        "[server]\nreservation_ttl = \"200ms\"\n{}",
+        CONFIG.replace("1000/min", "1000/30d")
+    );
+    let sluice = Sluice::start_with("settle-late", &config);
+    let first = check(&sluice, "dora", Some(300)).await;
+    assert_eq!(remaining(&first), 700);
+    let id = reservation(&first);
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let late = post(
+        &sluice,
+        "/v1/settle",
+        &json!({ "reservation": id, "cost": 1 }),
+    )
+    .await;
+    let problem = late.problem(409);
+    assert!(
+        problem["detail"].as_str().unwrap().contains("expired"),
+        "{problem}"
+    );
+    let unknown = post(
+        &sluice,
+        "/v1/settle",
+        &json!({ "reservation": "0".repeat(32) }),
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+    let status = send(client().get(sluice.control_url("/v1/status")))
+        .await
+        .json();
+    let t = &status["settlements"];
+    assert_eq!(
+        (
+            t["settled_late"].as_u64(),
+            t["settled_unknown"].as_u64(),
+            t["reservations_expired"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1)),
+        "{t}"
+    );
+    let metrics = String::from_utf8(
+        send(client().get(sluice.control_url("/metrics")))
+            .await
+            .body,
+    )
+    .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "sluice_reservations_total{event=\"late\"} 1"),
+        "{metrics}"
+    );
+    // The estimate stood: 300 of the 1000 are still used.
+    assert_eq!(remaining(&check(&sluice, "dora", Some(1)).await), 699);
 }
