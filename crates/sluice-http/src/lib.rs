@@ -53,7 +53,6 @@ pub mod settle_api;
 pub mod settling_body;
 pub mod status_page;
 pub mod top_keys;
-pub mod usage;
 pub mod verdict_json;
 
 pub use layer::{RateLimit, RateLimitLayer};

@@ -30,7 +30,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use sluice_policy::Engine;
 use sluice_policy::request_body::BodyNumbers;
 
-use crate::usage::BodyKind;
+use sluice_usage::BodyKind;
 
 /// The most of a body held to read its numbers: 1 MiB.
 pub const MAX_BODY: usize = 1 << 20;

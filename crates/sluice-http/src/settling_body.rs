@@ -4,7 +4,7 @@
 //! [`Engine::settle`]: the status, the header fields and trailers, the
 //! bytes sent, the cost the application reported ([`ActualCost`]), and
 //! where a rule reads it, the `usage` of a JSON or event-stream body (a
-//! bounded [scan](crate::usage) of the frames as they pass; the body is
+//! bounded [scan](sluice_usage) of the frames as they pass; the body is
 //! never held). A rule whose source said nothing (no usage in the stream,
 //! a stream cut short, a compressed body) settles at its estimate.
 //!
@@ -24,7 +24,7 @@ use sluice_policy::settlement::{Observed, TokenUsage};
 use sluice_policy::{Engine, Reservation};
 
 use crate::metrics::Metrics;
-use crate::usage::{Limits, UsageScan};
+use sluice_usage::{Limits, UsageScan};
 
 /// The actual cost of a request, reported by the application (the inner
 /// service of the [tower layer](crate::layer)) as a response extension, for

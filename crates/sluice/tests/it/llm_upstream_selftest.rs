@@ -1,11 +1,11 @@
 //! The OpenAI-compatible test upstream, used directly: its answers report
-//! the usage the request asked for, and `sluice_http::usage::UsageScan`
+//! the usage the request asked for, and `sluice_usage::UsageScan`
 //! finds the same usage in them, chunk by chunk, as the proxy will.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_http::usage::{Limits, Usage, UsageScan};
+use sluice_usage::{Limits, Usage, UsageScan};
 
 use crate::common::{client, llm_upstream::LlmUpstream};
 

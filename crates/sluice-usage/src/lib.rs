@@ -1,3 +1,5 @@
+//! # sluice-usage
+//!
 //! The cost a response reports about itself: the `usage` of an
 //! OpenAI-style JSON body or event stream, found by reading a bounded part
 //! of the body as it streams past.
@@ -112,7 +114,7 @@ impl BodyKind {
     /// as a header value is not always text.
     ///
     /// ```
-    /// use sluice_http::usage::BodyKind;
+    /// use sluice_usage::BodyKind;
     /// assert_eq!(BodyKind::from_content_type(b"application/json; charset=utf-8"), Some(BodyKind::Json));
     /// assert_eq!(BodyKind::from_content_type(b"application/vnd.api+JSON"), Some(BodyKind::Json));
     /// assert_eq!(BodyKind::from_content_type(b"Text/Event-Stream"), Some(BodyKind::EventStream));
@@ -162,7 +164,7 @@ impl Default for Limits {
 /// content, and nothing in the body can make it panic.
 ///
 /// ```
-/// use sluice_http::usage::{BodyKind, Limits, Usage, UsageScan};
+/// use sluice_usage::{BodyKind, Limits, Usage, UsageScan};
 ///
 /// let mut scan = UsageScan::new(BodyKind::Json, Limits::default());
 /// // Chunks can split the body anywhere, even inside a key.
