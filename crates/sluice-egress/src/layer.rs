@@ -11,12 +11,18 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::limiter::EgressLimiter;
+use crate::metered_body::MeteredBody;
+use crate::tokens::TokenEstimate;
 use crate::upstream_signals::requested_pause;
 
 /// Errors of an [`EgressService`]: the limiter's or the inner service's.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Makes every request wait for its host's quota (up to `deadline`).
+/// Where the host has a [`TokenQuota`](crate::TokenQuota), a request
+/// reserves its [`TokenEstimate`] (an extension; else the quota's
+/// estimate), and its answer's body is a [`MeteredBody`] that settles the
+/// tokens at the usage the answer reports.
 #[derive(Debug, Clone)]
 pub struct EgressLayer {
     limiter: Arc<EgressLimiter>,
@@ -57,9 +63,10 @@ where
     S::Error: Into<BoxError>,
     ReqBody: Send + 'static,
 {
-    type Response = Response<ResBody>;
+    type Response = Response<MeteredBody<ResBody>>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<ResBody>, BoxError>> + Send>>;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<Response<MeteredBody<ResBody>>, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         self.inner.poll_ready(cx).map_err(Into::into)
@@ -72,12 +79,16 @@ where
         let deadline = self.deadline;
         Box::pin(async move {
             let target = req.uri().host().unwrap_or_default().to_owned();
-            limiter.acquire(&target, deadline).await?;
+            let estimate = req.extensions().get::<TokenEstimate>().map(|e| e.0);
+            let permit = limiter.acquire(&target, estimate, deadline).await?;
             let response = inner.call(req).await.map_err(Into::into)?;
             if let Some(pause) = requested_pause(response.status(), response.headers()) {
                 limiter.pause(&target, pause);
             }
-            Ok(response)
+            let content_type = response.headers().get(http::header::CONTENT_TYPE).cloned();
+            Ok(response.map(|body| {
+                MeteredBody::new(body, permit, content_type.as_ref().map(|v| v.as_bytes()))
+            }))
         })
     }
 }

@@ -2,12 +2,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use sluice_core::{Decision, LimitError, LimitSpec};
-use sluice_store::seam::{Check, Counter, CounterDef, Store, StoreError};
+use sluice_core::{LimitError, LimitSpec};
+use sluice_store::seam::{Check, Checked, Counter, CounterDef, Store, StoreError};
 use sluice_store::{KeyHasher, KeyId, MemoryStore, MemoryStoreConfig};
+
+use crate::permit::Permit;
+use crate::tokens::{Reserved, TokenCounter, TokenQuota};
 
 /// Why an outbound call may not go.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +56,11 @@ pub struct EgressLimiter {
     /// The default limit's counter: each target gets its own quota of it.
     default: Counter,
     targets: HashMap<String, Counter>,
+    /// The default token quota, if any: each target gets its own.
+    default_tokens: Option<TokenCounter>,
+    target_tokens: HashMap<String, TokenCounter>,
+    /// Tokens used beyond every quota and debt allowed, not charged.
+    excess: Arc<AtomicU64>,
     paused: Mutex<HashMap<String, Instant>>,
 }
 
@@ -66,6 +75,9 @@ impl EgressLimiter {
             hasher: KeyHasher::random(),
             default,
             targets: HashMap::new(),
+            default_tokens: None,
+            target_tokens: HashMap::new(),
+            excess: Arc::new(AtomicU64::new(0)),
             paused: Mutex::new(HashMap::new()),
         })
     }
@@ -78,6 +90,49 @@ impl EgressLimiter {
         Ok(self)
     }
 
+    /// Gives every target (but those with a quota of their own) its own
+    /// quota of tokens besides its calls: see [`TokenQuota`] and the
+    /// [module on tokens](crate::tokens).
+    pub fn with_tokens(mut self, quota: TokenQuota) -> Result<Self, LimitError> {
+        self.default_tokens = Some(self.token_counter("egress-tokens:default", quota)?);
+        Ok(self)
+    }
+
+    /// Gives `target` its own quota of tokens.
+    pub fn with_target_tokens(
+        mut self,
+        target: &str,
+        quota: TokenQuota,
+    ) -> Result<Self, LimitError> {
+        let counter = self.token_counter(&format!("egress-tokens:{target}"), quota)?;
+        self.target_tokens.insert(target.to_owned(), counter);
+        Ok(self)
+    }
+
+    fn token_counter(&self, id: &str, quota: TokenQuota) -> Result<TokenCounter, LimitError> {
+        Ok(TokenCounter {
+            counter: self.store.counter(CounterDef::new(id, quota.spec)?),
+            quota,
+        })
+    }
+
+    /// Tokens that calls used beyond their quota and the debt it allows,
+    /// and that were therefore not charged, since the limiter was made.
+    pub fn excess_tokens(&self) -> u64 {
+        self.excess.load(Ordering::Relaxed)
+    }
+
+    /// Whether calls to `target` are counted in tokens too.
+    pub fn counts_tokens(&self, target: &str) -> bool {
+        self.tokens_of(target).is_some()
+    }
+
+    fn tokens_of(&self, target: &str) -> Option<&TokenCounter> {
+        self.target_tokens
+            .get(target)
+            .or(self.default_tokens.as_ref())
+    }
+
     /// Counts the quota in a shared store (Redis behind its protection),
     /// so that every process using the same store and `secret` respects
     /// one quota together. While Redis cannot decide, the store's fallback
@@ -87,19 +142,44 @@ impl EgressLimiter {
         for counter in self.targets.values_mut() {
             *counter = store.counter(counter.def().clone());
         }
+        for tokens in self
+            .default_tokens
+            .iter_mut()
+            .chain(self.target_tokens.values_mut())
+        {
+            tokens.counter = store.counter(tokens.counter.def().clone());
+        }
         self.store = store;
         self.hasher = KeyHasher::from_secret(secret);
         self
     }
 
-    async fn check(&self, counter: &Counter, key: KeyId) -> Result<Decision, StoreError> {
-        let check = Check {
-            counter,
+    /// The call's quota and, if it has one, its estimate of tokens: both
+    /// or neither.
+    async fn check(
+        &self,
+        calls: &Counter,
+        tokens: Option<(&Counter, u64)>,
+        key: KeyId,
+    ) -> Result<Checked, StoreError> {
+        let call = Check {
+            counter: calls,
             key,
             cost: 1,
             reserve: 0,
         };
-        Ok(self.store.check(&[check]).await?.single())
+        match tokens {
+            None => self.store.check(&[call]).await,
+            Some((counter, cost)) => {
+                let tokens = Check {
+                    counter,
+                    key,
+                    cost,
+                    reserve: 0,
+                };
+                self.store.check(&[call, tokens]).await
+            }
+        }
     }
 
     /// Stops calls to `target` for `pause` (the upstream said so).
@@ -128,27 +208,57 @@ impl EgressLimiter {
 
     /// Waits until one call to `target` may go, or fails at once if that
     /// would take longer than `deadline`. Nothing is spent on a failure.
-    pub async fn acquire(&self, target: &str, deadline: Duration) -> Result<(), EgressError> {
+    ///
+    /// Where `target` has a [`TokenQuota`], the call also reserves
+    /// `estimate` tokens (the quota's own estimate when `None`), and waits
+    /// while the target is in debt; settle them with the answer through the
+    /// [`Permit`]. Elsewhere `estimate` is ignored.
+    pub async fn acquire(
+        &self,
+        target: &str,
+        estimate: Option<u64>,
+        deadline: Duration,
+    ) -> Result<Permit, EgressError> {
         let start = Instant::now();
         let limit = self.targets.get(target).unwrap_or(&self.default);
+        let tokens = self
+            .tokens_of(target)
+            .map(|t| (t, estimate.unwrap_or(t.quota.estimate)));
         let key = self.hasher.key_id(target);
         loop {
             let wait = match self.paused_for(target) {
                 Some(pause) => pause,
                 None => {
-                    let decision = self.check(limit, key).await.map_err(|e| match e {
-                        StoreError::Impossible { .. } => EgressError::Impossible {
-                            target: target.to_owned(),
-                        },
-                        source => EgressError::Store {
-                            target: target.to_owned(),
-                            source,
-                        },
-                    })?;
-                    if decision.allowed {
-                        return Ok(());
+                    let checked = self
+                        .check(limit, tokens.map(|(t, n)| (&t.counter, n)), key)
+                        .await
+                        .map_err(|e| match e {
+                            StoreError::Impossible { .. } => EgressError::Impossible {
+                                target: target.to_owned(),
+                            },
+                            source => EgressError::Store {
+                                target: target.to_owned(),
+                                source,
+                            },
+                        })?;
+                    if checked.allowed {
+                        let reserved = tokens.map(|(t, n)| Reserved {
+                            store: self.store.clone(),
+                            counter: t.counter.clone(),
+                            key,
+                            tokens: n,
+                            max_debt: t.quota.max_debt,
+                            excess: self.excess.clone(),
+                        });
+                        return Ok(Permit::new(reserved));
                     }
-                    Duration::from_nanos(decision.retry_after.unwrap_or(1_000_000))
+                    let retry = checked
+                        .decisions
+                        .iter()
+                        .filter(|d| !d.allowed)
+                        .filter_map(|d| d.retry_after)
+                        .max();
+                    Duration::from_nanos(retry.unwrap_or(1_000_000))
                 }
             };
             if start.elapsed() + wait > deadline {
@@ -185,7 +295,7 @@ mod tests {
         let def = CounterDef::new("egress:default", spec(5)).unwrap();
         limiter.default = Counter::new(def, sluice_store::seam::Slot::empty());
         let err = limiter
-            .acquire("api.example.com", Duration::from_secs(1))
+            .acquire("api.example.com", None, Duration::from_secs(1))
             .await
             .unwrap_err();
         assert!(

@@ -3,7 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use reqwest::ResponseBuilderExt;
+
 use crate::limiter::{EgressError, EgressLimiter};
+use crate::metered_body::MeteredBody;
+use crate::permit::Permit;
+use crate::tokens::body_estimate;
 use crate::upstream_signals::requested_pause;
 
 /// Sends requests through `reqwest` once the target's quota allows.
@@ -43,17 +48,30 @@ impl RateLimitedClient {
 
     /// Sends a request once its host's quota allows, and pauses the host if
     /// the answer asks to wait.
+    ///
+    /// Where the host has a [`TokenQuota`](crate::TokenQuota), the call
+    /// reserves the tokens its JSON body asks for at most
+    /// (`max_completion_tokens`, else `max_tokens`; else the quota's
+    /// estimate), and the answer's body settles them as it is read, at the
+    /// usage it reports (see [`MeteredBody`]).
     pub async fn execute(
         &self,
         request: reqwest::Request,
     ) -> Result<reqwest::Response, EgressError> {
         let target = request.url().host_str().unwrap_or_default().to_owned();
-        self.limiter.acquire(&target, self.deadline).await?;
+        let estimate = request
+            .body()
+            .and_then(reqwest::Body::as_bytes)
+            .and_then(body_estimate);
+        let permit = self
+            .limiter
+            .acquire(&target, estimate, self.deadline)
+            .await?;
         let response = self.client.execute(request).await?;
         if let Some(pause) = requested_pause(response.status(), response.headers()) {
             self.limiter.pause(&target, pause);
         }
-        Ok(response)
+        Ok(metered(response, permit))
     }
 
     /// `GET url`.
@@ -61,4 +79,25 @@ impl RateLimitedClient {
         let request = self.client.get(url).build()?;
         self.execute(request).await
     }
+}
+
+/// The response, its body metered for `permit` where the call counts
+/// tokens.
+fn metered(response: reqwest::Response, permit: Permit) -> reqwest::Response {
+    if permit.reserved_tokens() == 0 {
+        return response;
+    }
+    let url = response.url().clone();
+    let (parts, body) = http::Response::from(response).into_parts();
+    let content_type = parts.headers.get(http::header::CONTENT_TYPE).cloned();
+    let body = MeteredBody::new(body, permit, content_type.as_ref().map(|v| v.as_bytes()));
+    let mut rebuilt = http::Response::from_parts(parts, reqwest::Body::wrap(body));
+    // `reqwest` keeps a response's URL in an extension that only its
+    // builder sets.
+    if let Ok(with_url) = http::Response::builder().url(url).body(()) {
+        rebuilt
+            .extensions_mut()
+            .extend(with_url.into_parts().0.extensions);
+    }
+    reqwest::Response::from(rebuilt)
 }
