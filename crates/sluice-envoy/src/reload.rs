@@ -15,6 +15,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use sluice_store::seam::Store;
 
+use sluice_policy::reload_counts::ReloadCounts;
 use sluice_policy::settle::{Settled, settled, still_changing_message};
 
 use crate::answer::EnvoyRls;
@@ -37,6 +38,8 @@ pub struct RulesReloader {
     /// Held for a whole reload: SIGHUP and the poll never apply one change
     /// twice.
     reloading: Mutex<()>,
+    /// Where its reloads are counted.
+    counts: Arc<ReloadCounts>,
 }
 
 impl RulesReloader {
@@ -58,7 +61,20 @@ impl RulesReloader {
             loading,
             last: Mutex::new(last),
             reloading: Mutex::new(()),
+            counts: Arc::default(),
         }
+    }
+
+    /// Counts this reloader's reloads in `counts` (the server's TOML
+    /// reloader's, so that one metric counts every config's reloads).
+    pub fn counting_in(mut self, counts: Arc<ReloadCounts>) -> Self {
+        self.counts = counts;
+        self
+    }
+
+    /// Where its reloads are counted.
+    pub fn counts(&self) -> &Arc<ReloadCounts> {
+        &self.counts
     }
 
     /// Reloads the files if any changed (or always, with `force`): `true`
@@ -90,6 +106,7 @@ impl RulesReloader {
             .map_err(|e| self.failure(e))?;
         let domains = rules.domains().len();
         self.service.replace_rules(Arc::new(rules));
+        self.counts.record(true);
         tracing::info!(
             files = texts.0.len(),
             domains,
@@ -103,6 +120,7 @@ impl RulesReloader {
     }
 
     fn failure(&self, e: RulesError) -> RulesError {
+        self.counts.record(false);
         tracing::error!(error = %e, "envoy config reload failed; the running rules stay");
         e
     }

@@ -26,6 +26,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, Discovery
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitConfig;
 use prost::Message;
+use sluice_policy::reload_counts::ReloadCounts;
 use sluice_store::seam::Store;
 use tokio::sync::mpsc;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -98,6 +99,8 @@ pub struct XdsClient {
     service: Arc<EnvoyRls>,
     store: Arc<dyn Store>,
     loading: Loading,
+    /// Where each set applied or refused is counted.
+    counts: Arc<ReloadCounts>,
 }
 
 impl XdsClient {
@@ -114,7 +117,15 @@ impl XdsClient {
             service,
             store,
             loading,
+            counts: Arc::default(),
         }
+    }
+
+    /// Counts the sets applied and refused in `counts` (the server's
+    /// reload counts).
+    pub fn counting_in(mut self, counts: Arc<ReloadCounts>) -> Self {
+        self.counts = counts;
+        self
     }
 
     /// Follows the management server for ever, reconnecting with backoff.
@@ -176,12 +187,14 @@ impl XdsClient {
             });
             let answer = match applied {
                 Ok(domains) => {
+                    self.counts.record(true);
                     *wait = BACKOFF_MIN;
                     accepted = response.version_info.clone();
                     tracing::info!(version = %shown(&accepted), domains, "xDS: rate limit configs applied");
                     self.request(&accepted, &response.nonce, None)
                 }
                 Err(e) => {
+                    self.counts.record(false);
                     tracing::error!(version = %shown(&response.version_info), error = %e, "xDS: rate limit configs refused (NACK); the rules in force stay");
                     self.request(&accepted, &response.nonce, Some(e.to_string()))
                 }

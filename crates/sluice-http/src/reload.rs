@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+use sluice_policy::reload_counts::ReloadCounts;
 use sluice_policy::settle::{Settled, settled, still_changing_message};
 use sluice_policy::{ConfigError, Deployment, Engine, Policy, Source};
 
@@ -32,8 +33,9 @@ pub struct Reloader {
     engine: Arc<Engine>,
     path: PathBuf,
     last_text: Mutex<Option<Snapshot>>,
-    succeeded: AtomicU64,
-    failed: AtomicU64,
+    /// Reloads, of this file and of any other config counted with it
+    /// (Envoy's YAML: see [`counts`](Self::counts)).
+    counts: Arc<ReloadCounts>,
     /// Limits and plans that reloads removed.
     removed_limits: AtomicU64,
     removed_plans: AtomicU64,
@@ -76,8 +78,7 @@ impl Reloader {
             version: Mutex::new(version_of(text.as_ref())),
             reloading: Mutex::new(()),
             last_text: Mutex::new(text),
-            succeeded: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
+            counts: Arc::default(),
             removed_limits: AtomicU64::new(0),
             removed_plans: AtomicU64::new(0),
         }
@@ -98,7 +99,7 @@ impl Reloader {
             Settled::Unchanged => return Ok(Reloaded::Unchanged),
             Settled::Stable(text) => text,
             Settled::StillChanging => {
-                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.counts.record(false);
                 let e = ConfigError {
                     file: self.path.clone(),
                     line: 0,
@@ -120,14 +121,14 @@ impl Reloader {
                 self.engine.replace_policy(policy);
                 *self.version.lock() = version_of(text.as_ref());
                 *self.last_text.lock() = text;
-                self.succeeded.fetch_add(1, Ordering::Relaxed);
+                self.counts.record(true);
                 tracing::info!(file = %self.path.display(), "config reloaded");
                 Ok(Reloaded::Applied)
             }
             Err(e) => {
                 // Remember the bad text: it is reported once, not every poll.
                 *self.last_text.lock() = text;
-                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.counts.record(false);
                 tracing::error!(error = %e, "config reload failed; the running config stays");
                 Err(e)
             }
@@ -188,14 +189,23 @@ impl Reloader {
         self.version.lock().clone()
     }
 
-    /// Reloads that applied a new config.
+    /// Reloads that applied a new config: of this file, and of the other
+    /// configs counted with it.
     pub fn succeeded(&self) -> u64 {
-        self.succeeded.load(Ordering::Relaxed)
+        self.counts.succeeded()
     }
 
-    /// Reloads that failed (the running config stayed).
+    /// Reloads that failed (the running config stayed): of this file, and
+    /// of the other configs counted with it.
     pub fn failed(&self) -> u64 {
-        self.failed.load(Ordering::Relaxed)
+        self.counts.failed()
+    }
+
+    /// The counts of reloads, to share with the reloaders of the server's
+    /// other configs (Envoy's YAML), so that the reload metric counts them
+    /// all.
+    pub fn counts(&self) -> Arc<ReloadCounts> {
+        self.counts.clone()
     }
 
     /// Limits and plans that reloads removed, in all: `(limits, plans)`.

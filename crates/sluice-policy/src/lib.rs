@@ -29,6 +29,7 @@ pub mod matcher;
 pub mod overload_settings;
 pub mod path;
 pub mod policy;
+pub mod reload_counts;
 pub mod request_body;
 mod request_key;
 mod runtime;

@@ -9,9 +9,11 @@ use sluice_policy::Engine;
 
 /// The Envoy Rate Limit Service, bound: it shares the engine's store
 /// (memory, or Redis with its fallback, named by the same keyed hashes).
+/// Its YAML reloads (or xDS updates) are counted in `counts`.
 pub(crate) async fn service(
     e: &sluice_policy::EnvoySettings,
     engine: &Arc<Engine>,
+    counts: Arc<sluice_policy::reload_counts::ReloadCounts>,
 ) -> anyhow::Result<EnvoyService> {
     let loading = sluice_envoy::Loading {
         algorithm: e.algorithm,
@@ -46,20 +48,24 @@ pub(crate) async fn service(
         sluice_envoy::EnvoyRls::new(Arc::new(rules), engine.clone()).with_options(options),
     );
     let rules = match &e.xds {
-        None => Some(Arc::new(sluice_envoy::RulesReloader::new(
-            service.clone(),
-            e.configs.clone(),
-            engine.store().clone(),
-            loading,
-            texts,
-        ))),
+        None => Some(Arc::new(
+            sluice_envoy::RulesReloader::new(
+                service.clone(),
+                e.configs.clone(),
+                engine.store().clone(),
+                loading,
+                texts,
+            )
+            .counting_in(counts),
+        )),
         Some(x) => {
             let client = sluice_envoy::xds::XdsClient::new(
                 xds_settings(x)?,
                 service.clone(),
                 engine.store().clone(),
                 loading,
-            );
+            )
+            .counting_in(counts);
             tokio::spawn(client.run());
             None
         }

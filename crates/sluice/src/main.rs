@@ -204,11 +204,11 @@ async fn serve_until_stopped(
     // With Redis, runtime plans and credits changed through any instance
     // apply here within a poll.
     engine.watch_runtime_state(RUNTIME_POLL);
+    let reloader = Arc::new(Reloader::new(engine.clone(), config, started));
     let rls = match &deployment.envoy {
         None => None,
-        Some(e) => Some(envoy::service(e, &engine).await?),
+        Some(e) => Some(envoy::service(e, &engine, reloader.counts()).await?),
     };
-    let reloader = Arc::new(Reloader::new(engine.clone(), config, started));
     let rule_stats = rls.as_ref().map(|r| r.service.stats().clone());
     let servers = http_servers(&engine, &deployment, &reloader, rule_stats).await?;
     signals::spawn_reload_triggers(

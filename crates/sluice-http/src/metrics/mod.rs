@@ -22,7 +22,7 @@
 //! | `sluice_connections_open` | `listener` | open connections: `data`, `control` |
 //! | `sluice_connections_refused_total` | `listener`, `reason` | connections refused at accept: `full`, `per_client` |
 //! | `sluice_connections_closed_total` | `listener`, `reason` | connections closed by a timeout: `slow_head`, `idle` |
-//! | `sluice_config_reloads_total` | `result` | `success`, `failure` |
+//! | `sluice_config_reloads_total` | `result` | reloads of every config, the TOML and Envoy's YAML files or xDS sets alike: `success`, `failure` |
 //! | `sluice_config_removed_total` | `kind` | limits and plans that reloads removed: `limit`, `plan` |
 //! | `sluice_config_info` | `version` | 1, labelled with the config's hash |
 //! | `sluice_top_limited_key_requests` | `rank`, `key` | the most-limited keys (keyed hash prefixes), at most 10 series |

@@ -9,7 +9,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{Sluice, client, send};
+use common::{Sluice, client, metric, send};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -36,14 +36,6 @@ async fn closed_within(stream: &mut TcpStream, guard: Duration) -> bool {
             Ok(Ok(_)) => {}
         }
     }
-}
-
-/// A sample of `/metrics` on the control listener.
-async fn metric(s: &Sluice, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let r = send(client().get(s.control_url("/metrics"))).await;
-    let text = String::from_utf8_lossy(&r.body).into_owned();
-    let samples = common::prom::parse(&text)?;
-    common::prom::value(&samples, name, labels)
 }
 
 /// A normal request, with its latency.

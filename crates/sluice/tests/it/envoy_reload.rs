@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::Sluice;
+use crate::common::{Sluice, metric};
 use crate::envoy_rls::descriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
@@ -109,6 +109,11 @@ async fn until_limited(s: &Sluice, c: &mut Client, domain: &str) {
     }
 }
 
+/// Reloads counted in `/metrics`, by `result`.
+async fn reloads(s: &Sluice, result: &str) -> Option<f64> {
+    metric(s, "sluice_config_reloads_total", &[("result", result)]).await
+}
+
 #[tokio::test]
 async fn a_new_file_is_loaded_and_unchanged_rules_keep_their_counters() {
     new_file_and_kept_counters(None).await;
@@ -152,6 +157,13 @@ async fn new_file_and_kept_counters(redis: Option<&RedisServer>) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(shown(&mut c, "a", "alice").await, Some((9, 8)));
+    // Both reloads count in the reload metric, as a TOML reload does.
+    assert!(
+        reloads(&s, "success").await >= Some(2.0),
+        "log:\n{}",
+        s.log()
+    );
+    assert_eq!(reloads(&s, "failure").await, Some(0.0));
 }
 
 #[tokio::test]
@@ -181,6 +193,9 @@ async fn a_bad_file_keeps_the_running_rules_and_names_its_place() {
         "still serving, counters kept"
     );
     assert_eq!(shown(&mut c, "b", "alice").await, None);
+    // Counted, once.
+    assert_eq!(reloads(&s, "failure").await, Some(1.0));
+    assert_eq!(reloads(&s, "success").await, Some(0.0));
     // Two files defining one domain are refused too.
     dir.put("b.yaml", A);
     let deadline = Instant::now() + Duration::from_secs(10);

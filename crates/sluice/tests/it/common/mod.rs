@@ -687,6 +687,14 @@ pub async fn raw_get(addr: SocketAddr, path: &str, key: &str) -> RawReply {
     .await
 }
 
+/// A sample of `/metrics` on `s`'s control listener.
+pub async fn metric(s: &Sluice, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let r = send(client().get(s.control_url("/metrics"))).await;
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    let samples = prom::parse(&text)?;
+    prom::value(&samples, name, labels)
+}
+
 pub mod faults;
 
 /// The two-instance exactness check: fifty clients, split over `a` and `b`
