@@ -20,6 +20,8 @@ mod counting;
 mod descriptor_key;
 mod dynamic_metadata;
 pub mod from_proto;
+pub mod http_api;
+pub mod json_api;
 pub mod load;
 pub mod overrides;
 pub mod pattern;
