@@ -20,7 +20,6 @@
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use sluice_policy::{Labels, Limit, LimitLabels};
 use sluice_store::seam::Store;
@@ -30,7 +29,9 @@ use crate::rules::{Keyed, Level, Limited, Node, Rule, RuleKind, Rules, Unit};
 use crate::yaml_config::{YamlConfig, YamlDescriptor, YamlRateLimit};
 use crate::yaml_locate::{Step, locate};
 
+mod metadata;
 mod slots;
+use metadata::to_struct;
 
 /// Why a YAML config could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -459,39 +460,6 @@ fn field_path(at: &[Step<'_>]) -> String {
     out
 }
 
-/// `metadata` as a protobuf `Struct`: string keys, plain values.
-fn to_struct(m: &serde_yaml_ng::Mapping) -> Result<Struct, String> {
-    let mut fields = std::collections::BTreeMap::new();
-    for (k, v) in m {
-        let key = match k {
-            serde_yaml_ng::Value::String(s) => s.clone(),
-            serde_yaml_ng::Value::Number(n) => n.to_string(),
-            serde_yaml_ng::Value::Bool(b) => b.to_string(),
-            _ => return Err("keys must be strings".into()),
-        };
-        fields.insert(key, to_value(v)?);
-    }
-    Ok(Struct {
-        fields: fields.into_iter().collect(),
-    })
-}
-
-fn to_value(v: &serde_yaml_ng::Value) -> Result<Value, String> {
-    use serde_yaml_ng::Value as Y;
-    let kind = match v {
-        Y::Null => Kind::NullValue(0),
-        Y::Bool(b) => Kind::BoolValue(*b),
-        Y::Number(n) => Kind::NumberValue(n.as_f64().ok_or("a number out of range")?),
-        Y::String(s) => Kind::StringValue(s.clone()),
-        Y::Sequence(items) => Kind::ListValue(ListValue {
-            values: items.iter().map(to_value).collect::<Result<_, _>>()?,
-        }),
-        Y::Mapping(m) => Kind::StructValue(to_struct(m)?),
-        Y::Tagged(_) => return Err("tagged values are not supported".into()),
-    };
-    Ok(Value { kind: Some(kind) })
-}
-
 /// A limit name usable in header fields: letters, digits and `-_.:/`.
 fn sanitize(name: &str) -> String {
     let s: String = name
@@ -515,6 +483,7 @@ mod tests {
     //! place of the field.
 
     use super::*;
+    use envoy_types::pb::google::protobuf::value::Kind;
     use sluice_store::{MemoryStore, MemoryStoreConfig};
 
     fn compile(text: &str) -> Result<Rules, String> {
