@@ -19,6 +19,11 @@
 //! - A descriptor with `is_negative_hits` gives its hits back to its limit
 //!   ([`Engine::refund`]) before the charges are decided: never refused,
 //!   never past full, and no part of the overall code or the statistics.
+//! - A descriptor on a concurrency limit (`max_in_flight`) takes its cost
+//!   in slots, and one with `is_negative_hits` releases them: the same
+//!   refund, never below none held. The slots an admitted request took are
+//!   named in the answer's `dynamic_metadata` (see [`SLOTS_TAKEN`]), so
+//!   that Envoy sends the release only for them.
 //! - A descriptor marked as sent when a stream ended
 //!   ([`stream_done`](crate::stream_done)) records its hits
 //!   ([`Engine::debit`]): past the limit as debt, never refused, answered
@@ -57,7 +62,9 @@ use crate::stats::{Hit, RuleStats};
 use crate::statuses::{headers, statuses};
 
 mod placed;
+mod slots_taken;
 use placed::{Placed, cost_of};
+pub use slots_taken::SLOTS_TAKEN;
 
 /// The Rate Limit Service: the rules over an engine.
 #[derive(Debug)]
@@ -251,10 +258,20 @@ impl EnvoyRls {
         };
         response.response_headers_to_add =
             headers(verdict.as_ref(), zero, &response, &places, &self.options);
-        if self.options.dynamic_metadata {
-            response.dynamic_metadata =
-                Some(crate::dynamic_metadata::of(req, &rules, &response.statuses));
-        }
+        let metadata = self
+            .options
+            .dynamic_metadata
+            .then(|| crate::dynamic_metadata::of(req, &rules, &response.statuses));
+        let answered = slots_taken::Answered {
+            rules: &rules,
+            places: &places,
+            decisions: &decisions,
+            verdict: verdict.as_ref(),
+            zero,
+            compat: self.options.compat,
+        };
+        let taken = slots_taken::slots_taken(req, &answered);
+        response.dynamic_metadata = slots_taken::with_slots(metadata, taken);
         Ok(response)
     }
 

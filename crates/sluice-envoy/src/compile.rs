@@ -11,12 +11,15 @@
 //!   and any `unit` beside `unlimited: true`;
 //! - a `replaces` entry without a name, or naming its own limit;
 //! - `share_threshold` on a value without `*`;
-//! - `metadata` that is not a map of plain YAML values.
+//! - `metadata` that is not a map of plain YAML values;
+//! - Sluice's own concurrency rules (`max_in_flight`, `lease`) beside
+//!   `unit`, `requests_per_unit` or `unlimited`, with `max_in_flight: 0`,
+//!   or a `lease` without `max_in_flight` or that is not a duration
+//!   (see `compile/slots.rs`).
 
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use sluice_policy::{Labels, Limit, LimitLabels};
 use sluice_store::seam::Store;
@@ -25,6 +28,10 @@ use crate::pattern::Pattern;
 use crate::rules::{Keyed, Level, Limited, Node, Rule, RuleKind, Rules, Unit};
 use crate::yaml_config::{YamlConfig, YamlDescriptor, YamlRateLimit};
 use crate::yaml_locate::{Step, locate};
+
+mod metadata;
+mod slots;
+use metadata::to_struct;
 
 /// Why a YAML config could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -296,7 +303,7 @@ impl Compile<'_> {
             (None, false) => {
                 return Err(self.invalid(
                     at,
-                    &format!("invalid rate limit unit `{unit_text}`: expected second, minute, hour, day, week, month or year"),
+                    &format!("invalid rate limit unit `{unit_text}`: expected second, minute, hour, day, week, month or year (or max_in_flight, for a concurrency limit)"),
                 ));
             }
         };
@@ -327,8 +334,8 @@ impl Compile<'_> {
     }
 
     /// The rule of the node at `path`: its unit, its Sluice limit (none
-    /// for `unlimited`), what it replaces, shadow and quota mode, and its
-    /// metadata.
+    /// for `unlimited`; a concurrency limit for `max_in_flight`), what it
+    /// replaces, shadow and quota mode, and its metadata.
     fn rule<'y>(
         &self,
         d: &'y YamlDescriptor,
@@ -336,39 +343,55 @@ impl Compile<'_> {
         path: &str,
         at: &mut Vec<Step<'y>>,
     ) -> Result<Rule, RulesError> {
-        let unit = self.unit(rl, at)?;
+        let slots = self.slots(rl, at)?;
+        let unit = match slots {
+            Some(_) => None,
+            None => Some(self.unit(rl, at)?),
+        };
         let given_name = rl.name.clone().unwrap_or_default();
         self.check_replaces(rl, &given_name, at)?;
-        let metadata = match &d.metadata {
-            None => None,
-            Some(m) => {
-                at.pop();
-                at.push(Step::Field("metadata"));
-                Some(
-                    to_struct(m)
-                        .map_err(|e| self.invalid(at, &format!("error parsing metadata: {e}")))?,
-                )
-            }
-        };
+        let metadata =
+            match &d.metadata {
+                None => None,
+                Some(m) => {
+                    let mut m_at = at[..at.len() - 1].to_vec();
+                    m_at.push(Step::Field("metadata"));
+                    Some(to_struct(m).map_err(|e| {
+                        self.invalid(&m_at, &format!("error parsing metadata: {e}"))
+                    })?)
+                }
+            };
         let name: Arc<str> = sanitize(rl.name.as_deref().unwrap_or(path)).into();
         // Kept for the life of the process, with the limit's spec (see
         // `sluice_policy::labels`): the operator defines them.
         let plain = LimitLabels::plain(name, "envoy");
+        let requests_per_unit = slots.map_or(rl.requests_per_unit.unwrap_or(0), |s| s.max);
         let kind = if rl.unlimited {
             RuleKind::Unlimited
-        } else if rl.requests_per_unit == 0 {
+        } else if requests_per_unit == 0 {
             RuleKind::Zero
         } else {
             let id = format!("envoy:{}/{path}", self.domain);
-            let counted = limited(
-                &id,
-                rl.requests_per_unit,
-                unit,
-                self.algorithm,
-                |spec| plain.clone().kept(Some(spec)),
-                self.store,
-            );
-            at.push(Step::Field("requests_per_unit"));
+            let labels = |spec: &LimitSpec| plain.clone().kept(Some(spec));
+            let (counted, field) = match (slots, unit) {
+                (Some(s), _) => (
+                    slots::slots_limited(&id, s, labels, self.store),
+                    "max_in_flight",
+                ),
+                (None, u) => {
+                    let unit = u.unwrap_or(Unit::Second);
+                    let rate = limited(
+                        &id,
+                        requests_per_unit,
+                        unit,
+                        self.algorithm,
+                        labels,
+                        self.store,
+                    );
+                    (rate, "requests_per_unit")
+                }
+            };
+            at.push(Step::Field(field));
             RuleKind::Counted(Box::new(counted.map_err(|e| self.invalid(at, &e))?))
         };
         let labels = match &kind {
@@ -381,7 +404,7 @@ impl Compile<'_> {
             detailed: d.detailed_metric,
             given_name,
             unit,
-            requests_per_unit: rl.requests_per_unit,
+            requests_per_unit,
             replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
             shadow: d.shadow_mode,
             quota: d.quota_mode,
@@ -437,39 +460,6 @@ fn field_path(at: &[Step<'_>]) -> String {
     out
 }
 
-/// `metadata` as a protobuf `Struct`: string keys, plain values.
-fn to_struct(m: &serde_yaml_ng::Mapping) -> Result<Struct, String> {
-    let mut fields = std::collections::BTreeMap::new();
-    for (k, v) in m {
-        let key = match k {
-            serde_yaml_ng::Value::String(s) => s.clone(),
-            serde_yaml_ng::Value::Number(n) => n.to_string(),
-            serde_yaml_ng::Value::Bool(b) => b.to_string(),
-            _ => return Err("keys must be strings".into()),
-        };
-        fields.insert(key, to_value(v)?);
-    }
-    Ok(Struct {
-        fields: fields.into_iter().collect(),
-    })
-}
-
-fn to_value(v: &serde_yaml_ng::Value) -> Result<Value, String> {
-    use serde_yaml_ng::Value as Y;
-    let kind = match v {
-        Y::Null => Kind::NullValue(0),
-        Y::Bool(b) => Kind::BoolValue(*b),
-        Y::Number(n) => Kind::NumberValue(n.as_f64().ok_or("a number out of range")?),
-        Y::String(s) => Kind::StringValue(s.clone()),
-        Y::Sequence(items) => Kind::ListValue(ListValue {
-            values: items.iter().map(to_value).collect::<Result<_, _>>()?,
-        }),
-        Y::Mapping(m) => Kind::StructValue(to_struct(m)?),
-        Y::Tagged(_) => return Err("tagged values are not supported".into()),
-    };
-    Ok(Value { kind: Some(kind) })
-}
-
 /// A limit name usable in header fields: letters, digits and `-_.:/`.
 fn sanitize(name: &str) -> String {
     let s: String = name
@@ -493,6 +483,7 @@ mod tests {
     //! place of the field.
 
     use super::*;
+    use envoy_types::pb::google::protobuf::value::Kind;
     use sluice_store::{MemoryStore, MemoryStoreConfig};
 
     fn compile(text: &str) -> Result<Rules, String> {

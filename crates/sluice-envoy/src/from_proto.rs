@@ -46,7 +46,10 @@ fn policy(p: &RateLimitPolicy) -> YamlRateLimit {
     };
     YamlRateLimit {
         unit: unit.map(str::to_owned),
-        requests_per_unit: p.requests_per_unit,
+        requests_per_unit: Some(p.requests_per_unit),
+        // The message has no concurrency limit.
+        max_in_flight: None,
+        lease: None,
         unlimited: p.unlimited,
         name: Some(p.name.clone()).filter(|n| !n.is_empty()),
         replaces: p

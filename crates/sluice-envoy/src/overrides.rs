@@ -85,7 +85,7 @@ impl Kept {
     /// algorithm's counts have all come back by then (a sliding window's
     /// previous window included).
     fn idle_from(&self) -> u64 {
-        let units = 2 * self.rule.unit.seconds() * 1_000;
+        let units = 2 * self.rule.unit.map_or(1, Unit::seconds) * 1_000;
         self.used.load(Ordering::Relaxed).saturating_add(units)
     }
 }
@@ -180,7 +180,7 @@ fn new_rule(rpu: u32, unit: Unit, store: &dyn Store, algorithm: AlgorithmKind) -
         detailed: false,
         labels,
         given_name: String::new(),
-        unit,
+        unit: Some(unit),
         requests_per_unit: rpu,
         replaces: Vec::new(),
         shadow: false,

@@ -17,6 +17,12 @@
 //! long-run rate without the 2× burst across window boundaries. A limit of
 //! 0 requests refuses every request that meets it.
 //!
+//! A `rate_limit` with `max_in_flight` (Sluice's own) becomes a
+//! concurrency limit instead: at most `max_in_flight` requests in flight
+//! per descriptor, each taking a slot when it is admitted and giving it back
+//! with a release (a descriptor with `is_negative_hits`), or when its
+//! `lease` ends on a store that keeps leases.
+//!
 //! Rules are compiled from YAML files by [`compile`](crate::compile).
 
 /// The maps of a tree: their keys come from the config, so a fast hash
@@ -109,9 +115,11 @@ pub struct Rule {
     pub detailed: bool,
     /// `rate_limit.name` as the file gives it (empty when absent).
     pub given_name: String,
-    /// The unit, for statuses.
-    pub unit: Unit,
-    /// Requests per unit, for statuses.
+    /// The unit, for statuses; `None` for a concurrency limit, which counts
+    /// requests in flight, not per any unit of time.
+    pub unit: Option<Unit>,
+    /// Requests per unit, for statuses (`max_in_flight` for a concurrency
+    /// limit).
     pub requests_per_unit: u32,
     /// Names of rules this one replaces.
     pub replaces: Vec<String>,
@@ -152,6 +160,13 @@ impl Rule {
             RuleKind::Counted(l) => Some(l),
             RuleKind::Unlimited | RuleKind::Zero => None,
         }
+    }
+
+    /// Whether it is a concurrency limit (`max_in_flight`): requests in
+    /// flight, taken when admitted and given back by a release.
+    pub fn in_flight(&self) -> bool {
+        self.limited()
+            .is_some_and(|l| l.limit.spec.algorithm == sluice_core::AlgorithmKind::Concurrency)
     }
 }
 
@@ -475,7 +490,7 @@ descriptors:
             .find("edge", [("remote_address", "1.2.3.4")])
             .unwrap()
             .rule;
-        assert_eq!(rule.unit, Unit::Second);
+        assert_eq!(rule.unit, Some(Unit::Second));
         let spec = rule.limited().unwrap().limit.spec;
         assert_eq!((spec.rate.amount(), spec.burst), (10, 10));
         let unlimited = r.find("edge", [("internal", "x")]).unwrap().rule;

@@ -89,9 +89,9 @@ fn status(rule: &Rule, decision: Option<Decision>, options: &Options) -> Descrip
     let full = rule.limited().map_or(0, |l| l.limit.spec.burst);
     let decision = decision.unwrap_or(Decision::full(full));
     let refused = !decision.allowed && !rule.shadow;
-    let until = if options.compat {
+    let until = if let (true, Some(unit)) = (options.compat, rule.unit) {
         // The reference server: the end of the unit's clock-aligned window.
-        window_end(rule)
+        window_end(unit)
     } else if refused {
         decision.retry_after.unwrap_or(decision.reset_after)
     } else {
@@ -133,14 +133,14 @@ fn zero_status(rule: &Rule, options: &Options) -> DescriptorStatus {
         } as i32,
         current_limit: Some(current_limit(rule, options)),
         limit_remaining: 0,
-        duration_until_reset: Some(duration(window_end(rule))),
+        duration_until_reset: Some(duration(rule.unit.map_or(0, window_end))),
         ..Default::default()
     }
 }
 
-/// The time until the rule's unit, aligned on the Unix clock, ends.
-fn window_end(rule: &Rule) -> Nanos {
-    let unit = rule.unit.seconds();
+/// The time until a unit, aligned on the Unix clock, ends.
+fn window_end(unit: crate::rules::Unit) -> Nanos {
+    let unit = unit.seconds();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -148,7 +148,9 @@ fn window_end(rule: &Rule) -> Nanos {
 }
 
 /// A status's `current_limit`: named as the file names it in `compat`
-/// mode (empty without a `name`), else by its Sluice name.
+/// mode (empty without a `name`), else by its Sluice name. A concurrency
+/// limit answers `max_in_flight` as `requests_per_unit`, with the unit
+/// `UNKNOWN` (0): it counts requests in flight, not per any unit of time.
 fn current_limit(rule: &Rule, options: &Options) -> CurrentLimit {
     CurrentLimit {
         name: if options.compat {
@@ -157,7 +159,7 @@ fn current_limit(rule: &Rule, options: &Options) -> CurrentLimit {
             rule.name().to_string()
         },
         requests_per_unit: rule.requests_per_unit,
-        unit: rule.unit as i32,
+        unit: rule.unit.map_or(0, |u| u as i32),
     }
 }
 

@@ -11,7 +11,12 @@
 //!     descriptors:
 //!       - key: path
 //!         rate_limit: { unit: second, requests_per_unit: 5 }
+//!   - key: uploads
+//!     rate_limit: { max_in_flight: 4, lease: 30s, name: uploads }
 //! ```
+//!
+//! `max_in_flight` (and its `lease`) is Sluice's own: a concurrency limit
+//! instead of a rate (see [`compile`](crate::compile)).
 
 use serde::Deserialize;
 
@@ -73,9 +78,19 @@ pub struct YamlRateLimit {
     /// `second`, `minute`, `hour`, `day`, `week`, `month` or `year`.
     #[serde(default)]
     pub unit: Option<String>,
-    /// Requests per unit.
+    /// Requests per unit (0 when absent).
     #[serde(default)]
-    pub requests_per_unit: u32,
+    pub requests_per_unit: Option<u32>,
+    /// A concurrency limit instead of a rate: the most requests in flight
+    /// per descriptor (Sluice's own field; with neither `unit` nor
+    /// `requests_per_unit`).
+    #[serde(default)]
+    pub max_in_flight: Option<u32>,
+    /// With `max_in_flight`: how long a slot lives when its release never
+    /// comes (`30s`, `5m`); the TOML concurrency limits' default when
+    /// absent.
+    #[serde(default)]
+    pub lease: Option<String>,
     /// No limit at all.
     #[serde(default)]
     pub unlimited: bool,

@@ -39,6 +39,7 @@ pub mod settlement;
 pub mod slot_wait;
 pub mod store_settings;
 
+pub use compile_slots::DEFAULT_LEASE;
 pub use config::{Config, ConfigError, HeadersConfig, Source};
 pub use deployment::Deployment;
 pub use engine::{

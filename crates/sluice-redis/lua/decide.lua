@@ -47,12 +47,16 @@
 -- B - R; an admitted cost > 0 adds them to the caller's entry, whose
 -- expiry becomes now + lease. A peek (cost 0, mode 'c') by an instance
 -- that holds live slots renews its entry's expiry, whatever the decision
--- (it takes nothing): a long request keeps its leases so. A refund takes
--- the cost off the caller's entry (never below 0) and removes it at 0; a
--- debit adds up to B + max_debt on it. An instance that dies stops
--- renewing: its slots come back one lease after its last acquisition or
--- renewal. Every write drops expired entries and lives until the latest
--- expiry; an empty state deletes the key.
+-- (it takes nothing): a long request keeps its leases so. A refund (a
+-- release) takes the cost off the caller's entry, then what the caller
+-- does not hold off the other live entries, the one whose lease ends
+-- soonest first, never any below 0, and removes each entry at 0 (the
+-- release of a request may reach another instance than the one that took
+-- its slot, as Envoy's do); a debit adds up to B + max_debt on the
+-- caller's entry. An instance that dies stops renewing: its slots come
+-- back one lease after its last acquisition or renewal. Every write drops
+-- expired entries and lives until the latest expiry; an empty state
+-- deletes the key.
 --
 -- Reply: per group its flag (1 allowed), then per check:
 --   remaining * 2 + allowed   (remaining above the reserve),
@@ -756,10 +760,27 @@ local function refund_log(lim, key, cost)
   end
 end
 
+-- A release: the cost comes off the caller's entry first; what the
+-- caller does not hold comes off the other live entries, the one whose
+-- lease ends soonest first (ties: the first in the state), none below 0.
+-- (Envoy's releases reach whichever instance its call is balanced to.)
 local function refund_slots(lim, key, cost)
   local ids, held, exps, n, _, mine = slots_read(lim, key)
-  if not mine then return end
-  held[mine] = held[mine] - clamp(cost, held[mine])
+  if n == 0 then return end
+  local left = cost
+  if mine then
+    local c = clamp(left, held[mine])
+    held[mine], left = held[mine] - c, left - c
+  end
+  while left > 0 do
+    local pick = nil
+    for j = 1, n do
+      if held[j] > 0 and (not pick or exps[j] < exps[pick]) then pick = j end
+    end
+    if not pick then break end
+    local c = clamp(left, held[pick])
+    held[pick], left = held[pick] - c, left - c
+  end
   slots_put(key, slots_pack(ids, held, exps, n))
 end
 

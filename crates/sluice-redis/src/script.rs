@@ -50,8 +50,13 @@
 //! and `g` the lease as (µs, ns) for the durations answered, `L2` the
 //! calling store's instance id ([`DecisionScript`] sets it per call, so
 //! the parameters stay the store's own), `M = M2 = a = 1`. A peek
-//! (cost 0) by an instance holding slots renews its lease. See
-//! `lua/decide.lua` for the rules, docs/redis.md for their use.
+//! (cost 0) by an instance holding slots renews its lease. A refund (a
+//! release) takes the cost off the caller's entry first, then what the
+//! caller does not hold off the other live entries, the one whose lease
+//! ends soonest first, none below 0: a release frees a slot whichever
+//! instance it reaches (Envoy's stream-done calls are balanced across
+//! instances). See `lua/decide.lua` for the rules, docs/redis.md for
+//! their use.
 //!
 //! # Exact arithmetic in Lua
 //!

@@ -138,7 +138,8 @@ fn slots_on_one_instance_equal_sluice_core_call_by_call() {
 }
 
 /// Two stores (two instance ids) on one Redis, on Redis's own clock: they
-/// share the slots of a key; each gives back only its own.
+/// share the slots of a key; a release frees a slot whichever of them it
+/// reaches, its own first.
 #[test]
 fn two_instances_share_the_slots_of_a_key() {
     let Some(env) = env() else { return };
@@ -171,18 +172,82 @@ fn two_instances_share_the_slots_of_a_key() {
     let ttl: i64 = env.rt.block_on(conn.pttl(&name)).unwrap();
     assert!(ttl > 0 && ttl <= 60_000, "lives one lease: {ttl} ms");
 
-    // B's release frees one; A gives back more than it holds: only its own.
+    // B's release frees its own one; A takes it.
     let one = check(&id, &l, key, 1, 0);
     let d = env.rt.block_on(b.refund(&[one])).unwrap().decisions[0];
     assert_eq!(d.remaining, 1);
     assert!(take(&a).allowed);
     let d = take(&b);
     assert!(!d.allowed);
+    // B, holding none, releases two: two of A's three come back.
+    let two = check(&id, &l, key, 2, 0);
+    let d = env.rt.block_on(b.refund(&[two])).unwrap().decisions[0];
+    assert_eq!(d.remaining, 2, "B's release freed A's slots");
+    // A gives back more than is held: all of it, never below none.
     let all = check(&id, &l, key, 10, 0);
     let d = env.rt.block_on(a.refund(&[all])).unwrap().decisions[0];
-    assert_eq!(d.remaining, 3, "B held none");
+    assert_eq!(d.remaining, 3);
     let exists: bool = env.rt.block_on(conn.exists(&name)).unwrap();
     assert!(!exists, "no slot held: the key is gone");
+}
+
+/// The entries of a slots key: (instance id, slots held, expiry in µs).
+fn entries(env: &common::Env, name: &str) -> Vec<(u64, u64, u64)> {
+    let mut conn = env.conn.clone();
+    let state: Option<Vec<u8>> = env.rt.block_on(conn.get(name)).unwrap();
+    let f = |b: &[u8]| f64::from_le_bytes(b.try_into().unwrap()) as u64;
+    state
+        .unwrap_or_default()
+        .chunks(24)
+        .map(|e| (f(&e[..8]), f(&e[8..16]), f(&e[16..])))
+        .collect()
+}
+
+/// On the test clock: a release by an instance that holds none of a key's
+/// slots frees another instance's, the one whose lease ends soonest first,
+/// and never takes an entry below none; an expired entry gives nothing.
+#[test]
+fn a_release_by_an_instance_holding_none_frees_another_s_slot() {
+    let Some(env) = env() else { return };
+    let stores: Vec<RedisStore> = (0..3)
+        .map(|_| RedisStore::from_connection(env.conn.clone(), None))
+        .collect();
+    let (a, b, c) = (&stores[0], &stores[1], &stores[2]);
+    let l = slots(3, SECOND);
+    let id = fresh_id("slots-release-any");
+    let key = KeyId(0x510a);
+    let name = key_name(&id, key);
+    let ms = |m: u64| T0 + m * 1000;
+    let take = |s: &RedisStore, cost: u64, t: u64| {
+        let ch = check(&id, &l, key, cost, 0);
+        env.rt.block_on(s.check_at(&[ch], t)).unwrap().decisions[0]
+    };
+    let release = |s: &RedisStore, cost: u64, t: u64| {
+        let ch = check(&id, &l, key, cost, 0);
+        env.rt.block_on(s.refund_at(&[ch], t)).unwrap().decisions[0]
+    };
+    // B's lease ends at 1000 ms, A's at 1200 ms.
+    assert!(take(b, 1, ms(0)).allowed);
+    assert!(take(a, 2, ms(200)).allowed);
+    assert!(!take(c, 1, ms(300)).allowed);
+    // C holds none: its release frees B's slot, whose lease ends first.
+    let d = release(c, 1, ms(300));
+    assert_eq!((d.allowed, d.remaining), (true, 1));
+    assert_eq!(entries(&env, &name), [(a.instance_id(), 2, ms(1200))]);
+    // Then A's, one by one, never below none.
+    assert_eq!(release(c, 1, ms(400)).remaining, 2);
+    assert_eq!(entries(&env, &name), [(a.instance_id(), 1, ms(1200))]);
+    assert_eq!(release(b, 5, ms(500)).remaining, 3);
+    assert!(
+        entries(&env, &name).is_empty(),
+        "no slot held: the key is gone"
+    );
+    // An expired entry gives nothing: B's slot, taken at 600, has expired
+    // by 1700; the release frees C's live one.
+    assert!(take(b, 1, ms(600)).allowed);
+    assert!(take(c, 2, ms(1500)).allowed);
+    assert_eq!(release(a, 1, ms(1700)).remaining, 2);
+    assert_eq!(entries(&env, &name), [(c.instance_id(), 1, ms(2500))]);
 }
 
 /// Leases of 1 s on the test clock: an instance's slots expire one lease

@@ -30,6 +30,7 @@ mod envoy_reference;
 mod envoy_reload;
 mod envoy_rls;
 mod envoy_rls_redis;
+mod envoy_slots;
 mod envoy_tls;
 mod envoy_xds;
 mod faults_cluster;
