@@ -3,8 +3,6 @@
 //! share and owed to the remote store (the [ledger](crate::ledger)) until
 //! it is back.
 
-use std::sync::atomic::Ordering;
-
 use sluice_core::Debited;
 use sluice_store::KeyId;
 use sluice_store::seam::{BreakerState, Counter, StoreError};
@@ -17,7 +15,8 @@ impl<R: Remote> Protected<R> {
     /// to `max_debt` (see [`Store::debit`](sluice_store::seam::Store::debit)).
     ///
     /// While the breaker is closed, the remote store takes it, within the
-    /// timeout, after what the ledger owes for the key (so that the
+    /// timeout (a failure or a timeout counts towards opening the breaker,
+    /// as a decision's does), after what the ledger owes for the key (so that the
     /// fallback's admissions are charged before the debt). When it cannot
     /// (it fails, times out, is not connected, or the breaker is open), the
     /// local fallback's share of the limit is debited, so that its
@@ -47,15 +46,18 @@ impl<R: Remote> Protected<R> {
         if self.breaker.state() == BreakerState::Closed {
             let call = self.settle_then_debit(pair, key, amount, max_debt);
             match tokio::time::timeout(self.opts.timeout, call).await {
-                Ok(Ok(debited)) => return Ok(debited),
+                Ok(Ok(debited)) => {
+                    self.breaker.success();
+                    return Ok(debited);
+                }
                 Ok(Err(RemoteError::Refused(e))) => return Err(e),
                 Ok(Err(e)) => {
-                    self.counts.store_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(error = %e, "debit not taken by the shared store: owed");
+                    self.store_failed(&e);
                 }
                 Err(_) => {
-                    self.counts.store_timeouts.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!("debit not taken by the shared store in time: owed");
+                    self.store_failed(&RemoteError::Timeout(self.opts.timeout));
                 }
             }
         }

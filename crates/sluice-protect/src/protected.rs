@@ -259,36 +259,43 @@ impl<R: Remote> Protected<R> {
                 Some(Err(e))
             }
             Err(e) => {
-                let counter = match e {
-                    RemoteError::Timeout(_) => &self.counts.store_timeouts,
-                    _ => &self.counts.store_errors,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-                let opened = self.breaker.failure() == Some(Transition::Opened);
-                let unreported =
-                    self.breaker.state() != BreakerState::Closed && !self.flaps.open_logged();
-                if (opened || unreported)
-                    && let Some(unlogged) = self.flaps.opened()
-                {
-                    if let RemoteError::Misconfigured(_) = e {
-                        tracing::error!(
-                            store = %self.remote.address(),
-                            error = %e,
-                            unlogged_openings = unlogged,
-                            fallback = self.opts.fallback.name(),
-                            "shared store refused: fix its configuration; the fallback decides until then"
-                        );
-                    } else {
-                        tracing::warn!(
-                            store = %self.remote.address(),
-                            error = %e,
-                            unlogged_openings = unlogged,
-                            fallback = self.opts.fallback.name(),
-                            "shared store failing: the fallback decides until it recovers"
-                        );
-                    }
-                }
+                self.store_failed(&e);
                 None
+            }
+        }
+    }
+
+    /// A call the store failed (an error or a timeout; not a refusal):
+    /// counted, and told to the breaker, which opens after
+    /// `breaker_failures` in a row, whatever the call was (a decision, a
+    /// refund, a debit). The opening is logged.
+    pub(crate) fn store_failed(&self, e: &RemoteError) {
+        let counter = match e {
+            RemoteError::Timeout(_) => &self.counts.store_timeouts,
+            _ => &self.counts.store_errors,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let opened = self.breaker.failure() == Some(Transition::Opened);
+        let unreported = self.breaker.state() != BreakerState::Closed && !self.flaps.open_logged();
+        if (opened || unreported)
+            && let Some(unlogged) = self.flaps.opened()
+        {
+            if let RemoteError::Misconfigured(_) = e {
+                tracing::error!(
+                    store = %self.remote.address(),
+                    error = %e,
+                    unlogged_openings = unlogged,
+                    fallback = self.opts.fallback.name(),
+                    "shared store refused: fix its configuration; the fallback decides until then"
+                );
+            } else {
+                tracing::warn!(
+                    store = %self.remote.address(),
+                    error = %e,
+                    unlogged_openings = unlogged,
+                    fallback = self.opts.fallback.name(),
+                    "shared store failing: the fallback decides until it recovers"
+                );
             }
         }
     }
@@ -428,6 +435,7 @@ impl<R: Remote> Store for Protected<R> {
         let (pairs, settled, dropped) = self.ledger.totals();
         Some(RemoteHealth {
             address: self.remote.address(),
+            connected: self.remote.is_connected(),
             breaker: self.breaker.state(),
             fallback: self.opts.fallback,
             store_decisions: load(&self.counts.store_decisions),
@@ -526,6 +534,93 @@ mod tests {
         }
         fn address(&self) -> String {
             "down".into()
+        }
+    }
+
+    /// A store that is connected but fails every call (Redis gone after
+    /// the start).
+    #[derive(Debug)]
+    struct Failing;
+
+    impl Remote for Failing {
+        fn slot(&self, _def: &CounterDef) -> Slot {
+            Slot::empty()
+        }
+        fn try_check<'a>(
+            &'a self,
+            _: &'a [Check<'a>],
+        ) -> Pending<'a, Result<Checked, RemoteError>> {
+            Pending::ready(Err(RemoteError::Failed("broken pipe".into())))
+        }
+        fn try_refund<'a>(
+            &'a self,
+            _: &'a [Check<'a>],
+        ) -> Pending<'a, Result<Checked, RemoteError>> {
+            Pending::ready(Err(RemoteError::Failed("broken pipe".into())))
+        }
+        fn try_debit<'a>(
+            &'a self,
+            _: &'a Counter,
+            _: KeyId,
+            _: u64,
+            _: u64,
+        ) -> Pending<'a, Result<sluice_core::Debited, RemoteError>> {
+            Pending::ready(Err(RemoteError::Failed("broken pipe".into())))
+        }
+        fn connect(&self, _: Duration) -> Pending<'_, Result<(), RemoteError>> {
+            Pending::ready(Ok(()))
+        }
+        fn is_connected(&self) -> bool {
+            true
+        }
+        fn kind(&self) -> &'static str {
+            "test"
+        }
+        fn address(&self) -> String {
+            "failing".into()
+        }
+    }
+
+    /// Debits and refunds that fail open the breaker as decisions do:
+    /// a client whose calls only record (Envoy's stream-done hits, a
+    /// settlement) must not wait for the store's timeout on every call of
+    /// an outage.
+    #[tokio::test]
+    async fn failed_debits_and_refunds_open_the_breaker() {
+        let spec = LimitSpec {
+            algorithm: AlgorithmKind::FixedWindow,
+            rate: Rate::per_minute(100),
+            burst: 100,
+            nodelay: false,
+        };
+        let opts = ProtectOptions::default();
+        let failures = opts.breaker_failures;
+        for refunds in [false, true] {
+            let this = Protected::start(Arc::new(Failing), opts.clone());
+            let counter = this.counter(CounterDef::new("f", spec).unwrap());
+            let one = [Check {
+                counter: &counter,
+                key: KeyId(3),
+                cost: 1,
+                reserve: 0,
+            }];
+            for _ in 0..failures {
+                assert_eq!(this.breaker.state(), BreakerState::Closed);
+                if refunds {
+                    this.refund(&one).await.unwrap();
+                } else {
+                    this.debit(&counter, KeyId(3), 1, 10).await.unwrap();
+                }
+            }
+            assert_eq!(
+                this.breaker.state(),
+                BreakerState::Open,
+                "refunds: {refunds}"
+            );
+            assert_eq!(
+                this.remote_health().unwrap().store_errors,
+                u64::from(failures)
+            );
         }
     }
 

@@ -2,14 +2,12 @@
 //! to the local fallback's share while the remote cannot take it, with
 //! the outage ledger and the over-limit cache kept true.
 
-use std::sync::atomic::Ordering;
-
 use sluice_store::seam::{BreakerState, Check, Checked, Counter, StoreError};
 use smallvec::SmallVec;
 
 use crate::over_limit::OverLimitCache;
 use crate::protected::pairs_of;
-use crate::{Protected, Remote};
+use crate::{Protected, Remote, RemoteError};
 
 impl<R: Remote> Protected<R> {
     /// Gives back each check's cost. What the fallback admitted for the key
@@ -17,8 +15,8 @@ impl<R: Remote> Protected<R> {
     /// (the [ledger](crate::ledger)); the rest goes to the remote store
     /// while its breaker is closed and it answers within the timeout, else
     /// to the local fallback's share (what it would admit next). A refund
-    /// the store could not take is counted as a store error or timeout and
-    /// not retried: a key errs towards refusing. However the call ends
+    /// the store could not take is counted as a store error or timeout
+    /// (towards opening the breaker, as a decision's) and not retried: a key errs towards refusing. However the call ends
     /// (dropped half way included), the over-limit cache forgets the
     /// refusals of these keys.
     pub(crate) async fn give_back(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
@@ -38,14 +36,17 @@ impl<R: Remote> Protected<R> {
                 })
                 .collect();
             match tokio::time::timeout(self.opts.timeout, self.remote.try_refund(&remote)).await {
-                Ok(Ok(checked)) => return Ok(checked),
+                Ok(Ok(checked)) => {
+                    self.breaker.success();
+                    return Ok(checked);
+                }
                 Ok(Err(e)) => {
-                    self.counts.store_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(error = %e, "refund not taken by the shared store");
+                    self.store_failed(&e);
                 }
                 Err(_) => {
-                    self.counts.store_timeouts.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!("refund not taken by the shared store in time");
+                    self.store_failed(&RemoteError::Timeout(self.opts.timeout));
                 }
             }
         } else {

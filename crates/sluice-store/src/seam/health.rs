@@ -29,6 +29,10 @@ impl BreakerState {
 pub struct RemoteHealth {
     /// The store's address, without any password.
     pub address: String,
+    /// Whether the store has been reached since the process started (its
+    /// client is set up; it may have gone down since: see
+    /// [`breaker`](Self::breaker)).
+    pub connected: bool,
     /// The breaker's state: `Open` means the fallback is deciding.
     pub breaker: BreakerState,
     /// The fallback that decides while the store cannot.
