@@ -144,6 +144,11 @@ impl<R: Remote> Protected<R> {
     /// Decides every check together, all or nothing. Never fails but for
     /// checks no store could decide (a foreign counter).
     async fn decide(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
+        // Nothing to ask: admitted, and no call the breaker could count
+        // as the store answering (it could not have, during an outage).
+        if checks.is_empty() {
+            return Ok(Checked::by_store(true, Default::default()));
+        }
         let pairs = pairs_of(checks)?;
         // A concurrency slot comes back whenever any instance releases it,
         // not at its retry time: a refusal that counts on one is never
@@ -579,6 +584,34 @@ mod tests {
         fn address(&self) -> String {
             "failing".into()
         }
+    }
+
+    /// An empty group of checks (a request whose every limit is decided
+    /// on its own) asks the store nothing, so it is no sign that the store
+    /// answers: it does not reset the failures that open the breaker.
+    #[tokio::test]
+    async fn an_empty_check_between_failures_leaves_the_breaker_to_open() {
+        let spec = LimitSpec {
+            algorithm: AlgorithmKind::FixedWindow,
+            rate: Rate::per_minute(100),
+            burst: 100,
+            nodelay: false,
+        };
+        let opts = ProtectOptions::default();
+        let this = Protected::start(Arc::new(Failing), opts.clone());
+        let counter = this.counter(CounterDef::new("e", spec).unwrap());
+        let one = [Check {
+            counter: &counter,
+            key: KeyId(4),
+            cost: 1,
+            reserve: 0,
+        }];
+        for _ in 0..opts.breaker_failures {
+            assert_eq!(this.breaker.state(), BreakerState::Closed);
+            assert!(this.check(&[]).await.unwrap().allowed);
+            this.check(&one).await.unwrap();
+        }
+        assert_eq!(this.breaker.state(), BreakerState::Open);
     }
 
     /// Debits and refunds that fail open the breaker as decisions do:
