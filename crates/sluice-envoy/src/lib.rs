@@ -25,6 +25,7 @@ pub mod json_api;
 pub mod load;
 pub mod overrides;
 pub mod pattern;
+pub mod reference_env;
 pub mod reload;
 pub mod request;
 pub mod rules;

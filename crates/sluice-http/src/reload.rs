@@ -31,7 +31,9 @@ pub use sluice_policy::settle::SETTLE;
 #[derive(Debug)]
 pub struct Reloader {
     engine: Arc<Engine>,
-    path: PathBuf,
+    /// The file; none for a config made at start from the environment
+    /// (`sluice envoy-ratelimit`), which no reload changes.
+    path: Option<PathBuf>,
     last_text: Mutex<Option<Snapshot>>,
     /// Reloads, of this file and of any other config counted with it
     /// (Envoy's YAML: see [`counts`](Self::counts)).
@@ -73,7 +75,29 @@ impl Reloader {
         let text = snapshot(&engine, &path);
         Self {
             engine,
-            path,
+            path: Some(path),
+            started,
+            version: Mutex::new(version_of(text.as_ref())),
+            reloading: Mutex::new(()),
+            last_text: Mutex::new(text),
+            counts: Arc::default(),
+            removed_limits: AtomicU64::new(0),
+            removed_plans: AtomicU64::new(0),
+        }
+    }
+
+    /// A reloader for a config made at start, with no file behind it (from
+    /// the environment): its version is `text`'s, and a reload finds
+    /// nothing changed. Its counts still count the server's other configs'
+    /// reloads (Envoy's YAML).
+    pub fn without_file(engine: Arc<Engine>, started: Deployment, text: &str) -> Self {
+        let text = Some(Snapshot {
+            config: text.to_owned(),
+            keys: None,
+        });
+        Self {
+            engine,
+            path: None,
             started,
             version: Mutex::new(version_of(text.as_ref())),
             reloading: Mutex::new(()),
@@ -91,17 +115,20 @@ impl Reloader {
     /// changing leaves it to the next poll; a forced reload waits for it a
     /// few times, then fails.
     pub fn reload(&self, force: bool) -> Result<Reloaded, ConfigError> {
+        let Some(path) = &self.path else {
+            return Ok(Reloaded::Unchanged);
+        };
         let _one_at_a_time = self.reloading.lock();
         // An unreadable file counts as a text too (`None`): a file that
         // stays missing is reported once, not at every poll.
         let last = self.last_text.lock().clone();
-        let text = match settled(|| snapshot(&self.engine, &self.path), Some(&last), force) {
+        let text = match settled(|| snapshot(&self.engine, path), Some(&last), force) {
             Settled::Unchanged => return Ok(Reloaded::Unchanged),
             Settled::Stable(text) => text,
             Settled::StillChanging => {
                 self.counts.record(false);
                 let e = ConfigError {
-                    file: self.path.clone(),
+                    file: path.clone(),
                     line: 0,
                     column: 0,
                     message: still_changing_message(),
@@ -110,7 +137,7 @@ impl Reloader {
                 return Err(e);
             }
         };
-        match self.compile(text.as_ref()) {
+        match self.compile(path, text.as_ref()) {
             Ok((policy, deployment)) => {
                 if self.started != deployment {
                     tracing::warn!(
@@ -122,7 +149,7 @@ impl Reloader {
                 *self.version.lock() = version_of(text.as_ref());
                 *self.last_text.lock() = text;
                 self.counts.record(true);
-                tracing::info!(file = %self.path.display(), "config reloaded");
+                tracing::info!(file = %path.display(), "config reloaded");
                 Ok(Reloaded::Applied)
             }
             Err(e) => {
@@ -137,13 +164,17 @@ impl Reloader {
 
     /// The policy and deployment of the text that was read (not of a third
     /// read, which could catch another write).
-    fn compile(&self, text: Option<&Snapshot>) -> Result<(Policy, Deployment), ConfigError> {
+    fn compile(
+        &self,
+        path: &Path,
+        text: Option<&Snapshot>,
+    ) -> Result<(Policy, Deployment), ConfigError> {
         let source = match text {
             Some(t) => Source {
-                file: self.path.clone(),
+                file: path.to_owned(),
                 text: t.config.clone(),
             },
-            None => Source::read(&self.path)?,
+            None => Source::read(path)?,
         };
         let config = source.parse()?;
         // The deployment first: a policy compiled keeps its limits' labels

@@ -30,6 +30,8 @@ pub struct Servers {
     metrics: Option<Arc<Metrics>>,
     reloader: Option<Arc<crate::reload::Reloader>>,
     descriptors: Option<u64>,
+    /// What the data listener serves instead of the data plane.
+    data_app: Option<axum::Router>,
     data: TcpListener,
     control: TcpListener,
 }
@@ -109,6 +111,7 @@ pub async fn serve(engine: Arc<Engine>, deployment: &Deployment) -> std::io::Res
         metrics: None,
         reloader: None,
         descriptors: None,
+        data_app: None,
         data,
         control,
     })
@@ -131,6 +134,14 @@ impl Servers {
     /// Shows the reloader's config version on the status page.
     pub fn with_reloader(mut self, reloader: Arc<crate::reload::Reloader>) -> Self {
         self.reloader = Some(reloader);
+        self
+    }
+
+    /// Serves `app` on the data listener instead of the data plane (echo or
+    /// proxy): the reference Envoy rate limit server's HTTP API, say. The
+    /// listener keeps its connection caps and timeouts.
+    pub fn with_data_app(mut self, app: axum::Router) -> Self {
+        self.data_app = Some(app);
         self
     }
 
@@ -167,7 +178,10 @@ impl Servers {
         let metrics = self
             .metrics
             .unwrap_or_else(|| Arc::new(Metrics::new(&self.engine, None)));
-        let data_app = data_plane::router(self.engine.clone(), proxy, metrics.clone());
+        let data_app = match self.data_app {
+            Some(app) => app,
+            None => data_plane::router(self.engine.clone(), proxy, metrics.clone()),
+        };
         let metrics_for_listeners = metrics.clone();
         let reservations = Arc::new(crate::reservations::Reservations::new(
             self.settings.reservation_ttl,

@@ -5,6 +5,7 @@
 //! - `sluice simulate --config FILE --log ACCESS_LOG [--format nginx|jsonl] [--out report.html] [--json]`
 
 mod envoy;
+mod envoy_ratelimit;
 mod signals;
 mod simulate;
 
@@ -63,6 +64,10 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Run as envoyproxy/ratelimit does, configured by its environment
+    /// variables alone (RUNTIME_ROOT, REDIS_URL, GRPC_PORT, …): gRPC on
+    /// GRPC_PORT, /json and /healthcheck on PORT, /metrics on DEBUG_PORT.
+    EnvoyRatelimit,
     /// Replay an access log through a config on a virtual clock and report
     /// who would have been limited.
     Simulate(simulate::Args),
@@ -78,6 +83,23 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Simulate(args) => simulate::run(args),
+        Command::EnvoyRatelimit => {
+            let (from_env, policy, deployment) = match envoy_ratelimit::load() {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    eprintln!("sluice envoy-ratelimit: {e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            let started = deployment.clone();
+            match serve(Origin::Environment(from_env), policy, deployment, started) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sluice: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Validate { config } => match load(&config) {
             Ok((policy, deployment)) => {
                 if let Some(e) = &deployment.envoy {
@@ -143,7 +165,7 @@ fn main() -> ExitCode {
                 eprintln!("sluice: --grpc-listen needs an [envoy] table in the config");
                 return ExitCode::from(2);
             }
-            match serve(config, policy, deployment, started) {
+            match serve(Origin::File(config), policy, deployment, started) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sluice: {e:#}");
@@ -176,12 +198,20 @@ fn load(path: &std::path::Path) -> Result<(Policy, Deployment), sluice_policy::C
     Ok((Policy::compile(&source, &config)?, deployment))
 }
 
+/// Where the config came from.
+enum Origin {
+    /// A file, reloaded when it changes.
+    File(PathBuf),
+    /// The environment (`sluice envoy-ratelimit`), read once.
+    Environment(envoy_ratelimit::FromEnv),
+}
+
 /// Serves until a stop signal, on a runtime of its own. Once the servers
 /// have stopped, work still running on the runtime's blocking threads (a
 /// reload, say) is given a moment and then left behind: the process
 /// exits, whatever it was doing.
 fn serve(
-    config: PathBuf,
+    origin: Origin,
     policy: Policy,
     deployment: Deployment,
     started: Deployment,
@@ -189,13 +219,13 @@ fn serve(
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let served = runtime.block_on(serve_until_stopped(config, policy, deployment, started));
+    let served = runtime.block_on(serve_until_stopped(origin, policy, deployment, started));
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     served
 }
 
 async fn serve_until_stopped(
-    config: PathBuf,
+    origin: Origin,
     policy: Policy,
     deployment: Deployment,
     started: Deployment,
@@ -204,13 +234,27 @@ async fn serve_until_stopped(
     // With Redis, runtime plans and credits changed through any instance
     // apply here within a poll.
     engine.watch_runtime_state(RUNTIME_POLL);
-    let reloader = Arc::new(Reloader::new(engine.clone(), config, started));
+    let reloader = Arc::new(match &origin {
+        Origin::File(path) => Reloader::new(engine.clone(), path.clone(), started),
+        Origin::Environment(env) => Reloader::without_file(engine.clone(), started, &env.toml),
+    });
     let rls = match &deployment.envoy {
         None => None,
         Some(e) => Some(envoy::service(e, &engine, reloader.counts()).await?),
     };
     let rule_stats = rls.as_ref().map(|r| r.service.stats().clone());
-    let servers = http_servers(&engine, &deployment, &reloader, rule_stats).await?;
+    let mut servers = http_servers(&engine, &deployment, &reloader, rule_stats).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // The reference server's mode: its HTTP API on the data listener.
+    if let (Origin::Environment(env), Some(r)) = (&origin, &rls) {
+        let healthy = envoy_ratelimit::healthy(
+            env.health,
+            engine.clone(),
+            r.service.ready(),
+            stop_rx.clone(),
+        );
+        servers = servers.with_data_app(sluice_envoy::http_api::router(r.service.clone(), healthy));
+    }
     signals::spawn_reload_triggers(
         reloader,
         rls.as_ref().and_then(|r| r.rules.clone()),
@@ -225,7 +269,6 @@ async fn serve_until_stopped(
     // sent as soon as the line below is out must stop Sluice gracefully,
     // not kill it.
     let shutdown = signals::shutdown_signal();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let grpc = match rls {
         None => None,
         Some(envoy::EnvoyService {

@@ -26,6 +26,7 @@ mod edge_rls;
 mod edge_slow_bodies;
 mod edge_slow_readers;
 mod envoy_compat;
+mod envoy_ratelimit_env;
 mod envoy_reference;
 mod envoy_reload;
 mod envoy_rls;

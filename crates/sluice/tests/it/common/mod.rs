@@ -210,12 +210,28 @@ impl Sluice {
         if !cmd.get_envs().any(|(k, _)| k == "SLUICE_LOG") {
             cmd.env("SLUICE_LOG", "info");
         }
-        let child = cmd
-            .arg("serve")
+        cmd.arg("serve")
             .arg("--config")
             .arg(config)
             .args(["--listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0"])
-            .args(extra)
+            .args(extra);
+        Self::spawn(cmd)
+    }
+
+    /// Starts `sluice envoy-ratelimit` with `env` as its whole environment
+    /// (give it ports 0, so that it binds ephemeral ones) and waits for its
+    /// listening line.
+    pub fn start_envoy_ratelimit(env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(sluice_binary());
+        cmd.env_clear()
+            .envs(env.iter().copied())
+            .arg("envoy-ratelimit");
+        Self::spawn(cmd)
+    }
+
+    /// Runs `cmd`, its arguments given, and waits for its listening line.
+    fn spawn(mut cmd: Command) -> Self {
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
