@@ -91,6 +91,10 @@ pub struct Loading {
     /// A file may add to a domain another file defines (the reference
     /// server's `MERGE_DOMAIN_CONFIG`); otherwise that is an error.
     pub merge_domains: bool,
+    /// Every rule of the files is in shadow mode (the reference server's
+    /// `SHADOW_MODE`): counted, never refusing. A per-request `limit`
+    /// override still refuses, as there.
+    pub shadow_mode: bool,
 }
 
 impl Default for Loading {
@@ -98,6 +102,7 @@ impl Default for Loading {
         Self {
             algorithm: AlgorithmKind::FixedWindow,
             merge_domains: false,
+            shadow_mode: false,
         }
     }
 }
@@ -150,6 +155,7 @@ pub fn compile_config(
         domain: &config.domain,
         store,
         algorithm: loading.algorithm,
+        shadow_mode: loading.shadow_mode,
     };
     if config.domain.is_empty() {
         return Err(ctx.invalid(
@@ -180,6 +186,8 @@ struct Compile<'a> {
     domain: &'a str,
     store: &'a dyn Store,
     algorithm: AlgorithmKind,
+    /// Every rule in shadow mode.
+    shadow_mode: bool,
 }
 
 impl Compile<'_> {
@@ -406,7 +414,7 @@ impl Compile<'_> {
             unit,
             requests_per_unit,
             replaces: rl.replaces.iter().map(|r| r.name.clone()).collect(),
-            shadow: d.shadow_mode,
+            shadow: d.shadow_mode || self.shadow_mode,
             quota: d.quota_mode,
             kind,
             metadata,
@@ -640,6 +648,23 @@ mod tests {
             "{e}"
         );
         assert_eq!(rules.domains(), ["d", "other"]);
+    }
+
+    #[test]
+    fn global_shadow_mode_puts_every_rule_in_shadow_mode() {
+        // The reference server's SHADOW_MODE.
+        let store = MemoryStore::new(MemoryStoreConfig::default());
+        let text = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+        for shadow_mode in [false, true] {
+            let loading = Loading {
+                shadow_mode,
+                ..Loading::default()
+            };
+            let mut rules = Rules::default();
+            compile_into(&mut rules, "a.yaml", text, &store, &loading).unwrap();
+            let found = rules.find("d", [("a", "x")]).unwrap();
+            assert_eq!(found.rule.shadow, shadow_mode);
+        }
     }
 
     #[test]

@@ -651,19 +651,14 @@ fn envoy(v: &Vars, grpc: &str) -> Result<String, EnvError> {
             return Err(v.bad(name, format!("Sluice sends the header as {default} only")));
         }
     }
-    if v.flag("SHADOW_MODE", false)? {
-        return Err(v.bad(
-            "SHADOW_MODE",
-            "not supported yet: mark the rules shadow_mode: true in the YAML instead",
-        ));
-    }
+    let _ = writeln!(t, "shadow_mode = {}", v.flag("SHADOW_MODE", false)?);
     if v.flag("QUOTA_MODE", false)? {
         return Err(v.bad("QUOTA_MODE", "not supported yet"));
     }
     if v.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)? {
         return Err(v.bad(
             "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-            "not supported yet: Sluice counts every hit, as the reference server does by default",
+            "not supported yet: Sluice's compat mode counts as the reference server does by default (false)",
         ));
     }
     match v.or("CONFIG_TYPE", "FILE").to_ascii_uppercase().as_str() {

@@ -29,6 +29,8 @@ pub struct EnvoySettings {
     pub response_dynamic_metadata: bool,
     /// Files defining one domain are merged.
     pub merge_domains: bool,
+    /// Every rule in shadow mode.
+    pub shadow_mode: bool,
     /// TLS on the gRPC listener.
     pub tls: Option<EnvoyTls>,
 }
@@ -110,6 +112,7 @@ impl EnvoySettings {
             response_headers: e.response_headers.unwrap_or(!e.compat),
             response_dynamic_metadata: e.response_dynamic_metadata,
             merge_domains: e.merge_domains,
+            shadow_mode: e.shadow_mode,
             tls: e.tls.as_ref().map(|t| EnvoyTls {
                 cert: dir.join(&t.cert),
                 key: dir.join(&t.key),

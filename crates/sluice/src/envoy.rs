@@ -18,6 +18,7 @@ pub(crate) async fn service(
     let loading = sluice_envoy::Loading {
         algorithm: e.algorithm,
         merge_domains: e.merge_domains,
+        shadow_mode: e.shadow_mode,
     };
     // With a management server, the rules come from it; until its first
     // answer, every domain is unknown (and answered `OK`).

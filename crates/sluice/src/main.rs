@@ -110,6 +110,7 @@ fn main() -> ExitCode {
                         &sluice_envoy::Loading {
                             algorithm: e.algorithm,
                             merge_domains: e.merge_domains,
+                            shadow_mode: e.shadow_mode,
                         },
                     ) {
                         eprintln!("{err}");

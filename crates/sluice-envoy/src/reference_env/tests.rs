@@ -59,6 +59,7 @@ fn every_setting_with_a_meaning_is_followed() {
         ("RUNTIME_ROOT", "/data"),
         ("RUNTIME_SUBDIRECTORY", "ratelimit"),
         ("MERGE_DOMAIN_CONFIG", "true"),
+        ("SHADOW_MODE", "true"),
         ("RESPONSE_DYNAMIC_METADATA", "1"),
         ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
         ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
@@ -78,7 +79,7 @@ fn every_setting_with_a_meaning_is_followed() {
         e.configs,
         [std::path::PathBuf::from("/data/ratelimit/config")]
     );
-    assert!(e.merge_domains && e.response_dynamic_metadata && e.response_headers);
+    assert!(e.merge_domains && e.response_dynamic_metadata && e.response_headers && e.shadow_mode);
     let url = d.store.url.unwrap();
     assert_eq!(url.to_string(), "rediss+cluster://app:***@r1:7000,r2:7001");
     assert_eq!(
@@ -174,7 +175,8 @@ fn a_value_sluice_cannot_honour_is_an_error_naming_its_variable() {
         ("LOG_FORMAT", "xml"),
         ("CONFIG_TYPE", "CONSUL"),
         ("LIMIT_REMAINING_HEADER", "X-Left"),
-        ("SHADOW_MODE", "true"),
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+        ("QUOTA_MODE", "true"),
         ("REDIS_TIMEOUT", "soon"),
         ("REDIS_URL", "redis://r:6379"),
         ("LOCAL_CACHE_SIZE_IN_BYTES", "-1"),

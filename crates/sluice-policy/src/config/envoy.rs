@@ -49,6 +49,11 @@ pub struct EnvoyConfig {
     /// value defined twice at one level is still an error. Off by default.
     #[serde(default)]
     pub merge_domains: bool,
+    /// Every rule of the YAML in shadow mode: counted, never refusing (the
+    /// reference server's `SHADOW_MODE`). A per-request `limit` override
+    /// still refuses. Off by default.
+    #[serde(default)]
+    pub shadow_mode: bool,
     /// TLS on `grpc_listen`, and mTLS with `client_ca`.
     #[serde(default)]
     pub tls: Option<EnvoyTlsConfig>,
