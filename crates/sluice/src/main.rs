@@ -79,9 +79,22 @@ enum LogFormat {
     Json,
 }
 
+/// The name under which the binary runs as `sluice envoy-ratelimit`: a link
+/// named `/bin/ratelimit`, where the reference server's Deployments start
+/// it.
+const REFERENCE_NAME: &str = "ratelimit";
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
+    let invoked_as = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_owned()));
+    let command = if invoked_as.is_some_and(|n| n == REFERENCE_NAME) {
+        Command::EnvoyRatelimit
+    } else {
+        Cli::parse().command
+    };
+    match command {
         Command::Simulate(args) => simulate::run(args),
         Command::EnvoyRatelimit => {
             let (from_env, policy, deployment) = match envoy_ratelimit::load() {

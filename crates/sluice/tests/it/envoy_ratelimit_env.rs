@@ -265,3 +265,22 @@ fn the_reference_servers_default_socket_is_refused_by_name() {
         "{err}"
     );
 }
+
+/// Started as `/bin/ratelimit` (a link to the binary, as the image has
+/// it), Sluice runs the reference server's mode, whatever the arguments.
+#[test]
+fn a_link_named_ratelimit_runs_the_reference_servers_mode() {
+    let dir = std::env::temp_dir().join(format!("sluice-bin-ratelimit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("ratelimit");
+    std::os::unix::fs::symlink(crate::common::sluice_binary(), &link).unwrap();
+    let out = std::process::Command::new(&link)
+        .env_clear()
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("set REDIS_SOCKET_TYPE=tcp"), "{err}");
+}
