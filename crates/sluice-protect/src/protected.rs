@@ -499,55 +499,30 @@ mod tests {
     use sluice_core::{AlgorithmKind, LimitSpec, Rate};
     use sluice_store::KeyId;
 
-    /// A store that never connects: the fallback decides everything.
+    /// A store that never answers: not connected (the fallback decides
+    /// everything), or connected but failing every call (Redis gone after
+    /// the start).
     #[derive(Debug)]
-    struct Down;
+    struct Broken {
+        connected: bool,
+    }
 
-    impl Remote for Down {
-        fn slot(&self, _def: &CounterDef) -> Slot {
-            Slot::empty()
-        }
-        fn try_check<'a>(
-            &'a self,
-            _: &'a [Check<'a>],
-        ) -> Pending<'a, Result<Checked, RemoteError>> {
-            Pending::ready(Err(RemoteError::NotConnected))
-        }
-        fn try_refund<'a>(
-            &'a self,
-            _: &'a [Check<'a>],
-        ) -> Pending<'a, Result<Checked, RemoteError>> {
-            Pending::ready(Err(RemoteError::NotConnected))
-        }
-        fn try_debit<'a>(
-            &'a self,
-            _: &'a Counter,
-            _: KeyId,
-            _: u64,
-            _: u64,
-        ) -> Pending<'a, Result<sluice_core::Debited, RemoteError>> {
-            Pending::ready(Err(RemoteError::NotConnected))
-        }
-        fn connect(&self, _: Duration) -> Pending<'_, Result<(), RemoteError>> {
-            Pending::ready(Err(RemoteError::NotConnected))
-        }
-        fn is_connected(&self) -> bool {
-            false
-        }
-        fn kind(&self) -> &'static str {
-            "test"
-        }
-        fn address(&self) -> String {
-            "down".into()
+    /// Never connected.
+    const DOWN: Broken = Broken { connected: false };
+    /// Connected, then gone.
+    const FAILING: Broken = Broken { connected: true };
+
+    impl Broken {
+        fn error<T>(&self) -> Pending<'_, Result<T, RemoteError>> {
+            Pending::ready(Err(if self.connected {
+                RemoteError::Failed("broken pipe".into())
+            } else {
+                RemoteError::NotConnected
+            }))
         }
     }
 
-    /// A store that is connected but fails every call (Redis gone after
-    /// the start).
-    #[derive(Debug)]
-    struct Failing;
-
-    impl Remote for Failing {
+    impl Remote for Broken {
         fn slot(&self, _def: &CounterDef) -> Slot {
             Slot::empty()
         }
@@ -555,13 +530,13 @@ mod tests {
             &'a self,
             _: &'a [Check<'a>],
         ) -> Pending<'a, Result<Checked, RemoteError>> {
-            Pending::ready(Err(RemoteError::Failed("broken pipe".into())))
+            self.error()
         }
         fn try_refund<'a>(
             &'a self,
             _: &'a [Check<'a>],
         ) -> Pending<'a, Result<Checked, RemoteError>> {
-            Pending::ready(Err(RemoteError::Failed("broken pipe".into())))
+            self.error()
         }
         fn try_debit<'a>(
             &'a self,
@@ -570,19 +545,23 @@ mod tests {
             _: u64,
             _: u64,
         ) -> Pending<'a, Result<sluice_core::Debited, RemoteError>> {
-            Pending::ready(Err(RemoteError::Failed("broken pipe".into())))
+            self.error()
         }
         fn connect(&self, _: Duration) -> Pending<'_, Result<(), RemoteError>> {
-            Pending::ready(Ok(()))
+            if self.connected {
+                Pending::ready(Ok(()))
+            } else {
+                self.error()
+            }
         }
         fn is_connected(&self) -> bool {
-            true
+            self.connected
         }
         fn kind(&self) -> &'static str {
             "test"
         }
         fn address(&self) -> String {
-            "failing".into()
+            "broken".into()
         }
     }
 
@@ -598,7 +577,7 @@ mod tests {
             nodelay: false,
         };
         let opts = ProtectOptions::default();
-        let this = Protected::start(Arc::new(Failing), opts.clone());
+        let this = Protected::start(Arc::new(FAILING), opts.clone());
         let counter = this.counter(CounterDef::new("e", spec).unwrap());
         let one = [Check {
             counter: &counter,
@@ -629,7 +608,7 @@ mod tests {
         let opts = ProtectOptions::default();
         let failures = opts.breaker_failures;
         for refunds in [false, true] {
-            let this = Protected::start(Arc::new(Failing), opts.clone());
+            let this = Protected::start(Arc::new(FAILING), opts.clone());
             let counter = this.counter(CounterDef::new("f", spec).unwrap());
             let one = [Check {
                 counter: &counter,
@@ -662,7 +641,7 @@ mod tests {
     /// refund forgives it first.
     #[tokio::test]
     async fn a_debit_in_an_outage_goes_to_the_local_share_and_is_owed() {
-        let this = Protected::start(Arc::new(Down), ProtectOptions::default());
+        let this = Protected::start(Arc::new(DOWN), ProtectOptions::default());
         let spec = LimitSpec {
             algorithm: AlgorithmKind::FixedWindow,
             rate: Rate::per_minute(1),
@@ -692,7 +671,7 @@ mod tests {
     /// for the key, and given to the local share that admitted it.
     #[tokio::test]
     async fn a_refund_in_an_outage_is_forgiven_and_given_to_the_local_share() {
-        let this = Protected::start(Arc::new(Down), ProtectOptions::default());
+        let this = Protected::start(Arc::new(DOWN), ProtectOptions::default());
         let spec = LimitSpec {
             algorithm: AlgorithmKind::TokenBucket,
             rate: Rate::per_minute(1),

@@ -21,7 +21,8 @@ pub(crate) trait Connect {
     fn connection_info(&self) -> redis::RedisResult<redis::ConnectionInfo>;
 
     /// A redis-rs client for this node. A TLS node is checked against the
-    /// CAs in the PEM file named by [`CA_FILE_ENV`] when it is set, else
+    /// CAs in its [`ca_file`](NodeAddr::ca_file) (from [`CA_FILE_ENV`]
+    /// when its URL was parsed) when it has one, else
     /// against the public web roots.
     fn client(&self) -> redis::RedisResult<redis::Client>;
 }
@@ -59,14 +60,13 @@ impl Connect for NodeAddr {
 
     fn client(&self) -> redis::RedisResult<redis::Client> {
         let info = self.connection_info()?;
-        let ca_file = std::env::var_os(CA_FILE_ENV).filter(|v| !v.is_empty());
-        match ca_file {
+        match &self.ca_file {
             Some(path) if self.tls => {
-                let pem = std::fs::read(&path).map_err(|e| {
+                let pem = std::fs::read(path).map_err(|e| {
                     redis::RedisError::from((
                         redis::ErrorKind::Io,
                         "cannot read SLUICE_REDIS_CA_FILE",
-                        format!("{}: {e}", std::path::Path::new(&path).display()),
+                        format!("{}: {e}", path.display()),
                     ))
                 })?;
                 redis::Client::build_with_tls(

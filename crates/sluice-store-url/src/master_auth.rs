@@ -16,6 +16,9 @@ pub struct MasterAuth {
     pub db: i64,
     /// Whether to use TLS.
     pub tls: bool,
+    /// With TLS, the CA file the master is checked against (see
+    /// [`NodeAddr::ca_file`]).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl MasterAuth {
@@ -28,6 +31,7 @@ impl MasterAuth {
             username: self.username.clone(),
             password: self.password.clone(),
             db: self.db,
+            ca_file: self.ca_file.clone(),
         }
     }
 }
@@ -39,6 +43,7 @@ impl fmt::Debug for MasterAuth {
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("db", &self.db)
             .field("tls", &self.tls)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }

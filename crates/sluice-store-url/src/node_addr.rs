@@ -18,6 +18,10 @@ pub struct NodeAddr {
     pub password: Option<String>,
     /// Database number (single node and shards only).
     pub db: i64,
+    /// With TLS, a PEM file of the certificate authorities the node is
+    /// checked against (from [`CA_FILE_ENV`](crate::CA_FILE_ENV)); none:
+    /// the public web roots.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl NodeAddr {
@@ -30,6 +34,7 @@ impl NodeAddr {
             username: None,
             password: None,
             db: 0,
+            ca_file: None,
         }
     }
 
@@ -52,6 +57,7 @@ impl fmt::Debug for NodeAddr {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("db", &self.db)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }

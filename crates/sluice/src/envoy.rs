@@ -109,3 +109,26 @@ fn xds_settings(x: &sluice_policy::EnvoyXds) -> anyhow::Result<sluice_envoy::xds
         identity: x.identity.clone(),
     })
 }
+
+/// Serves the Rate Limit Service in a task of its own until `stopping`
+/// turns true: its address and the task.
+pub(crate) fn spawn(
+    rls: EnvoyService,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<(
+    std::net::SocketAddr,
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+)> {
+    let EnvoyService {
+        listener,
+        service,
+        tls,
+        ..
+    } = rls;
+    let addr = listener.local_addr()?;
+    let stopped = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+    };
+    let task = tokio::spawn(sluice_envoy::serve(listener, service, tls, stopped));
+    Ok((addr, task))
+}

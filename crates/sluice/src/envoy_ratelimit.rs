@@ -39,7 +39,10 @@ pub(crate) fn load() -> anyhow::Result<(FromEnv, Policy, Deployment)> {
         text: env.toml.clone(),
     };
     let config = source.parse()?;
-    let deployment = Deployment::compile(&source, &config)?;
+    let mut deployment = Deployment::compile(&source, &config)?;
+    if let Some(url) = &env.store_url {
+        deployment.store.url = Some(url.clone());
+    }
     let policy = Policy::compile(&source, &config)?;
     let from_env = FromEnv {
         toml: env.toml,
@@ -62,12 +65,24 @@ fn init_logging(level: &str, json: bool) {
     }
 }
 
+/// The reference server's HTTP API (`/json`, `/healthcheck`) over the
+/// Rate Limit Service, healthy as [`healthy`] says.
+pub(crate) fn http_api(
+    env: &FromEnv,
+    engine: &Arc<Engine>,
+    service: &Arc<sluice_envoy::EnvoyRls>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) -> axum::Router {
+    let healthy = healthy(env.health, engine.clone(), service.ready(), stopping);
+    sluice_envoy::http_api::router(service.clone(), healthy)
+}
+
 /// Healthy as the reference server is: not stopping; with
 /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`, once rules are in force; on
 /// Redis, once it has been reached, and with
 /// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION` only while it can be (Sluice
 /// knows Redis is down when its circuit breaker has opened).
-pub(crate) fn healthy(
+fn healthy(
     settings: HealthSettings,
     engine: Arc<Engine>,
     rules_ready: tokio::sync::watch::Receiver<bool>,

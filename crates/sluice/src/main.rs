@@ -96,52 +96,8 @@ fn main() -> ExitCode {
     };
     match command {
         Command::Simulate(args) => simulate::run(args),
-        Command::EnvoyRatelimit => {
-            let (from_env, policy, deployment) = match envoy_ratelimit::load() {
-                Ok(loaded) => loaded,
-                Err(e) => {
-                    eprintln!("sluice envoy-ratelimit: {e:#}");
-                    return ExitCode::from(2);
-                }
-            };
-            let started = deployment.clone();
-            match serve(Origin::Environment(from_env), policy, deployment, started) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("sluice: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Validate { config } => match load(&config) {
-            Ok((policy, deployment)) => {
-                if let Some(e) = &deployment.envoy {
-                    let store = sluice_store::MemoryStore::new(Default::default());
-                    if let Err(err) = sluice_envoy::Rules::load_all(
-                        &e.configs,
-                        &store,
-                        &sluice_envoy::Loading {
-                            algorithm: e.algorithm,
-                            merge_domains: e.merge_domains,
-                            shadow_mode: e.shadow_mode,
-                        },
-                    ) {
-                        eprintln!("{err}");
-                        return ExitCode::from(2);
-                    }
-                }
-                println!(
-                    "{}: ok ({} limits)",
-                    config.display(),
-                    policy.limits().len()
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("{e}");
-                ExitCode::from(2)
-            }
-        },
+        Command::EnvoyRatelimit => run_envoy_ratelimit(),
+        Command::Validate { config } => validate(&config),
         Command::Serve {
             config,
             listen,
@@ -179,13 +135,69 @@ fn main() -> ExitCode {
                 eprintln!("sluice: --grpc-listen needs an [envoy] table in the config");
                 return ExitCode::from(2);
             }
-            match serve(Origin::File(config), policy, deployment, started) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("sluice: {e:#}");
-                    ExitCode::FAILURE
+            exit_code(serve(Origin::File(config), policy, deployment, started))
+        }
+    }
+}
+
+/// How serving ended, as the process's exit status.
+fn exit_code(served: anyhow::Result<()>) -> ExitCode {
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `sluice envoy-ratelimit`: the environment's config, served.
+fn run_envoy_ratelimit() -> ExitCode {
+    let (from_env, policy, deployment) = match envoy_ratelimit::load() {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("sluice envoy-ratelimit: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = deployment.clone();
+    exit_code(serve(
+        Origin::Environment(from_env),
+        policy,
+        deployment,
+        started,
+    ))
+}
+
+/// `sluice validate`: the config file, and the Envoy YAML it names.
+fn validate(config: &std::path::Path) -> ExitCode {
+    match load(config) {
+        Ok((policy, deployment)) => {
+            if let Some(e) = &deployment.envoy {
+                let store = sluice_store::MemoryStore::new(Default::default());
+                if let Err(err) = sluice_envoy::Rules::load_all(
+                    &e.configs,
+                    &store,
+                    &sluice_envoy::Loading {
+                        algorithm: e.algorithm,
+                        merge_domains: e.merge_domains,
+                        shadow_mode: e.shadow_mode,
+                    },
+                ) {
+                    eprintln!("{err}");
+                    return ExitCode::from(2);
                 }
             }
+            println!(
+                "{}: ok ({} limits)",
+                config.display(),
+                policy.limits().len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
         }
     }
 }
@@ -261,13 +273,8 @@ async fn serve_until_stopped(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // The reference server's mode: its HTTP API on the data listener.
     if let (Origin::Environment(env), Some(r)) = (&origin, &rls) {
-        let healthy = envoy_ratelimit::healthy(
-            env.health,
-            engine.clone(),
-            r.service.ready(),
-            stop_rx.clone(),
-        );
-        servers = servers.with_data_app(sluice_envoy::http_api::router(r.service.clone(), healthy));
+        let app = envoy_ratelimit::http_api(env, &engine, &r.service, stop_rx.clone());
+        servers = servers.with_data_app(app);
     }
     signals::spawn_reload_triggers(
         reloader,
@@ -285,20 +292,7 @@ async fn serve_until_stopped(
     let shutdown = signals::shutdown_signal();
     let grpc = match rls {
         None => None,
-        Some(envoy::EnvoyService {
-            listener,
-            service,
-            tls,
-            ..
-        }) => {
-            let addr = listener.local_addr()?;
-            let mut rx = stop_rx.clone();
-            let stopped = async move {
-                let _ = rx.wait_for(|s| *s).await;
-            };
-            let task = tokio::spawn(sluice_envoy::serve(listener, service, tls, stopped));
-            Some((addr, task))
-        }
+        Some(rls) => Some(envoy::spawn(rls, stop_rx.clone())?),
     };
     // A plain line that tests and scripts can wait for.
     match &grpc {

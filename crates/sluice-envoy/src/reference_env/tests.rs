@@ -112,6 +112,27 @@ fn a_sentinel_url_names_its_master_then_its_sentinels() {
         deployment(&env).store.url.unwrap().to_string(),
         "redis+sentinel://:***@s1:26379,s2:26379/mymaster"
     );
+    // The Sentinels' own password, and a CA for TLS, complete the URL.
+    let env = read(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_TYPE", "SENTINEL"),
+        ("REDIS_URL", "mymaster,s1:26379"),
+        ("REDIS_SENTINEL_AUTH", "s3cret"),
+        ("REDIS_TLS", "true"),
+        ("REDIS_TLS_CACERT", "/etc/redis/ca.pem"),
+    ])
+    .unwrap();
+    let Some(sluice_store_url::StoreUrl::Sentinel {
+        sentinels,
+        master_auth,
+        ..
+    }) = env.store_url
+    else {
+        panic!("not a Sentinel URL")
+    };
+    assert_eq!(sentinels[0].password.as_deref(), Some("s3cret"));
+    let ca = Some(std::path::PathBuf::from("/etc/redis/ca.pem"));
+    assert_eq!((&sentinels[0].ca_file, &master_auth.ca_file), (&ca, &ca));
 }
 
 #[test]

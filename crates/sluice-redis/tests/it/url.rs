@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use sluice_redis::url::{
-    BadUrl, MasterAuth, NodeAddr, PASSWORD_ENV, SENTINEL_PASSWORD_ENV, StoreUrl,
+    BadUrl, CA_FILE_ENV, MasterAuth, NodeAddr, PASSWORD_ENV, SENTINEL_PASSWORD_ENV, StoreUrl,
 };
 
 fn no_env(_: &str) -> Option<String> {
@@ -129,7 +129,11 @@ fn shards_share_the_database() {
 
 #[test]
 fn sentinel_master_and_credentials() {
-    let env = |name: &str| (name == SENTINEL_PASSWORD_ENV).then(|| "sentinel-pw".to_owned());
+    let env = |name: &str| match name {
+        SENTINEL_PASSWORD_ENV => Some("sentinel-pw".to_owned()),
+        CA_FILE_ENV => Some("/etc/ca.pem".to_owned()),
+        _ => None,
+    };
     let url = StoreUrl::parse_with_env(
         "rediss+sentinel://u:master-pw@s1,s2:26380/my%20master/3",
         env,
@@ -151,11 +155,9 @@ fn sentinel_master_and_credentials() {
             .collect::<Vec<_>>(),
         [("s1", 26379), ("s2", 26380)]
     );
-    assert!(
-        sentinels
-            .iter()
-            .all(|s| s.tls && s.password.as_deref() == Some("sentinel-pw"))
-    );
+    assert!(sentinels.iter().all(|s| s.tls
+        && s.password.as_deref() == Some("sentinel-pw")
+        && s.ca_file.as_deref() == Some(std::path::Path::new("/etc/ca.pem"))));
     assert_eq!(
         master_auth,
         MasterAuth {
@@ -163,8 +165,12 @@ fn sentinel_master_and_credentials() {
             password: Some("master-pw".into()),
             db: 3,
             tls: true,
+            ca_file: Some("/etc/ca.pem".into()),
         }
     );
+    // Without TLS the CA file is not read.
+    let plain = StoreUrl::parse_with_env("redis://h:1", env).unwrap();
+    assert!(plain.nodes()[0].ca_file.is_none());
 }
 
 #[test]

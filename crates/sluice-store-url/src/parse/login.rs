@@ -10,6 +10,8 @@ pub(super) struct Login {
     pub(super) tls: bool,
     /// The user name and password.
     pub(super) credentials: Credentials,
+    /// With TLS, the CA file from the environment.
+    pub(super) ca_file: Option<std::path::PathBuf>,
 }
 
 impl Login {
@@ -22,6 +24,7 @@ impl Login {
             username: self.credentials.username.clone(),
             password: self.credentials.password.clone(),
             db,
+            ca_file: self.ca_file.clone(),
         }
     }
 
@@ -32,6 +35,7 @@ impl Login {
             password: self.credentials.password,
             db,
             tls: self.tls,
+            ca_file: self.ca_file,
         }
     }
 }

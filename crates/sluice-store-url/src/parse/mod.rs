@@ -60,7 +60,17 @@ impl<'a> Parts<'a> {
         Ok(Self {
             scheme,
             kind,
-            login: Login { tls, credentials },
+            login: Login {
+                tls,
+                credentials,
+                // Read with the rest, so that a URL parsed with another
+                // environment (`parse_with_env`) keeps its own.
+                ca_file: tls
+                    .then(|| env(crate::CA_FILE_ENV))
+                    .flatten()
+                    .filter(|f| !f.is_empty())
+                    .map(std::path::PathBuf::from),
+            },
             hosts,
             segments: path::path_segments(path),
         })

@@ -34,6 +34,7 @@ pub(super) fn sentinel(
             username: None,
             password: sentinel_password.clone(),
             db: 0,
+            ca_file: login.ca_file.clone(),
         })
         .collect();
     Ok(StoreUrl::Sentinel {

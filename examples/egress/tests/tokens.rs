@@ -3,6 +3,9 @@
 //! answers, each reporting the tokens the test asks for), on the memory
 //! store and on a real Redis shared by two limiters.
 //!
+//! They live beside the example, which wires Redis in as an application
+//! does: `sluice-egress` itself does not depend on the Redis store.
+//!
 //! The quotas refill by the day, so that nothing refills while a test runs
 //! and every count is exact: a token takes 86.4 s to come back.
 
@@ -276,7 +279,10 @@ async fn two_instances_on_one_redis_share_the_tokens_and_the_debt() {
     }
     let redis = RedisServer::start();
     let url = upstream().await;
-    let shared = || {
+    // Each connected before it decides: until then the local fallback
+    // would, on its own share.
+    let mut limiters = Vec::new();
+    for _ in 0..2 {
         let store = sluice_redis::shared(
             redis.url().parse().unwrap(),
             true,
@@ -285,12 +291,13 @@ async fn two_instances_on_one_redis_share_the_tokens_and_the_debt() {
                 ..Default::default()
             },
         );
-        Arc::new(
+        store.connect(Duration::from_secs(5)).await.unwrap();
+        limiters.push(Arc::new(
             limiter(TokenQuota::new(per_day(1_000)).max_debt(1_000))
                 .with_shared_store(store, b"one organisation"),
-        )
-    };
-    let (a, b) = (shared(), shared());
+        ));
+    }
+    let (a, b) = (limiters[0].clone(), limiters[1].clone());
     // A reserves 100 and uses 1500: 500 in debt, which B must wait for too.
     call(&client(a.clone()), &url, 100, Some(1_500), true)
         .await
