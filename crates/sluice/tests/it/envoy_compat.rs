@@ -76,10 +76,7 @@ async fn start(label: &str, extra: &str, redis: bool) -> (Kept, Client) {
         yaml.path().display()
     );
     let sluice = Sluice::start_with(label, &toml);
-    let grpc = sluice.grpc.expect("a grpc address");
-    let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .unwrap();
+    let client = sluice.rls_client().await;
     ((sluice, yaml, server), client)
 }
 

@@ -87,10 +87,7 @@ fn start(runtime: &Runtime, redis: &RedisServer, extra: &[(&str, &str)]) -> Slui
 }
 
 async fn grpc(s: &Sluice) -> Client {
-    let addr = s.grpc.expect("a gRPC address");
-    RateLimitServiceClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap()
+    s.rls_client().await
 }
 
 async fn ask(c: &mut Client, user: &str) -> (i32, u32, u32) {

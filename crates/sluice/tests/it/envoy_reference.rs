@@ -50,10 +50,7 @@ async fn start(on_redis: bool) -> Option<(Running, Client)> {
             Sluice::start_with_args("envoy-reference-redis", &toml, &args)
         }
     };
-    let grpc = sluice.grpc.expect("a grpc address");
-    let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .unwrap();
+    let client = sluice.rls_client().await;
     Some((
         Running {
             _sluice: sluice,

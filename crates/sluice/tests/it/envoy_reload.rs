@@ -71,10 +71,7 @@ async fn start_on(dir: &TempDir, redis: Option<&RedisServer>) -> (Sluice, Client
         dir.path().join("config").display()
     );
     let sluice = Sluice::start_with("envoy-reload", &toml);
-    let grpc = sluice.grpc.expect("a grpc address");
-    let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .unwrap();
+    let client = sluice.rls_client().await;
     (sluice, client)
 }
 

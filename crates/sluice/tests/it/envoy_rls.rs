@@ -45,10 +45,7 @@ pub(crate) async fn start() -> (Sluice, RateLimitServiceClient<Channel>) {
         &example_path("envoy.toml"),
         &["--grpc-listen", "127.0.0.1:0"],
     );
-    let grpc = sluice.grpc.expect("a grpc address");
-    let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .unwrap();
+    let client = sluice.rls_client().await;
     (sluice, client)
 }
 

@@ -86,10 +86,7 @@ async fn start(redis: &RedisServer, config: &Config) -> (Sluice, RateLimitServic
         &["--store-url", &redis.url(), "--grpc-listen", "127.0.0.1:0"],
         &[SECRET],
     );
-    let grpc = sluice.grpc.expect("a grpc address");
-    let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .unwrap();
+    let client = sluice.rls_client().await;
     (sluice, client)
 }
 

@@ -74,10 +74,7 @@ async fn start(
         args.extend(["--store-url", url.as_str()]);
     }
     let sluice = Sluice::start_env(config.toml.path(), &args, &[SECRET]);
-    let grpc = sluice.grpc.expect("a grpc address");
-    let client = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .unwrap();
+    let client = sluice.rls_client().await;
     (sluice, client)
 }
 

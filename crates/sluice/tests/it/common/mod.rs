@@ -276,6 +276,18 @@ impl Sluice {
         }
     }
 
+    /// A gRPC client of its Envoy Rate Limit Service.
+    pub async fn rls_client(
+        &self,
+    ) -> envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<
+        tonic::transport::Channel,
+    >{
+        let grpc = self.grpc.expect("a grpc address");
+        envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(format!("http://{grpc}"))
+            .await
+            .unwrap()
+    }
+
     /// A URL on the data plane.
     pub fn url(&self, path_and_query: &str) -> String {
         format!("http://{}{path_and_query}", self.data)
