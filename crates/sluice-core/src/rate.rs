@@ -81,6 +81,38 @@ impl Rate {
         self.period
     }
 
+    /// The rate in words, as an operator configures it: its amount per its
+    /// period in the largest whole unit, for messages to people.
+    ///
+    /// ```
+    /// use sluice_core::Rate;
+    /// assert_eq!(Rate::per_second(10).in_words(), "10 per second");
+    /// assert_eq!(Rate::per_minute(600).in_words(), "600 per minute");
+    /// assert_eq!(Rate::new(5, 2_000_000_000).unwrap().in_words(), "5 per 2 seconds");
+    /// assert_eq!(Rate::new(1, 1_500_000_000).unwrap().in_words(), "1 per 1500 milliseconds");
+    /// ```
+    pub fn in_words(&self) -> String {
+        const UNITS: &[(Nanos, &str)] = &[
+            (604_800 * SECOND, "week"),
+            (86_400 * SECOND, "day"),
+            (3_600 * SECOND, "hour"),
+            (60 * SECOND, "minute"),
+            (SECOND, "second"),
+            (1_000_000, "millisecond"),
+            (1_000, "microsecond"),
+            (1, "nanosecond"),
+        ];
+        let (ns, unit) = UNITS
+            .iter()
+            .find(|(ns, _)| self.period.is_multiple_of(*ns))
+            .copied()
+            .unwrap_or((1, "nanosecond"));
+        match self.period / ns {
+            1 => format!("{} per {unit}", self.amount),
+            n => format!("{} per {n} {unit}s", self.amount),
+        }
+    }
+
     /// The time this rate takes to refill `cost` units, rounded up (and
     /// `Nanos::MAX` where that does not fit).
     ///

@@ -111,14 +111,14 @@ pub fn refusal(verdict: &Verdict) -> Problem {
             r.name(),
             r.spec.burst
         ),
-        Some(r) => {
-            let (quota, window) = crate::headers::quota_window(&r.spec);
-            format!(
-                "Rate limit `{}` exceeded ({quota} per {window} s, burst {}); retry in {retry} s.",
-                r.name(),
-                r.spec.burst
-            )
-        }
+        // The limit as configured ("10 per second, burst 20"), not as the
+        // header fields' quota and window put it.
+        Some(r) => format!(
+            "Rate limit `{}` exceeded ({}, burst {}); retry in {retry} s.",
+            r.name(),
+            r.spec.rate.in_words(),
+            r.spec.burst
+        ),
         None => format!("Rate limit exceeded; retry in {retry} s."),
     };
     Problem {

@@ -22,6 +22,13 @@ fn check_refusal(reply: &Reply) {
     let retry_after = reply.int_header("retry-after");
     assert!(retry_after >= 1, "Retry-After: {retry_after}");
     assert_eq!(body["retry_after"], retry_after, "{body}");
+    // The limit in its words as configured (`rate = "10/s", burst = 20`),
+    // not as the header fields' quota and window put it (20 per 2 s).
+    assert_eq!(
+        body["detail"],
+        format!("Rate limit `free` exceeded (10 per second, burst 20); retry in {retry_after} s."),
+        "{body}"
+    );
 
     let policy = reply.policy();
     let free = common::sf_item(&policy, "free");
