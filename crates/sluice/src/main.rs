@@ -26,7 +26,7 @@ use sluice_store::KeyHasher;
 
 /// Sluice: rate limits for APIs.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version = VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -78,6 +78,15 @@ enum LogFormat {
     Text,
     Json,
 }
+
+/// `sluice --version`: the version and the commit built
+/// (`build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SLUICE_COMMIT"),
+    ")"
+);
 
 /// The name under which the binary runs as `sluice envoy-ratelimit`: a link
 /// named `/bin/ratelimit`, where the reference server's Deployments start

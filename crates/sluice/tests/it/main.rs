@@ -68,3 +68,4 @@ mod simulate_agrees;
 mod simulate_cli;
 mod status_page;
 mod validate;
+mod version;
