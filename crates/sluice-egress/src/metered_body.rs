@@ -19,7 +19,8 @@ pin_project! {
     /// [`sluice_usage`]), and when the body ends settles the call's tokens
     /// at the usage's `total_tokens`. A body that reports no usage, is not
     /// JSON or an event stream, or is dropped before its end leaves the
-    /// call's estimate. For a call that counts no tokens it only passes
+    /// call's estimate. The body ends at its last frame (`is_end_stream`)
+    /// or at the `None` after it, whichever a reader polls. For a call that counts no tokens it only passes
     /// the frames on.
     #[derive(Debug)]
     pub struct MeteredBody<B> {
@@ -51,22 +52,21 @@ impl<B: Body> Body for MeteredBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
-        let frame = std::task::ready!(this.inner.poll_frame(cx));
+        let mut this = self.project();
+        let frame = std::task::ready!(this.inner.as_mut().poll_frame(cx));
         match &frame {
             Some(Ok(frame)) => {
                 if let Some(data) = frame.data_ref() {
                     feed(this.metering, data);
                 }
-            }
-            // The whole body went by: settle at what it reported.
-            None => {
-                if let Some((scan, permit)) = this.metering.take()
-                    && let Some(usage) = scan.finish()
-                {
-                    permit.settle_later(usage.total_tokens);
+                // A reader may stop at the end of the stream, without
+                // polling for the `None` after the last frame.
+                if this.inner.is_end_stream() {
+                    settle(this.metering);
                 }
             }
+            // The whole body went by: settle at what it reported.
+            None => settle(this.metering),
             // A body that failed part way keeps the estimate.
             Some(Err(_)) => drop(this.metering.take()),
         }
@@ -79,6 +79,16 @@ impl<B: Body> Body for MeteredBody<B> {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// Settles the call at the usage the body reported, once; with none, the
+/// estimate stands.
+fn settle(metering: &mut Option<(UsageScan, Permit)>) {
+    if let Some((scan, permit)) = metering.take()
+        && let Some(usage) = scan.finish()
+    {
+        permit.settle_later(usage.total_tokens);
     }
 }
 

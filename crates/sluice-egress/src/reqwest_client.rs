@@ -84,7 +84,7 @@ impl RateLimitedClient {
 /// The response, its body metered for `permit` where the call counts
 /// tokens.
 fn metered(response: reqwest::Response, permit: Permit) -> reqwest::Response {
-    if permit.reserved_tokens() == 0 {
+    if !permit.counts_tokens() {
         return response;
     }
     let url = response.url().clone();

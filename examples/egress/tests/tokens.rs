@@ -270,6 +270,49 @@ async fn the_tower_layer_settles_from_the_body_it_hands_on() {
     assert!(about(wait, 1), "{wait:?}");
 }
 
+/// A reader that stops at the end of the stream (as hyper's writer does)
+/// and never polls for the `None` after the last frame still settles.
+#[tokio::test]
+async fn a_reader_that_stops_at_the_end_of_the_stream_settles_too() {
+    use http_body::Body as _;
+    use http_body_util::BodyExt;
+
+    let limiter = Arc::new(limiter(TokenQuota::new(per_day(1_000))));
+    let mut svc = EgressLayer::new(limiter.clone(), Duration::from_millis(50)).layer(Partner);
+    let request = http::Request::get("http://llm.example/v1")
+        .body(())
+        .unwrap();
+    let mut body = svc.call(request).await.unwrap().into_body();
+    while !body.is_end_stream() {
+        body.frame().await.unwrap().unwrap();
+    }
+    // 600 used: 400 left.
+    let wait = until_waits(&limiter, "llm.example", 401, PER_TOKEN / 2).await;
+    assert!(about(wait, 1), "{wait:?}");
+}
+
+/// A quota whose calls reserve nothing is settled all the same.
+#[tokio::test]
+async fn a_call_that_reserves_no_tokens_is_settled_at_its_usage() {
+    let url = upstream().await;
+    let limiter = Arc::new(limiter(TokenQuota::new(per_day(1_000)).estimate(0)));
+    let client = client(limiter.clone());
+    let request = reqwest::Client::new()
+        .post(&url)
+        .json(&json!({"use": 700}))
+        .build()
+        .unwrap();
+    client
+        .execute(request)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let wait = until_waits(&limiter, HOST, 301, PER_TOKEN / 2).await;
+    assert!(about(wait, 1), "{wait:?}");
+}
+
 /// Two limiters (two instances of a service) on one Redis: what one call
 /// used is owed by both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
