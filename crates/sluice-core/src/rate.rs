@@ -92,22 +92,8 @@ impl Rate {
     /// assert_eq!(Rate::new(1, 1_500_000_000).unwrap().in_words(), "1 per 1500 milliseconds");
     /// ```
     pub fn in_words(&self) -> String {
-        const UNITS: &[(Nanos, &str)] = &[
-            (604_800 * SECOND, "week"),
-            (86_400 * SECOND, "day"),
-            (3_600 * SECOND, "hour"),
-            (60 * SECOND, "minute"),
-            (SECOND, "second"),
-            (1_000_000, "millisecond"),
-            (1_000, "microsecond"),
-            (1, "nanosecond"),
-        ];
-        let (ns, unit) = UNITS
-            .iter()
-            .find(|(ns, _)| self.period.is_multiple_of(*ns))
-            .copied()
-            .unwrap_or((1, "nanosecond"));
-        match self.period / ns {
+        let (n, _, unit) = largest_unit(self.period);
+        match n {
             1 => format!("{} per {unit}", self.amount),
             n => format!("{} per {n} {unit}s", self.amount),
         }
@@ -217,28 +203,31 @@ impl FromStr for Rate {
 
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: &[(Nanos, &str)] = &[
-            (604_800 * SECOND, "week"),
-            (86_400 * SECOND, "day"),
-            (3_600 * SECOND, "h"),
-            (60 * SECOND, "min"),
-            (SECOND, "s"),
-            (1_000_000, "ms"),
-            (1_000, "us"),
-            (1, "ns"),
-        ];
-        for (ns, name) in NAMES {
-            if self.period.is_multiple_of(*ns) {
-                let n = self.period / ns;
-                return if n == 1 {
-                    write!(f, "{}/{}", self.amount, name)
-                } else {
-                    write!(f, "{} per {}{}", self.amount, n, name)
-                };
-            }
+        match largest_unit(self.period) {
+            (1, unit, _) => write!(f, "{}/{unit}", self.amount),
+            (n, unit, _) => write!(f, "{} per {n}{unit}", self.amount),
         }
-        write!(f, "{} per {}ns", self.amount, self.period)
     }
+}
+
+/// A period in the largest unit that divides it: how many, the unit's
+/// short name (`min`) and its word (`minute`).
+fn largest_unit(period: Nanos) -> (Nanos, &'static str, &'static str) {
+    const UNITS: &[(Nanos, &str, &str)] = &[
+        (604_800 * SECOND, "week", "week"),
+        (86_400 * SECOND, "day", "day"),
+        (3_600 * SECOND, "h", "hour"),
+        (60 * SECOND, "min", "minute"),
+        (SECOND, "s", "second"),
+        (1_000_000, "ms", "millisecond"),
+        (1_000, "us", "microsecond"),
+    ];
+    UNITS
+        .iter()
+        .find(|(ns, _, _)| period.is_multiple_of(*ns))
+        .map_or((period, "ns", "nanosecond"), |(ns, short, word)| {
+            (period / ns, *short, *word)
+        })
 }
 
 #[cfg(feature = "serde")]
