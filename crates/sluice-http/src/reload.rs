@@ -73,17 +73,7 @@ impl Reloader {
     /// needing a restart.
     pub fn new(engine: Arc<Engine>, path: PathBuf, started: Deployment) -> Self {
         let text = snapshot(&engine, &path);
-        Self {
-            engine,
-            path: Some(path),
-            started,
-            version: Mutex::new(version_of(text.as_ref())),
-            reloading: Mutex::new(()),
-            last_text: Mutex::new(text),
-            counts: Arc::default(),
-            removed_limits: AtomicU64::new(0),
-            removed_plans: AtomicU64::new(0),
-        }
+        Self::with(engine, Some(path), started, text)
     }
 
     /// A reloader for a config made at start, with no file behind it (from
@@ -95,9 +85,18 @@ impl Reloader {
             config: text.to_owned(),
             keys: None,
         });
+        Self::with(engine, None, started, text)
+    }
+
+    fn with(
+        engine: Arc<Engine>,
+        path: Option<PathBuf>,
+        started: Deployment,
+        text: Option<Snapshot>,
+    ) -> Self {
         Self {
             engine,
-            path: None,
+            path,
             started,
             version: Mutex::new(version_of(text.as_ref())),
             reloading: Mutex::new(()),
