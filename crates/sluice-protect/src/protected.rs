@@ -565,27 +565,32 @@ mod tests {
         }
     }
 
-    /// An empty group of checks (a request whose every limit is decided
-    /// on its own) asks the store nothing, so it is no sign that the store
-    /// answers: it does not reset the failures that open the breaker.
-    #[tokio::test]
-    async fn an_empty_check_between_failures_leaves_the_breaker_to_open() {
+    /// A protected store over [`FAILING`], with one limit registered.
+    fn failing() -> (Arc<Protected<Broken>>, Counter) {
+        let this = Protected::start(Arc::new(FAILING), ProtectOptions::default());
         let spec = LimitSpec {
             algorithm: AlgorithmKind::FixedWindow,
             rate: Rate::per_minute(100),
             burst: 100,
             nodelay: false,
         };
-        let opts = ProtectOptions::default();
-        let this = Protected::start(Arc::new(FAILING), opts.clone());
-        let counter = this.counter(CounterDef::new("e", spec).unwrap());
+        let counter = this.counter(CounterDef::new("f", spec).unwrap());
+        (this, counter)
+    }
+
+    /// An empty group of checks (a request whose every limit is decided
+    /// on its own) asks the store nothing, so it is no sign that the store
+    /// answers: it does not reset the failures that open the breaker.
+    #[tokio::test]
+    async fn an_empty_check_between_failures_leaves_the_breaker_to_open() {
+        let (this, counter) = failing();
         let one = [Check {
             counter: &counter,
             key: KeyId(4),
             cost: 1,
             reserve: 0,
         }];
-        for _ in 0..opts.breaker_failures {
+        for _ in 0..this.opts.breaker_failures {
             assert_eq!(this.breaker.state(), BreakerState::Closed);
             assert!(this.check(&[]).await.unwrap().allowed);
             this.check(&one).await.unwrap();
@@ -599,17 +604,9 @@ mod tests {
     /// an outage.
     #[tokio::test]
     async fn failed_debits_and_refunds_open_the_breaker() {
-        let spec = LimitSpec {
-            algorithm: AlgorithmKind::FixedWindow,
-            rate: Rate::per_minute(100),
-            burst: 100,
-            nodelay: false,
-        };
-        let opts = ProtectOptions::default();
-        let failures = opts.breaker_failures;
         for refunds in [false, true] {
-            let this = Protected::start(Arc::new(FAILING), opts.clone());
-            let counter = this.counter(CounterDef::new("f", spec).unwrap());
+            let (this, counter) = failing();
+            let failures = this.opts.breaker_failures;
             let one = [Check {
                 counter: &counter,
                 key: KeyId(3),
