@@ -178,11 +178,19 @@ pub(crate) fn body_estimate(body: &[u8]) -> Option<u64> {
     if body.len() > MAX_BODY {
         return None;
     }
-    let value: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).ok()?;
-    ["max_completion_tokens", "max_tokens"]
-        .iter()
-        .find_map(|name| value.get(*name)?.as_u64())
-        .filter(|&n| n <= sluice_usage::MAX_TOKENS)
+    let (mut completion, mut max) = (None, None);
+    let object = sluice_usage::top_level_whole_numbers(body, |name, n| match name {
+        "max_completion_tokens" => {
+            completion.get_or_insert(n);
+        }
+        "max_tokens" => {
+            max.get_or_insert(n);
+        }
+        _ => {}
+    });
+    completion
+        .or(max)
+        .filter(|&n| object && n <= sluice_usage::MAX_TOKENS)
 }
 
 #[cfg(test)]

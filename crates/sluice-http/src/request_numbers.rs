@@ -26,7 +26,6 @@ use bytes::{Bytes, BytesMut};
 use http::Request;
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
-use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use sluice_policy::Engine;
 use sluice_policy::request_body::BodyNumbers;
 
@@ -146,86 +145,10 @@ impl http_body::Body for Replayed {
 }
 
 /// The whole-number fields at the top level of a JSON object; `None` when
-/// `json` is not one.
+/// `json` is not one (see [`sluice_usage::top_level_whole_numbers`]).
 pub fn numbers_of(json: &[u8]) -> Option<BodyNumbers> {
-    let mut de = serde_json::Deserializer::from_slice(json);
-    let numbers = de.deserialize_map(TopLevel).ok()?;
-    de.end().ok()?;
-    Some(numbers)
-}
-
-/// The top-level object's numbers, every other value skipped.
-struct TopLevel;
-
-impl<'de> Visitor<'de> for TopLevel {
-    type Value = BodyNumbers;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<BodyNumbers, A::Error> {
-        let mut numbers = BodyNumbers::new();
-        while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if let Some(n) = map.next_value::<WholeNumber>()?.0 {
-                numbers.push(&name, n);
-            }
-        }
-        Ok(numbers)
-    }
-}
-
-/// A value, kept when it is a whole number that fits a `u64`.
-struct WholeNumber(Option<u64>);
-
-impl<'de> serde::Deserialize<'de> for WholeNumber {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(WholeNumberVisitor)
-    }
-}
-
-struct WholeNumberVisitor;
-
-impl<'de> Visitor<'de> for WholeNumberVisitor {
-    type Value = WholeNumber;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_u64<E>(self, n: u64) -> Result<WholeNumber, E> {
-        Ok(WholeNumber(Some(n)))
-    }
-
-    fn visit_i64<E>(self, n: i64) -> Result<WholeNumber, E> {
-        Ok(WholeNumber(u64::try_from(n).ok()))
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<WholeNumber, E> {
-        Ok(WholeNumber(None))
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<WholeNumber, E> {
-        Ok(WholeNumber(None))
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<WholeNumber, E> {
-        Ok(WholeNumber(None))
-    }
-
-    fn visit_unit<E>(self) -> Result<WholeNumber, E> {
-        Ok(WholeNumber(None))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<WholeNumber, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(WholeNumber(None))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<WholeNumber, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(WholeNumber(None))
-    }
+    let mut numbers = BodyNumbers::new();
+    sluice_usage::top_level_whole_numbers(json, |name, n| numbers.push(name, n)).then_some(numbers)
 }
 
 #[cfg(test)]

@@ -17,9 +17,12 @@
 //! body can make it panic.
 
 mod json;
+mod request;
 mod sse;
 #[cfg(test)]
 mod tests;
+
+pub use request::top_level_whole_numbers;
 
 use serde_json::{Map, Value};
 
