@@ -68,6 +68,7 @@ fn flood(c: &mut Criterion) {
             key: hasher.key_id_bytes(&n.to_le_bytes()),
             cost: 1,
             reserve: 0,
+            lease: None,
         };
         matches!(store.check_one_now(&c), Some(Ok(d)) if d.allowed)
     };
@@ -118,6 +119,7 @@ fn run(c: &mut Criterion, group: &str, keys: u64) {
             key,
             cost: 1,
             reserve: 0,
+            lease: None,
         };
         matches!(store.check_one_now(&c), Some(Ok(d)) if d.allowed)
     };

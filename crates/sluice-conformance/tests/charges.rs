@@ -100,6 +100,7 @@ fn a_quota_refusal_whose_refund_falls_back_says_so() {
                 key,
                 cost: 1,
                 counting: Counting::Enforced,
+                lease: None,
             },
             Charge {
                 limit: &quota,
@@ -107,6 +108,7 @@ fn a_quota_refusal_whose_refund_falls_back_says_so() {
                 key,
                 cost: 1,
                 counting: Counting::Quota,
+                lease: None,
             },
         ];
         let first = engine.decide_charges(&charges).await.unwrap();

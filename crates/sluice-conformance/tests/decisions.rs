@@ -13,6 +13,9 @@ use sluice_redis::{RedisCheck, RedisStore};
 use sluice_store::seam::{Check, Counter, CounterDef, Store, now_or_never};
 use sluice_store::{KeyId, MemoryStore};
 
+#[path = "decisions/leases.rs"]
+mod leases;
+
 /// Runs `scenario` on every deployment and checks that each shows what the
 /// memory store shows.
 fn same_everywhere(d: &Deployments, what: &str, scenario: impl Fn(Kind) -> Vec<Shown>) {
@@ -303,6 +306,7 @@ fn one_check(counter: &Counter, key: KeyId, cost: u64) -> [Check<'_>; 1] {
         key,
         cost,
         reserve: 0,
+        lease: None,
     }]
 }
 
@@ -703,4 +707,5 @@ fn every_store_decides_alike() {
     debt_runs_equal_sluice_core_everywhere(&d);
     slots_are_taken_refused_and_released_alike(&d);
     slots_live_in_the_client_s_slot_on_cluster(&d);
+    leases::leases_end_by_themselves_and_free_only_their_own(&d);
 }

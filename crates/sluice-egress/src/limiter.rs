@@ -167,6 +167,7 @@ impl EgressLimiter {
             key,
             cost: 1,
             reserve: 0,
+            lease: None,
         };
         match tokens {
             None => self.store.check(&[call]).await,
@@ -176,6 +177,7 @@ impl EgressLimiter {
                     key,
                     cost,
                     reserve: 0,
+                    lease: None,
                 };
                 self.store.check(&[call, tokens]).await
             }

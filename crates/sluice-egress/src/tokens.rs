@@ -153,6 +153,7 @@ impl Reserved {
                 key: self.key,
                 cost: self.tokens - used,
                 reserve: 0,
+                lease: None,
             };
             if let Err(error) = self.store.refund(&[back]).await {
                 tracing::warn!(%error, tokens = back.cost, "egress: tokens reserved but unused could not be given back");

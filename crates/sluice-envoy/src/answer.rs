@@ -54,6 +54,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use sluice_core::{AlgorithmKind, Decision};
 use sluice_policy::log_budget::LogBudget;
 use sluice_policy::{Charge, Engine, Verdict};
+use sluice_store::seam::LeaseId;
 
 use crate::overrides::Overrides;
 use crate::request::{InvalidRequest, validate};
@@ -137,6 +138,8 @@ pub(crate) struct Counted {
     /// ([`refused_by_zero`](crate::counting::refused_by_zero)): the
     /// charges only peeked.
     pub(crate) zero: bool,
+    /// The lease its concurrency slots were taken under, if any.
+    pub(crate) lease: Option<LeaseId>,
 }
 
 impl EnvoyRls {
@@ -199,14 +202,12 @@ impl EnvoyRls {
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, InvalidRequest> {
         validate(req)?;
-        // Descriptors sent when a stream ended record; the rest decide.
-        let stripped;
-        let (req, records) = match crate::stream_done::split(req) {
-            Some((r, records)) => {
-                stripped = r;
-                (&stripped, records)
-            }
-            None => (req, Vec::new()),
+        // Descriptors sent when a stream ended record or release; the rest
+        // decide.
+        let marked = crate::stream_done::split(req);
+        let (req, records, leases) = match &marked {
+            Some(m) => (&m.request, &m.records[..], &m.leases[..]),
+            None => (req, &[][..], &[][..]),
         };
         let rules_now = self.rules.load();
         let known = rules_now.has_domain(&req.domain);
@@ -237,7 +238,10 @@ impl EnvoyRls {
             verdict,
             refunded,
             zero,
-        } = self.counted(req, &found, &overridden, &records).await;
+            lease,
+        } = self
+            .counted(req, &found, &overridden, records, leases)
+            .await;
         let rules: smallvec::SmallVec<[Option<&Rule>; 4]> = found
             .iter()
             .map(|f| f.as_ref().map(|f| &**f.rule))
@@ -250,7 +254,7 @@ impl EnvoyRls {
             &self.options,
             &mut decisions,
         );
-        self.record_stats(req, &found, &decisions, verdict.as_ref(), zero, &records);
+        self.record_stats(req, &found, &decisions, verdict.as_ref(), zero, records);
         let mut response = RateLimitResponse {
             overall_code: code as i32,
             statuses,
@@ -271,7 +275,7 @@ impl EnvoyRls {
             compat: self.options.compat,
         };
         let taken = slots_taken::slots_taken(req, &answered);
-        response.dynamic_metadata = slots_taken::with_slots(metadata, taken);
+        response.dynamic_metadata = slots_taken::with_slots(metadata, taken, lease);
         Ok(response)
     }
 
@@ -296,6 +300,7 @@ impl EnvoyRls {
         found: &[Option<Found<'_>>],
         overridden: &[Option<Arc<Rule>>],
         records: &[bool],
+        leases: &[Option<LeaseId>],
     ) -> Counted {
         let request_hits = if req.hits_addend == 0 {
             1
@@ -308,7 +313,8 @@ impl EnvoyRls {
             refunds,
             debits,
             zero,
-        } = self.placed(req, found, overridden, request_hits, records);
+            lease,
+        } = self.placed(req, found, overridden, request_hits, (records, leases));
         for (d, done) in debits.iter().zip(self.engine.debit(&debits).await) {
             match done {
                 Ok(debited) if debited.excess > 0 => {
@@ -335,6 +341,7 @@ impl EnvoyRls {
             verdict,
             refunded,
             zero,
+            lease,
         }
     }
 

@@ -14,35 +14,54 @@
 //! reported as excess. The descriptor answers `OK` with its limit's state
 //! after.
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use sluice_store::seam::LeaseId;
 
 /// The key of the entry that marks a descriptor sent when a stream ended.
 pub const RECORD_ENTRY: &str = "sluice_record";
 
-/// The request without its marking entries, and which descriptors had one;
-/// `None` when none had (the usual call).
-pub(crate) fn split(req: &RateLimitRequest) -> Option<(RateLimitRequest, Vec<bool>)> {
-    let marked =
-        |d: &envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor| {
-            d.entries.iter().any(|e| e.key == RECORD_ENTRY)
-        };
-    if !req.descriptors.iter().any(marked) {
+/// A request whose descriptors had marking entries, without them.
+pub(crate) struct Marked {
+    /// The request, its marking entries taken out.
+    pub(crate) request: RateLimitRequest,
+    /// Which descriptors had one.
+    pub(crate) records: Vec<bool>,
+    /// The lease each one's entry names, if it names one: a release of
+    /// the concurrency slots a request took ([`SLOTS_TAKEN`](crate::answer::SLOTS_TAKEN)).
+    pub(crate) leases: Vec<Option<LeaseId>>,
+}
+
+/// The request without its marking entries, and what they said; `None`
+/// when no descriptor had one (the usual call).
+pub(crate) fn split(req: &RateLimitRequest) -> Option<Marked> {
+    fn mark(d: &RateLimitDescriptor) -> Option<&Entry> {
+        d.entries.iter().find(|e| e.key == RECORD_ENTRY)
+    }
+    if !req.descriptors.iter().any(|d| mark(d).is_some()) {
         return None;
     }
-    let records: Vec<bool> = req.descriptors.iter().map(marked).collect();
-    let mut stripped = req.clone();
-    for d in &mut stripped.descriptors {
+    let records = req.descriptors.iter().map(|d| mark(d).is_some()).collect();
+    let leases = req
+        .descriptors
+        .iter()
+        .map(|d| mark(d).and_then(|e| LeaseId::parse(&e.value)))
+        .collect();
+    let mut request = req.clone();
+    for d in &mut request.descriptors {
         d.entries.retain(|e| e.key != RECORD_ENTRY);
     }
-    Some((stripped, records))
+    Some(Marked {
+        request,
+        records,
+        leases,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
-        RateLimitDescriptor, rate_limit_descriptor::Entry,
-    };
 
     fn entry(key: &str, value: &str) -> Entry {
         Entry {
@@ -71,8 +90,9 @@ mod tests {
             descriptors: vec![plain.clone(), marked],
             ..req
         };
-        let (stripped, records) = split(&req).unwrap();
-        assert_eq!(records, [false, true]);
-        assert_eq!(stripped.descriptors, [plain.clone(), plain]);
+        let marked = split(&req).unwrap();
+        assert_eq!(marked.records, [false, true]);
+        assert_eq!(marked.leases, [None, None], "`stream_done` names no lease");
+        assert_eq!(marked.request.descriptors, [plain.clone(), plain]);
     }
 }

@@ -65,6 +65,7 @@ impl LocalFallback {
                     share.def().spec().burst,
                     self.instances,
                 ),
+                lease: c.lease,
             })
             .collect();
         match self.store.decide_now(&local) {
@@ -197,6 +198,7 @@ mod tests {
             key: KeyId(7),
             cost: 1,
             reserve,
+            lease: None,
         };
         let decide = |reserve| local.check(&[check(reserve)], &[&share], 1);
         for _ in 0..5 {

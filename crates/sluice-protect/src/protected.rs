@@ -589,6 +589,7 @@ mod tests {
             key: KeyId(4),
             cost: 1,
             reserve: 0,
+            lease: None,
         }];
         for _ in 0..this.opts.breaker_failures {
             assert_eq!(this.breaker.state(), BreakerState::Closed);
@@ -612,6 +613,7 @@ mod tests {
                 key: KeyId(3),
                 cost: 1,
                 reserve: 0,
+                lease: None,
             }];
             for _ in 0..failures {
                 assert_eq!(this.breaker.state(), BreakerState::Closed);
@@ -654,6 +656,7 @@ mod tests {
             key,
             cost: 0,
             reserve: 0,
+            lease: None,
         }];
         let refused = this.check(&peek).await.unwrap();
         assert!(!refused.allowed, "in debt on the local share");
@@ -683,6 +686,7 @@ mod tests {
                 key,
                 cost,
                 reserve: 0,
+                lease: None,
             }]
         };
         for _ in 0..3 {

@@ -68,6 +68,7 @@ impl<R: Remote> Protected<R> {
             key: o.key,
             cost: excess,
             reserve: 0,
+            lease: None,
         };
         let given = tokio::time::timeout(self.opts.timeout, self.remote.try_refund(&[check])).await;
         if let Some(cache) = &self.cache {
@@ -98,6 +99,7 @@ impl<R: Remote> Protected<R> {
             key: o.key,
             cost,
             reserve: 0,
+            lease: None,
         };
         let cost = o.cost.min(o.burst());
         let first = self.remote.try_check(&[check(cost)]).await?;
@@ -361,6 +363,7 @@ mod tests {
             key,
             cost,
             reserve: 0,
+            lease: None,
         };
         let pairs = crate::protected::pairs_of(&[check(0)]).unwrap();
         this.ledger.owe([(&pairs[0].remote, key, 3)]);
@@ -409,6 +412,7 @@ mod tests {
             key,
             cost: 1,
             reserve: 0,
+            lease: None,
         }];
         let pairs = crate::protected::pairs_of(&checks).unwrap();
         this.ledger.owe([(&pairs[0].remote, key, 3)]);

@@ -36,25 +36,28 @@
 -- State values are packed little-endian doubles (struct.pack), exact for
 -- the integers they hold and cheaper than text to read and write.
 --
--- Concurrency (7): slots in flight, as leases per Sluice instance. Its
--- fields: B the most in flight, R the reserve, L the lease in whole
--- microseconds (rounded up), P and g the lease as (microseconds,
--- nanoseconds) for the durations it answers, L2 the calling instance's id
--- (below 2^52; M = M2 = 1); the others are unused. Its state is one string
--- of packed '<ddd' triples, one per instance holding slots: (instance id,
--- slots held, expiry in us on Redis's clock). Slots whose expiry is past
+-- Concurrency (7): slots in flight, as leases. Its fields: B the most in
+-- flight, R the reserve, L the lease in whole microseconds (rounded up), P
+-- and g the lease as (microseconds, nanoseconds) for the durations it
+-- answers, L2 the holder: the calling instance's id (below 2^52), or the
+-- check's own lease (at least 2^52) for a request whose end Sluice may
+-- not see (M = M2 = 1); the others are unused. Its state is one string of
+-- packed '<ddd' triples, one per holder: (holder id, slots held, expiry in
+-- us on Redis's clock). Slots whose expiry is past
 -- are free. A check takes `cost` slots if the live ones plus cost fit
 -- B - R; an admitted cost > 0 adds them to the caller's entry, whose
 -- expiry becomes now + lease. A peek (cost 0, mode 'c') by an instance
 -- that holds live slots renews its entry's expiry, whatever the decision
 -- (it takes nothing): a long request keeps its leases so. A refund (a
--- release) takes the cost off the caller's entry, then what the caller
--- does not hold off the other live entries, the one whose lease ends
--- soonest first, never any below 0, and removes each entry at 0 (the
--- release of a request may reach another instance than the one that took
--- its slot, as Envoy's do); a debit adds up to B + max_debt on the
--- caller's entry. An instance that dies stops renewing: its slots come
--- back one lease after its last acquisition or renewal. Every write drops
+-- release) by a lease takes the cost off that lease's entry only, never
+-- below 0: a lease that ended or was released frees nothing more. A
+-- refund by an instance takes it off the caller's entry, then what the
+-- caller does not hold off the other live entries, the one whose lease
+-- ends soonest first, never any below 0; each entry at 0 is removed. A
+-- debit adds up to B + max_debt on the caller's entry. An instance that
+-- dies stops renewing: its slots come back one lease after its last
+-- acquisition or renewal; a lease comes back one lease after it was
+-- taken or last renewed. Every write drops
 -- expired entries and lives until the latest expiry; an empty state
 -- deletes the key.
 --
@@ -760,10 +763,13 @@ local function refund_log(lim, key, cost)
   end
 end
 
--- A release: the cost comes off the caller's entry first; what the
--- caller does not hold comes off the other live entries, the one whose
+-- Holder ids at least this are leases (below it, instances).
+local LEASES = 4503599627370496
+
+-- A release: the cost comes off the caller's entry first; what an
+-- instance does not hold comes off the other live entries, the one whose
 -- lease ends soonest first (ties: the first in the state), none below 0.
--- (Envoy's releases reach whichever instance its call is balanced to.)
+-- A lease frees nothing beyond its own entry.
 local function refund_slots(lim, key, cost)
   local ids, held, exps, n, _, mine = slots_read(lim, key)
   if n == 0 then return end
@@ -772,6 +778,8 @@ local function refund_slots(lim, key, cost)
     local c = clamp(left, held[mine])
     held[mine], left = held[mine] - c, left - c
   end
+  -- A lease frees its own slots only.
+  if lim.L2 >= LEASES then left = 0 end
   while left > 0 do
     local pick = nil
     for j = 1, n do

@@ -137,6 +137,7 @@ impl RedisRemote {
             key,
             cost: amount,
             reserve: 0,
+            lease: None,
         };
         let redis = prepared(std::slice::from_ref(&check))?;
         store
@@ -254,6 +255,7 @@ fn prepared<'a>(checks: &[Check<'a>]) -> Result<SmallVec<[Prepared<'a>; 4]>, Rem
                 key: c.key,
                 cost: c.cost,
                 reserve: c.reserve,
+                lease: c.lease,
             })
         })
         .collect()

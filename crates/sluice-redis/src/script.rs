@@ -42,21 +42,22 @@
 //! # Concurrency (slots as leases)
 //!
 //! A concurrency limit ([`Limiter::Concurrency`]) is algorithm 7: its
-//! key's state is one string of packed `<ddd` triples, one per Sluice
-//! instance holding slots (instance id, slots held, expiry in µs on
-//! Redis's clock), so that an instance that dies gives its slots back one
-//! lease after it last took or renewed them. Its fields: `B` the most in
-//! flight, `R` the reserve, `L` the lease in whole µs (rounded up), `P`
+//! key's state is one string of packed `<ddd` triples, one per holder of
+//! slots (holder id, slots held, expiry in µs on Redis's clock): a Sluice
+//! instance (ids below 2^52), whose slots come back one lease after it last
+//! took or renewed them, or a check's own lease
+//! ([`LeaseId`](sluice_store::seam::LeaseId), at least 2^52), which comes
+//! back one lease after it was taken or renewed. Its fields: `B` the most
+//! in flight, `R` the reserve, `L` the lease in whole µs (rounded up), `P`
 //! and `g` the lease as (µs, ns) for the durations answered, `L2` the
-//! calling store's instance id ([`DecisionScript`] sets it per call, so
-//! the parameters stay the store's own), `M = M2 = a = 1`. A peek
-//! (cost 0) by an instance holding slots renews its lease. A refund (a
-//! release) takes the cost off the caller's entry first, then what the
-//! caller does not hold off the other live entries, the one whose lease
-//! ends soonest first, none below 0: a release frees a slot whichever
-//! instance it reaches (Envoy's stream-done calls are balanced across
-//! instances). See `lua/decide.lua` for the rules, docs/redis.md for
-//! their use.
+//! holder (the check's lease, else the calling store's instance id, which
+//! [`DecisionScript`] sets per call, so the parameters stay the store's
+//! own), `M = M2 = a = 1`. A peek (cost 0) by a holder of slots renews its
+//! lease. A refund (a release) by a lease takes the cost off that lease's
+//! entry only; one by an instance takes it off the caller's entry first,
+//! then what the caller does not hold off the other live entries, the one
+//! whose lease ends soonest first, none below 0. See `lua/decide.lua` for
+//! the rules, docs/redis.md for their use.
 //!
 //! # Exact arithmetic in Lua
 //!
@@ -158,6 +159,9 @@ pub(crate) struct LimitParams {
     reserve: u64,
     /// Whether debt is forgiven at the window reset.
     forgive: bool,
+    /// A concurrency limit's lease the check's slots are held under (see
+    /// [`LeaseId`](sluice_store::seam::LeaseId)); 0: the calling instance.
+    holder: u64,
 }
 
 fn gcd(mut a: u128, mut b: u128) -> u128 {
@@ -209,6 +213,7 @@ impl LimitParams {
             queue,
             reserve: 0,
             forgive: limiter.debt_forgiven(),
+            holder: 0,
         })
     }
 
@@ -229,6 +234,7 @@ impl LimitParams {
             queue: false,
             reserve: 0,
             forgive: limiter.debt_forgiven(),
+            holder: 0,
         }
     }
 
@@ -237,6 +243,15 @@ impl LimitParams {
     pub(crate) fn with_reserve(self, reserve: u64) -> Self {
         Self {
             reserve: reserve.min(self.burst),
+            ..self
+        }
+    }
+
+    /// These parameters for slots held under `lease` (a concurrency
+    /// limit's; ignored by the others).
+    pub(crate) fn with_lease(self, lease: Option<sluice_store::seam::LeaseId>) -> Self {
+        Self {
+            holder: lease.map_or(0, |l| l.get()),
             ..self
         }
     }
@@ -277,9 +292,13 @@ impl LimitParams {
     }
 
     /// The script's fields, for a call by the store `instance` (the id a
-    /// concurrency limit's `L2` carries).
+    /// concurrency limit's `L2` carries, unless the check names a lease).
     fn fields(&self, instance: u64) -> [u64; 12] {
-        let l2 = if self.alg == 7 { instance } else { self.l2 };
+        let l2 = match (self.alg, self.holder) {
+            (7, 0) => instance,
+            (7, lease) => lease,
+            _ => self.l2,
+        };
         [
             u64::from(self.alg),
             self.burst,

@@ -44,6 +44,8 @@ pub struct Limit {
     /// equivalent one: [`AnyTable::new`]).
     pub(crate) limiter: Limiter,
     pub(crate) table: AnyTable,
+    /// A concurrency limit's leases (`None` for the other algorithms).
+    pub(crate) leases: Option<crate::leases::Leases>,
 }
 
 impl Limit {

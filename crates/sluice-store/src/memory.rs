@@ -251,6 +251,10 @@ impl<C: Clock> MemoryStore<C> {
             serial: reg.next_serial,
             limiter,
             table: AnyTable::new(limiter, self.shards, self.config.max_keys, one),
+            leases: match limiter {
+                Limiter::Concurrency(c) => Some(crate::leases::Leases::new(c.lease())),
+                _ => None,
+            },
         });
         reg.by_id.retain(|_, w| w.strong_count() > 0);
         reg.by_id.insert(id.to_owned(), Arc::downgrade(&limit));
@@ -435,6 +439,9 @@ impl<C: Clock> MemoryStore<C> {
             reg.by_id.values().filter_map(Weak::upgrade).collect()
         };
         let now = self.clock.now();
+        for l in &limits {
+            self.end_all_leases(l, now);
+        }
         limits.iter().map(|l| l.table.purge(now)).sum()
     }
 }

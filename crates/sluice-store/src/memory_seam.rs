@@ -97,22 +97,44 @@ impl<C: Clock> MemoryStore<C> {
     /// Decides one check (see [`Store::check_one_now`]).
     #[inline]
     pub fn decide_one(&self, check: &Check<'_>) -> Result<Decision, StoreError> {
+        let limit = table(check)?;
+        if let Some(leases) = &limit.leases
+            && (check.lease.is_some() || !leases.is_empty())
+        {
+            return Ok(self.decide_leased(std::slice::from_ref(check))?.single());
+        }
+        self.decide_one_plain(limit, check)
+    }
+
+    /// [`decide_one`](Self::decide_one) of a check that takes, renews or
+    /// ends no lease, on its table `limit`.
+    #[inline]
+    fn decide_one_plain(&self, limit: &Limit, check: &Check<'_>) -> Result<Decision, StoreError> {
         if check.reserve == 0 {
-            let limit = table(check)?;
             return Ok(limit
                 .table
                 .check(check.key, self.clock().now(), check.cost)?);
         }
-        Ok(self.decide_now(std::slice::from_ref(check))?.single())
+        Ok(self.decide_plain(std::slice::from_ref(check))?.single())
     }
 
     /// Decides a group of checks, all or nothing (see [`Store::check`]).
     #[inline]
     pub fn decide_now(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
+        if crate::memory_leases::leased(checks) {
+            return self.decide_leased(checks);
+        }
+        self.decide_plain(checks)
+    }
+
+    /// [`decide_now`](Self::decide_now) of a group that takes, renews or
+    /// ends no lease.
+    #[inline]
+    pub(crate) fn decide_plain(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
         if let [one] = checks
             && one.reserve == 0
         {
-            let d = self.decide_one(one)?;
+            let d = self.decide_one_plain(table(one)?, one)?;
             return Ok(Checked::by_store(d.allowed, smallvec::smallvec![d]));
         }
         if let [a, b] = checks
@@ -143,6 +165,15 @@ impl<C: Clock> MemoryStore<C> {
     /// Gives back each check's cost, one after another (see
     /// [`Store::refund`]): each key under its shard's lock, then peeked.
     pub fn refund_now(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
+        if crate::memory_leases::leased(checks) {
+            return self.refund_leased(checks);
+        }
+        self.refund_plain(checks)
+    }
+
+    /// [`refund_now`](Self::refund_now) of a group that releases or ends
+    /// no lease.
+    pub(crate) fn refund_plain(&self, checks: &[Check<'_>]) -> Result<Checked, StoreError> {
         let mut decisions: Decisions = SmallVec::with_capacity(checks.len());
         for c in checks {
             let limit = table(c)?;

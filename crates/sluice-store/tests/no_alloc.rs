@@ -246,6 +246,7 @@ fn a_check_through_the_seam_allocates_nothing() {
             key,
             cost: 1,
             reserve,
+            lease: None,
         };
         for group in [
             vec![check(&a, 0)],

@@ -71,6 +71,7 @@ fn store_checks() -> (Check, Check) {
             key,
             cost: 1,
             reserve: 0,
+            lease: None,
         };
         let answer = sluice_store::seam::Store::check_one_now(&store, &check);
         matches!(answer, Some(Ok(d)) if d.allowed)

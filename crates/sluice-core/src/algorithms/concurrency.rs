@@ -12,9 +12,9 @@
 //!   forget the key); never while one is (a store must not).
 //!
 //! The rate a [`LimitSpec`](crate::LimitSpec) gives it is `max` per lease:
-//! its window (`burst / rate`) is the lease. Leases themselves (a slot that
-//! an instance that died never released comes back after one) are kept
-//! by a shared store; in one process the slots die with it.
+//! its window (`burst / rate`) is the lease. Leases themselves (a slot
+//! that an instance that died, or a release that never came, left behind
+//! comes back after one) are kept by the stores, beside this count.
 //!
 //! ```
 //! use sluice_core::{Algorithm, Concurrency};

@@ -4,6 +4,7 @@
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluice_policy::{Charge, Counting};
+use sluice_store::seam::LeaseId;
 use std::sync::Arc;
 
 use super::{EnvoyRls, Place};
@@ -22,6 +23,10 @@ pub(super) struct Placed<'f> {
     /// Refused by limits of 0 before anything is charged: the charges
     /// only peek (cost 0).
     pub(super) zero: bool,
+    /// The lease the request's concurrency slots are taken under: one per
+    /// request that meets a concurrency rule, named in the answer
+    /// ([`SLOTS_TAKEN`](super::SLOTS_TAKEN)) so that its release names it.
+    pub(super) lease: Option<LeaseId>,
 }
 
 impl EnvoyRls {
@@ -33,7 +38,7 @@ impl EnvoyRls {
         found: &'f [Option<Found<'_>>],
         overridden: &[Option<Arc<Rule>>],
         request_hits: u64,
-        records: &[bool],
+        (records, leases): (&[bool], &[Option<LeaseId>]),
     ) -> Placed<'f> {
         let compat = self.options.compat;
         let hasher = self.engine.hasher();
@@ -43,6 +48,7 @@ impl EnvoyRls {
         let mut refunds: Vec<Charge<'_>> = Vec::new();
         let mut debits: Vec<Charge<'_>> = Vec::new();
         let (mut enforced, mut later) = (0, 0);
+        let mut lease = None;
         for (i, (d, f)) in req.descriptors.iter().zip(found).enumerate() {
             // (Empty when no descriptor has a per-request limit.)
             let o = overridden.get(i).and_then(Option::as_ref);
@@ -61,6 +67,9 @@ impl EnvoyRls {
                         cost: hits_of(d, request_hits),
                         // Given back, or recorded, whatever the rule's mode.
                         counting: Counting::Enforced,
+                        // A release names the lease its slots were taken
+                        // under.
+                        lease: leases.get(i).copied().flatten(),
                     };
                     if record && !d.is_negative_hits {
                         // Recorded: debited, then its state peeked.
@@ -97,6 +106,10 @@ impl EnvoyRls {
                 key,
                 cost: if zero { 0 } else { cost_of(d, request_hits) },
                 counting: crate::counting::counting(f.rule, compat),
+                lease: f
+                    .rule
+                    .in_flight()
+                    .then(|| *lease.get_or_insert_with(LeaseId::random)),
             });
         }
         Placed {
@@ -105,6 +118,7 @@ impl EnvoyRls {
             refunds,
             debits,
             zero,
+            lease,
         }
     }
 }

@@ -1,7 +1,11 @@
 //! The slots an answer took, told to Envoy in the answer's
 //! `dynamic_metadata`, under [`SLOTS_TAKEN`]: for each concurrency rule
 //! (`max_in_flight`) whose descriptors took slots, by the rule's name, the
-//! slots taken, as text (`{"sluice_slots": {"uploads": "1"}}`).
+//! lease they were taken under, as text (`{"sluice_slots": {"uploads":
+//! "6755399441055744"}}`; see [`LeaseId`]). The release carries it back,
+//! and frees that lease's slots only: a release that comes twice, late (the
+//! lease ended, its slots came back by themselves), or for a request that
+//! took nothing frees no one else's slot.
 //!
 //! Envoy sends its stream-done descriptors when every stream ends, the
 //! ones it refused (429) and let through on an error included. A release
@@ -19,6 +23,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::{Struct, Value, value::Kind};
 use sluice_core::Decision;
 use sluice_policy::Verdict;
+use sluice_store::seam::LeaseId;
 
 use super::Place;
 use super::placed::cost_of;
@@ -65,15 +70,21 @@ pub(crate) fn slots_taken(req: &RateLimitRequest, a: &Answered<'_>) -> BTreeMap<
     taken
 }
 
-/// `metadata` (the answer's `dynamic_metadata`, if any) with the slots
-/// `taken` under [`SLOTS_TAKEN`]; unchanged when none were.
-pub(crate) fn with_slots(metadata: Option<Struct>, taken: BTreeMap<String, u64>) -> Option<Struct> {
-    if taken.is_empty() {
+/// `metadata` (the answer's `dynamic_metadata`, if any) with the rules
+/// whose slots were `taken` under [`SLOTS_TAKEN`], each naming the `lease`
+/// they were taken under (its release names it back); unchanged when none
+/// were.
+pub(crate) fn with_slots(
+    metadata: Option<Struct>,
+    taken: BTreeMap<String, u64>,
+    lease: Option<LeaseId>,
+) -> Option<Struct> {
+    let Some(lease) = lease.filter(|_| !taken.is_empty()) else {
         return metadata;
-    }
+    };
     let fields = taken
-        .into_iter()
-        .map(|(name, n)| (name, string(n.to_string())))
+        .into_keys()
+        .map(|name| (name, string(lease.to_string())))
         .collect();
     let mut out = metadata.unwrap_or_default();
     out.fields.insert(

@@ -158,6 +158,7 @@ impl<C: Clock> Engine<C> {
             key,
             cost,
             reserve: 0,
+            lease: None,
         })
     }
 }

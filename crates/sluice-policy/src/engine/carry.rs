@@ -41,6 +41,7 @@ impl<C: Clock> Engine<C> {
                     key: id,
                     cost: charge,
                     reserve: 0,
+                    lease: None,
                 };
                 let _ = self.store.check(&[check]).await;
             }
@@ -60,6 +61,7 @@ impl<C: Clock> Engine<C> {
             key,
             cost: 0,
             reserve: 0,
+            lease: None,
         };
         let decided = self.store.check(&[peek]).await.ok()?;
         if decided.fallback().is_some() {

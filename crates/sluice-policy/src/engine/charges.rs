@@ -4,7 +4,7 @@
 
 use sluice_core::Clock;
 use sluice_store::KeyId;
-use sluice_store::seam::{Check, Counter};
+use sluice_store::seam::{Check, Counter, LeaseId};
 use smallvec::SmallVec;
 
 use super::Engine;
@@ -28,6 +28,10 @@ pub struct Charge<'a> {
     pub cost: u64,
     /// How it counts.
     pub counting: Counting,
+    /// On a concurrency limit, the lease its slots are taken, renewed or
+    /// released under (see [`LeaseId`]): for an adapter that may never see
+    /// the release (Envoy). `None`: held by this instance.
+    pub lease: Option<LeaseId>,
 }
 
 /// How a [`Charge`] counts.
@@ -88,6 +92,7 @@ impl<C: Clock> Engine<C> {
                 // A request that cannot pass only peeks.
                 cost: if impossible.is_empty() { c.cost } else { 0 },
                 logged: c.counting == Counting::Shadow,
+                lease: c.lease,
             };
             plan.place(planned, c.enforced())?;
         }
@@ -170,6 +175,7 @@ impl<C: Clock> Engine<C> {
                 key: c.key,
                 cost: c.cost,
                 reserve: 0,
+                lease: c.lease,
             })
             .collect();
         let checked = self.store.refund(&checks).await?;

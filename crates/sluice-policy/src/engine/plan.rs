@@ -5,7 +5,7 @@ use sluice_core::{Decision, LimitSpec};
 use sluice_store::KeyId;
 use std::sync::Arc;
 
-use sluice_store::seam::{Check, Checked, Counter};
+use sluice_store::seam::{Check, Checked, Counter, LeaseId};
 use smallvec::SmallVec;
 
 use super::Engine;
@@ -34,6 +34,8 @@ pub(super) struct Planned<'p> {
     /// logged (shadow mode, rollout; not an adapter's limit decided on its
     /// own, whose refusals are real).
     pub(super) logged: bool,
+    /// A concurrency limit's lease (see [`Check::lease`]).
+    pub(super) lease: Option<LeaseId>,
 }
 
 impl<'p> Planned<'p> {
@@ -45,6 +47,7 @@ impl<'p> Planned<'p> {
             key: self.key,
             cost: self.cost,
             reserve,
+            lease: self.lease,
         }
     }
 
@@ -200,6 +203,9 @@ impl<C: Clock> Engine<C> {
                 key,
                 cost: self.estimated(a, req),
                 logged: true,
+                // The HTTP adapters see the request end: slots are the
+                // instance's.
+                lease: None,
             };
             let enforced =
                 !allowed_client && is_enforced(a.limit.shadow, a.limit.enforce_percent, key);

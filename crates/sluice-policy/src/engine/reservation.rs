@@ -205,6 +205,7 @@ impl<C: Clock> Engine<C> {
             key: r.key,
             cost: 0,
             reserve: 0,
+            lease: None,
         }];
         let checked = self.store.check(&peek).await.ok()?;
         checked.decisions.first().map(|d| d.remaining)
@@ -238,6 +239,7 @@ impl<C: Clock> Engine<C> {
                 key: r.key,
                 cost: 0,
                 reserve: 0,
+                lease: None,
             }];
             if let Err(e) = self.store.check(&peek).await {
                 tracing::debug!(limit = %r.labels.limit, error = %e, "a slot's lease was not renewed");
@@ -278,6 +280,7 @@ impl<C: Clock> Engine<C> {
                     key: r.key,
                     cost: r.charged - actual,
                     reserve: 0,
+                    lease: None,
                 }];
                 match self.store.refund(&back).await {
                     Ok(_) => done.refunded = r.charged - actual,

@@ -28,6 +28,8 @@ pub(crate) struct Prepared<'a> {
     pub(crate) cost: u64,
     /// The cost that must still be left after the charge.
     pub(crate) reserve: u64,
+    /// The lease a concurrency limit's slots are held under.
+    pub(crate) lease: Option<sluice_store::seam::LeaseId>,
 }
 
 impl<'a> From<&RedisCheck<'a>> for Prepared<'a> {
@@ -41,6 +43,7 @@ impl<'a> From<&RedisCheck<'a>> for Prepared<'a> {
             key: c.key,
             cost: c.cost,
             reserve: c.reserve,
+            lease: None,
         }
     }
 }
@@ -121,12 +124,14 @@ pub(super) fn group_by_tag(items: &[Item<'_>]) -> (Vec<KeyId>, Vec<Vec<usize>>) 
 
 /// The script's parameters for a check's limit, with the check's reserve.
 pub(super) fn params_of(c: &Prepared<'_>) -> Result<LimitParams, RedisStoreError> {
-    c.params.map(|p| p.with_reserve(c.reserve)).ok_or_else(|| {
-        RedisStoreError::BadReply(format!(
-            "cannot read the parameters of limit `{}`",
-            c.limit_id
-        ))
-    })
+    c.params
+        .map(|p| p.with_reserve(c.reserve).with_lease(c.lease))
+        .ok_or_else(|| {
+            RedisStoreError::BadReply(format!(
+                "cannot read the parameters of limit `{}`",
+                c.limit_id
+            ))
+        })
 }
 
 /// A cost the limit can never admit (with the check's reserve kept back)

@@ -302,12 +302,14 @@ fn keys_in_debt_decide_alike_with_reserves_and_in_groups() {
                         key,
                         cost,
                         reserve,
+                        lease: None,
                     },
                     Check {
                         counter: &o,
                         key,
                         cost: 1,
                         reserve: 0,
+                        lease: None,
                     },
                 ];
                 let group = step % 2 == 1;

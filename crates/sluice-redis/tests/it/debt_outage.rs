@@ -55,6 +55,7 @@ fn a_debit_in_an_outage_lands_locally_and_is_charged_to_redis_on_recovery() {
             key,
             cost,
             reserve: 0,
+            lease: None,
         }];
         rt.block_on(shared.check(&checks)).unwrap()
     };

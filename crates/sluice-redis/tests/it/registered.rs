@@ -43,6 +43,7 @@ fn seam_check(counter: &Counter) -> Check<'_> {
         key: KeyId(7),
         cost: 1,
         reserve: 0,
+        lease: None,
     }
 }
 

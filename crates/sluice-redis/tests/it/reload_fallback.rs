@@ -85,6 +85,7 @@ fn a_reload_forgets_the_fallback_shares_of_dropped_limits_only() {
                 key: KeyId(7),
                 cost: 1,
                 reserve: 0,
+                lease: None,
             }])
             .await
             .unwrap();

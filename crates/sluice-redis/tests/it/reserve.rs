@@ -188,6 +188,7 @@ fn shared_check(counter: &Counter, reserve: u64) -> Check<'_> {
         key: KeyId(3),
         cost: 1,
         reserve,
+        lease: None,
     }
 }
 

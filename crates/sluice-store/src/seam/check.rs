@@ -21,6 +21,11 @@ pub struct Check<'a> {
     /// their share of a limit with it; a delay limit is decided on its
     /// plain bucket with it.
     pub reserve: u64,
+    /// On a concurrency limit, the lease the slots are held under (see
+    /// [`LeaseId`](super::LeaseId)): taken, renewed (cost 0) or released (a
+    /// refund) as that lease's. `None`: held by this instance, which sees
+    /// the request end. Other algorithms ignore it.
+    pub lease: Option<super::LeaseId>,
 }
 
 /// One decision per check, inline for the usual few.

@@ -33,7 +33,7 @@
 //! };
 //! let counter = store.counter(CounterDef::new("per-key", spec).unwrap());
 //! let key = KeyHasher::random().key_id("alice");
-//! let check = [Check { counter: &counter, key, cost: 1, reserve: 0 }];
+//! let check = [Check { counter: &counter, key, cost: 1, reserve: 0, lease: None }];
 //! let admitted = (0..3)
 //!     .filter(|_| now_or_never(Store::check(&store, &check)).unwrap().unwrap().allowed)
 //!     .count();
@@ -43,6 +43,7 @@
 mod check;
 mod counter;
 mod health;
+mod lease;
 mod options;
 mod pending;
 mod runtime;
@@ -50,6 +51,7 @@ mod runtime;
 pub use check::{Check, Checked, DecidedBy, Decisions, Fallback, StoreError};
 pub use counter::{Counter, CounterDef, Slot};
 pub use health::{BreakerState, NodeEviction, RemoteHealth};
+pub use lease::LeaseId;
 pub use options::ProtectOptions;
 pub use pending::{Pending, now_or_never};
 pub use runtime::{PlansSink, RuntimeStore, RuntimeStoreError};

@@ -171,6 +171,7 @@ fn run(
                         key,
                         cost: amount,
                         reserve: 0,
+                        lease: None,
                     }])
                     .unwrap()
                     .decisions[0];

@@ -93,6 +93,7 @@ impl Subject {
             key: self.keys[key],
             cost,
             reserve: 0,
+            lease: None,
         };
         Store::check_one_now(&self.store, &check).unwrap().ok()
     }
@@ -108,6 +109,7 @@ impl Subject {
             key: self.keys[key],
             cost: amount,
             reserve: 0,
+            lease: None,
         }];
         now_or_never(Store::refund(&self.store, &check))
             .unwrap()
@@ -321,6 +323,7 @@ fn a_forgiven_counter_drops_its_debt_at_the_window_end() {
             key,
             cost: 1,
             reserve: 0,
+            lease: None,
         }];
         let next = now_or_never(Store::check(&store, &check)).unwrap().unwrap();
         assert_eq!(next.allowed, admitted_next_window, "{:?}", counter.def());

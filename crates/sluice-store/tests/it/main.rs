@@ -9,4 +9,5 @@ mod concurrency;
 mod debit;
 mod direct;
 mod keyed;
+mod leases;
 mod memory_store;

@@ -1,10 +1,13 @@
 //! Concurrency limits (`max_in_flight`) through the Envoy Rate Limit
 //! Service of the real binary, over gRPC: a request-start call takes a
-//! slot, all or nothing with the request's other descriptors; a stream-done
-//! release (`sluice_record` entry, `is_negative_hits`) gives it back, never
-//! below none held; on Redis, a release reaching another instance than the
-//! one that took the slot frees it, and the slots of a killed instance come
-//! back one lease later.
+//! slot under a lease of its own, all or nothing with the request's other
+//! descriptors, and names the lease in its answer; a stream-done release
+//! (`sluice_record` entry carrying the lease, `is_negative_hits`) gives
+//! that lease's slot back, once; on Redis, a release reaching another
+//! instance than the one that took the slot frees it. A release that never
+//! comes (Envoy died, or the call failed) is made good by the lease's end,
+//! on a busy key too, and the slots of a killed instance come back one
+//! lease later.
 //!
 //! No timing assertions: the waits are bounded polls.
 
@@ -96,19 +99,30 @@ fn take(user: &str) -> RateLimitRequest {
     request(vec![upload(user)], 0)
 }
 
-/// The stream-done release of one of `user`'s slots, as Envoy sends it:
-/// marked by the `sluice_record` entry (the value Envoy's `metadata`
-/// action read from the answer that took the slot), `is_negative_hits`,
-/// `hits_addend` 1.
-fn release(user: &str) -> RateLimitRequest {
+/// The stream-done release of `user`'s slot taken under `lease`, as Envoy
+/// sends it: marked by the `sluice_record` entry (the value Envoy's
+/// `metadata` action read from the answer that took the slot),
+/// `is_negative_hits`, `hits_addend` 1.
+fn release(user: &str, lease: &str) -> RateLimitRequest {
     let mut d = descriptor(&[
-        ("sluice_record", "1"),
+        ("sluice_record", lease),
         ("user", user),
         ("in_flight", "uploads"),
     ]);
     d.is_negative_hits = true;
     d.hits_addend = Some(UInt64Value { value: 1 });
     request(vec![d], 0)
+}
+
+/// Takes one of `user`'s slots: the lease its answer names, and what is
+/// left.
+async fn take_leased(c: &mut RateLimitServiceClient<Channel>, user: &str) -> (String, u32) {
+    let r = ask(c, take(user)).await;
+    assert_eq!((r.overall_code, r.statuses[0].code), (OK, OK), "{r:?}");
+    let lease = taken(&r).expect("the answer names the slot's lease");
+    let id: u64 = lease.parse().expect("a lease id");
+    assert!(id >= 1 << 52, "a lease id, not a count: {lease}");
+    (lease, r.statuses[0].limit_remaining)
 }
 
 /// The slots the answer says the `uploads` rule took (its dynamic
@@ -142,8 +156,9 @@ fn codes(r: &RateLimitResponse) -> (i32, i32, u32) {
 
 #[tokio::test]
 async fn slots_are_taken_refused_and_released_on_the_memory_store() {
-    let cfg = config("envoy-slots-memory", "1s");
+    let cfg = config("envoy-slots-memory", "60s");
     let (_sluice, mut c) = start(&cfg, None).await;
+    let mut leases = Vec::new();
     for left in [1, 0] {
         let r = ask(&mut c, take("u1")).await;
         assert_eq!(codes(&r), (OK, OK, left));
@@ -153,12 +168,13 @@ async fn slots_are_taken_refused_and_released_on_the_memory_store() {
             ("uploads", 2, 0),
             "max_in_flight, per no unit of time"
         );
-        assert_eq!(taken(&r).as_deref(), Some("1"));
         assert_eq!(
             header(&r, "RateLimit-Policy"),
             Some("\"uploads\";q=2;qu=\"concurrent-requests\"")
         );
+        leases.push(taken(&r).expect("the slot's lease"));
     }
+    assert_ne!(leases[0], leases[1], "a lease per request");
     // The third in flight is refused, and takes no slot.
     let r = ask(&mut c, take("u1")).await;
     assert_eq!(codes(&r), (OVER, OVER, 0));
@@ -167,19 +183,89 @@ async fn slots_are_taken_refused_and_released_on_the_memory_store() {
     // Another user has slots of their own.
     assert_eq!(codes(&ask(&mut c, take("u2")).await), (OK, OK, 1));
 
-    // A release frees one: never refused, no part of the overall code.
-    let r = ask(&mut c, release("u1")).await;
+    // A release frees its slot: never refused, no part of the overall code.
+    let r = ask(&mut c, release("u1", &leases[0])).await;
     assert_eq!(codes(&r), (OK, OK, 1));
     assert_eq!(taken(&r), None);
-    assert_eq!(codes(&ask(&mut c, take("u1")).await), (OK, OK, 0));
-    // Releases beyond what is held free nothing more: never below none.
-    for left in [1, 2, 2, 2] {
-        assert_eq!(codes(&ask(&mut c, release("u1")).await), (OK, OK, left));
+    let (third, left) = take_leased(&mut c, "u1").await;
+    assert_eq!(left, 0);
+    // A release that comes twice, or names a lease never taken here, frees
+    // nothing: never another request's slot.
+    for lease in [&leases[0], &leases[0], "4503599627370497"] {
+        let r = ask(&mut c, release("u1", lease)).await;
+        assert_eq!(codes(&r), (OK, OK, 0), "release of {lease}");
+    }
+    for (lease, left) in [(&leases[1], 1), (&third, 2), (&third, 2)] {
+        assert_eq!(
+            codes(&ask(&mut c, release("u1", lease)).await),
+            (OK, OK, left)
+        );
     }
     for left in [1, 0] {
         assert_eq!(codes(&ask(&mut c, take("u1")).await), (OK, OK, left));
     }
     assert_eq!(ask(&mut c, take("u1")).await.overall_code, OVER);
+}
+
+/// A release that never comes: the slot comes back when its lease ends,
+/// while the key stays busy with other requests that take and release
+/// their own slots (which must not keep the forgotten one alive).
+async fn a_forgotten_release_ends_with_its_lease(c: &mut RateLimitServiceClient<Channel>) {
+    let (forgotten, left) = take_leased(c, "u9").await;
+    assert_eq!(left, 1);
+    let taken_at = Instant::now();
+    // Busy: one request after another, each released, for two leases.
+    while taken_at.elapsed() < Duration::from_secs(2) {
+        let (lease, _) = take_leased(c, "u9").await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let r = ask(c, release("u9", &lease)).await;
+        assert_eq!(header(&r, "Sluice-Fallback"), None, "the store decided");
+        if r.statuses[0].limit_remaining == 2 {
+            break;
+        }
+    }
+    let freed = loop {
+        let r = ask(c, take("u9")).await;
+        if r.overall_code == OK && r.statuses[0].limit_remaining == 1 {
+            break r;
+        }
+        assert!(
+            taken_at.elapsed() < Duration::from_secs(20),
+            "the forgotten slot was never given back: {r:?}"
+        );
+        if r.overall_code == OK {
+            let lease = taken(&r).unwrap();
+            ask(c, release("u9", &lease)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        taken_at.elapsed() >= Duration::from_secs(1),
+        "not before its lease ended"
+    );
+    // Its release comes at last: it frees nothing (the slot came back by
+    // itself), not the slot just taken.
+    let r = ask(c, release("u9", &forgotten)).await;
+    assert_eq!(codes(&r), (OK, OK, 1));
+    drop(freed);
+}
+
+#[tokio::test]
+async fn a_release_that_never_comes_ends_with_its_lease_on_the_memory_store() {
+    let cfg = config("envoy-slots-forgotten", "1s");
+    let (_sluice, mut c) = start(&cfg, None).await;
+    a_forgotten_release_ends_with_its_lease(&mut c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_never_comes_ends_with_its_lease_on_redis() {
+    if !require_redis() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let cfg = config("envoy-slots-forgotten-redis", "1s");
+    let (_sluice, mut c) = start(&cfg, Some(&redis)).await;
+    a_forgotten_release_ends_with_its_lease(&mut c).await;
 }
 
 #[tokio::test]
@@ -210,22 +296,37 @@ async fn on_redis_a_release_on_another_instance_frees_the_slot() {
     let cfg = config("envoy-slots-redis", "60s");
     let (_a, mut a) = start(&cfg, Some(&redis)).await;
     let (_b, mut b) = start(&cfg, Some(&redis)).await;
+    let mut leases = Vec::new();
     for left in [1, 0] {
         let r = ask(&mut a, take("u1")).await;
         assert_eq!(header(&r, "Sluice-Fallback"), None, "Redis decided");
         assert_eq!(codes(&r), (OK, OK, left));
+        leases.push(taken(&r).unwrap());
     }
     assert_eq!(codes(&ask(&mut a, take("u1")).await), (OVER, OVER, 0));
     assert_eq!(codes(&ask(&mut b, take("u1")).await), (OVER, OVER, 0));
-    // B holds none of the slots: its release frees one of A's.
-    let r = ask(&mut b, release("u1")).await;
+    // B took none of the slots: a release reaching it frees A's lease.
+    let r = ask(&mut b, release("u1", &leases[0])).await;
     assert_eq!(header(&r, "Sluice-Fallback"), None);
     assert_eq!(codes(&r), (OK, OK, 1));
-    assert_eq!(codes(&ask(&mut a, take("u1")).await), (OK, OK, 0));
+    let (third, left) = take_leased(&mut a, "u1").await;
+    assert_eq!(left, 0);
     assert_eq!(ask(&mut b, take("u1")).await.overall_code, OVER);
+    // The same release again, on either instance, frees nothing.
+    assert_eq!(
+        codes(&ask(&mut a, release("u1", &leases[0])).await),
+        (OK, OK, 0)
+    );
+    assert_eq!(
+        codes(&ask(&mut b, release("u1", &leases[0])).await),
+        (OK, OK, 0)
+    );
     // Both released on B: both free, and no further release goes below.
-    for left in [1, 2, 2] {
-        assert_eq!(codes(&ask(&mut b, release("u1")).await), (OK, OK, left));
+    for (lease, left) in [(&leases[1], 1), (&third, 2), (&third, 2)] {
+        assert_eq!(
+            codes(&ask(&mut b, release("u1", lease)).await),
+            (OK, OK, left)
+        );
     }
     assert_eq!(codes(&ask(&mut b, take("u1")).await), (OK, OK, 1));
 }
