@@ -43,8 +43,8 @@ pub use compile_slots::DEFAULT_LEASE;
 pub use config::{Config, ConfigError, HeadersConfig, Source};
 pub use deployment::Deployment;
 pub use engine::{
-    Charge, Counting, DecideError, Engine, LimitResult, Outcome, PlanSource, Reservation, Reserved,
-    Results, RuntimeError, SaveError, SettledLimit, Shadow, UnknownPlan, Verdict,
+    Charge, Counting, Debt, DecideError, Engine, LimitResult, Outcome, PlanSource, Reservation,
+    Reserved, Results, RuntimeError, SaveError, SettledLimit, Shadow, UnknownPlan, Verdict,
 };
 pub use envoy_settings::{EnvoySettings, EnvoyTls, EnvoyXds};
 pub use key_source::KeySource;

@@ -28,6 +28,7 @@ pub(super) struct LiveState {
     pub(super) listeners: Listeners,
     pub(super) reservations: Watched,
     pub(super) overload: super::overload_gauges::WatchedOverload,
+    pub(super) debts: Arc<super::debts::Debts>,
 }
 
 /// The `/v1/check` reservations, once the control API has them.
@@ -48,8 +49,40 @@ impl Collector for LiveState {
         if let Some(o) = self.overload.lock().clone() {
             super::overload_gauges::encode_overload(&mut encoder, &o)?;
         }
+        encode_debts(&mut encoder, &self.debts)?;
         encode_top_keys(&mut encoder, &self.top)
     }
+}
+
+/// Keys in debt now and their debt, per limit that had some.
+fn encode_debts(
+    encoder: &mut DescriptorEncoder,
+    debts: &super::debts::Debts,
+) -> Result<(), std::fmt::Error> {
+    let now = debts.at(std::time::Instant::now());
+    if now.is_empty() {
+        return Ok(());
+    }
+    let series = |f: fn(&super::debts::InDebt) -> u64| -> Vec<(Vec<(String, String)>, i64)> {
+        now.iter()
+            .map(|(limit, d)| {
+                let labels = vec![("limit".to_owned(), limit.to_string())];
+                (labels, i64::try_from(f(d)).unwrap_or(i64::MAX))
+            })
+            .collect()
+    };
+    gauge(
+        encoder,
+        "sluice_keys_in_debt",
+        "Keys this instance's settlements put into debt that are in debt still, by limit",
+        &series(|d| d.keys),
+    )?;
+    gauge(
+        encoder,
+        "sluice_debt",
+        "Debt of the keys in debt, in units of cost, by limit (estimated: paid off evenly at the limit's rate)",
+        &series(|d| d.units),
+    )
 }
 
 /// Reloads by result, what they removed, and the config in force.

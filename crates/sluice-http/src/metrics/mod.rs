@@ -32,6 +32,8 @@
 //! | `sluice_reservations_total` | `event` | `/v1/check` reservations: `opened`, `settled`, `unknown` (404), `duplicate` (409) |
 //! | `sluice_slots_held` | `limit` | concurrency slots held through this instance now |
 //! | `sluice_reservations_open` | — | `/v1/check` reservations not yet settled or expired |
+//! | `sluice_keys_in_debt` | `limit` | keys this instance's settlements put into debt, in debt still |
+//! | `sluice_debt` | `limit` | their debt now, in units of cost (estimated: paid off evenly at the limit's rate) |
 //! | `sluice_reservations_expired_total` | — | `/v1/check` reservations never settled (they stand at their estimate) |
 //! | `sluice_overload_limit` | — | overload protection's adaptive concurrency limit on the upstream |
 //! | `sluice_overload_in_flight` | `class` | requests in flight to the upstream, by priority class (plan) |
@@ -55,6 +57,7 @@
 //! (`listener_gauges`) sections, written by `const_series`.
 
 mod const_series;
+mod debts;
 mod eviction_gauges;
 mod families;
 mod labels;
@@ -65,6 +68,7 @@ mod record;
 mod settlements;
 mod store_gauges;
 
+pub use debts::InDebt;
 pub use labels::{LimitOutcome, RequestOutcome};
 pub use settlements::{CostMoved, LimitSettlements, ReservationEvent, SettleResult};
 
@@ -121,6 +125,7 @@ impl Metrics {
             listeners: listeners.clone(),
             reservations: reservations.clone(),
             overload: overload.clone(),
+            debts: settle.debts.clone(),
         }));
         Self {
             registry,

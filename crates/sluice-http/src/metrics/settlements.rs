@@ -110,6 +110,12 @@ pub struct LimitSettlements {
     pub cost_excess: u64,
     /// A concurrency limit's slots held through this instance now.
     pub slots_held: i64,
+    /// Keys this instance's settlements put into debt that are in debt
+    /// still.
+    pub keys_in_debt: u64,
+    /// Their debt now, in units of cost (estimated: paid off evenly at the
+    /// limit's rate).
+    pub debt_now: u64,
 }
 
 /// The registered settlement metrics.
@@ -122,6 +128,8 @@ pub(super) struct SettleFamilies {
     /// The same, per limit, for the status page (limit names come from
     /// the config: bounded).
     by_limit: Mutex<BTreeMap<Arc<str>, LimitSettlements>>,
+    /// Keys in debt now, per limit.
+    pub(super) debts: Arc<super::debts::Debts>,
 }
 
 impl SettleFamilies {
@@ -192,9 +200,16 @@ impl Metrics {
         }
     }
 
-    /// Each limit's settlements and slots so far.
+    /// Each limit's settlements and slots so far, and its keys in debt
+    /// now.
     pub fn settlements_by_limit(&self) -> BTreeMap<Arc<str>, LimitSettlements> {
-        self.settle.by_limit.lock().clone()
+        let mut all = self.settle.by_limit.lock().clone();
+        for (limit, debt) in self.settle.debts.at(std::time::Instant::now()) {
+            let l = all.entry(limit).or_default();
+            l.keys_in_debt = debt.keys;
+            l.debt_now = debt.units;
+        }
+        all
     }
 
     /// Records a request's settlement.
@@ -246,6 +261,10 @@ impl Metrics {
                         })
                         .inc_by(n);
                 }
+            }
+            if let Some(debt) = s.debt {
+                f.debts
+                    .record(&limit, s.key, debt, std::time::Instant::now());
             }
             if let Some(e) = &s.error {
                 tracing::warn!(limit = %s.labels.limit, error = %e, "a settlement failed: the estimate stands");

@@ -40,7 +40,7 @@ use plan::Plan;
 
 pub use charges::{Charge, Counting};
 pub use outcome::Outcome;
-pub use reservation::{Reservation, Reserved, SettledLimit};
+pub use reservation::{Debt, Reservation, Reserved, SettledLimit};
 pub use verdict::{
     DecideError, LimitResult, PlanSource, Results, RuntimeError, SaveError, Shadow, UnknownPlan,
     Verdict,

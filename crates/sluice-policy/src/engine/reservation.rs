@@ -162,6 +162,24 @@ pub struct SettledLimit {
     pub error: Option<String>,
     /// Whether it was a concurrency limit's slots, given back.
     pub slot: bool,
+    /// The client key's keyed hash.
+    pub key: KeyId,
+    /// With debt incurred (`into_debt` > 0): the key's debt just after the
+    /// debit, as the store's answer tells it; `None` otherwise, or when
+    /// the store could not say.
+    pub debt: Option<Debt>,
+}
+
+/// A key's debt just after a settlement put it there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Debt {
+    /// How long until the limit's rate has paid it off (the key's
+    /// `retry_after` then), in nanoseconds.
+    pub paid_off_in: sluice_core::Nanos,
+    /// The debt, in units of cost: what the limit's rate refills in
+    /// `paid_off_in` (the windows pay theirs off in steps, at the same
+    /// average).
+    pub units: u64,
 }
 
 impl<C: Clock> Engine<C> {
@@ -209,6 +227,28 @@ impl<C: Clock> Engine<C> {
         }];
         let checked = self.store.check(&peek).await.ok()?;
         checked.decisions.first().map(|d| d.remaining)
+    }
+
+    /// A reserved limit's key's debt now (a peek: a key in debt is refused,
+    /// and its `retry_after` counts the debt); `None` when the store could
+    /// not say or the key is not in debt.
+    async fn debt_of(&self, r: &Reserved) -> Option<Debt> {
+        let peek = [Check {
+            counter: &r.counter,
+            key: r.key,
+            cost: 0,
+            reserve: 0,
+            lease: None,
+        }];
+        let checked = self.store.check(&peek).await.ok()?;
+        let d = checked.decisions.first().filter(|d| !d.allowed)?;
+        let paid_off_in = d.retry_after?;
+        let rate = r.counter.def().spec().rate;
+        let units = u128::from(paid_off_in) * u128::from(rate.amount()) / u128::from(rate.period());
+        Some(Debt {
+            paid_off_in,
+            units: u64::try_from(units).unwrap_or(u64::MAX),
+        })
     }
 
     /// Logs, under a budget, a cost a request or an upstream sent in the
@@ -273,6 +313,8 @@ impl<C: Clock> Engine<C> {
                 excess: 0,
                 error: None,
                 slot: r.rule.is_slot(),
+                key: r.key,
+                debt: None,
             };
             if actual < r.charged {
                 let back = [Check {
@@ -301,6 +343,9 @@ impl<C: Clock> Engine<C> {
                         done.debited = d.charged;
                         done.into_debt = left.map_or(0, |l| d.charged.saturating_sub(l));
                         done.excess = d.excess;
+                        if done.into_debt > 0 {
+                            done.debt = self.debt_of(r).await;
+                        }
                     }
                     Err(e) => done.error = Some(e.to_string()),
                 }

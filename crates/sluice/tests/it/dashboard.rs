@@ -198,6 +198,21 @@ max_in_flight = 4
         serde_json::json!({"reservation": "0".repeat(32)}),
     ))
     .await;
+    // A settlement past what the key has left: it is in debt.
+    let check = send(post(
+        "/v1/check",
+        serde_json::json!({"path": "/", "headers": {"X-Api-Key": "k"}}),
+    ))
+    .await;
+    let id = check.json()["reservation"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    send(post(
+        "/v1/settle",
+        serde_json::json!({"reservation": id, "cost": 1500}),
+    ))
+    .await;
     let r = send(client.get(sluice.control_url("/metrics"))).await;
     String::from_utf8(r.body).unwrap()
 }

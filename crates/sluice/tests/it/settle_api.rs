@@ -226,6 +226,19 @@ async fn a_settlement_past_empty_refuses_the_key_until_its_debt_is_paid() {
     );
     assert_eq!(t["limits"]["tokens"]["excess"], 1, "{status}");
     assert_eq!(t["limits"]["tokens"]["cost_excess"], 500, "{status}");
+    // bob is in debt now, by 500 (paid off in 30 s at 1000/min), on the
+    // status page and in the metrics alike.
+    assert_eq!(t["limits"]["tokens"]["keys_in_debt"], 1, "{status}");
+    let debt = t["limits"]["tokens"]["debt_now"].as_u64().unwrap();
+    assert!((480..=500).contains(&debt), "{status}");
+    assert!(
+        metrics.contains("sluice_keys_in_debt{limit=\"tokens\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_debt{limit=\"tokens\"} "),
+        "{metrics}"
+    );
 }
 
 /// `estimate = "json:<field>"`: a check names the request's JSON body (or
