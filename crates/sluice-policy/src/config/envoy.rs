@@ -2,19 +2,22 @@
 
 use std::net::SocketAddr;
 
+use super::schema::AlgorithmName;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use sluice_core::AlgorithmKind;
 use toml::Spanned;
 
 /// `[envoy]`: serve Envoy's Rate Limit Service from an envoyproxy/ratelimit
 /// YAML config.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnvoyConfig {
     /// The YAML file, a directory of them (the reference server's
     /// `RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config`), or a list of files and
     /// directories; relative to this config file.
     #[serde(default)]
+    #[schemars(with = "Option<ConfigPaths>")]
     pub config: Option<Spanned<ConfigPaths>>,
     /// The rules from an xDS management server instead of files.
     #[serde(default)]
@@ -25,6 +28,7 @@ pub struct EnvoyConfig {
     /// The algorithm of every descriptor limit; `fixed_window` (the
     /// reference server's clock-aligned windows) by default.
     #[serde(default = "default_envoy_algorithm")]
+    #[schemars(with = "AlgorithmName")]
     pub algorithm: AlgorithmKind,
     /// Answer exactly as envoyproxy/ratelimit does (see docs/envoy.md):
     /// limit names as the files give them, its headers only when
@@ -61,10 +65,11 @@ pub struct EnvoyConfig {
 
 /// `[envoy.xds]`: an xDS management server (ADS, state of the world) that
 /// sends the rules as `RateLimitConfig` resources.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnvoyXdsConfig {
     /// Its URL: `http://host:port`, or `https://` with `ca`.
+    #[schemars(with = "String")]
     pub server: Spanned<String>,
     /// This node's id, as the server knows it.
     #[serde(default = "default_node_id")]
@@ -89,7 +94,7 @@ fn default_node_id() -> String {
 
 /// `[envoy.tls]`: PEM files, relative to this config file, read again
 /// when they change.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnvoyTlsConfig {
     /// The certificate chain.
@@ -103,7 +108,7 @@ pub struct EnvoyTlsConfig {
 }
 
 /// One path, or several.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ConfigPaths {
     /// `config = "ratelimit/config"`.

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -12,7 +13,7 @@ use super::{
 };
 
 /// A parsed config file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// The data plane's address.
@@ -22,6 +23,7 @@ pub struct Config {
     #[serde(default = "default_control_listen")]
     pub control_listen: SocketAddr,
     /// With an upstream, the data plane is a reverse proxy to it.
+    #[schemars(with = "Option<String>")]
     pub upstream: Option<Spanned<String>>,
     /// Where limiter state lives.
     #[serde(default)]
@@ -37,9 +39,11 @@ pub struct Config {
     pub plans: BTreeMap<String, PlanConfig>,
     /// Client keys assigned to plans: `"<key>" = "<plan>"`.
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub keys: BTreeMap<String, Spanned<String>>,
     /// Limits that apply to every client, whatever its plan.
     #[serde(default)]
+    #[schemars(with = "Vec<LimitConfig>")]
     pub limits: Vec<Spanned<LimitConfig>>,
     /// The Envoy Rate Limit Service (gRPC), if wanted.
     pub envoy: Option<EnvoyConfig>,
@@ -53,6 +57,7 @@ pub struct Config {
     #[serde(default)]
     pub server: ServerConfig,
     /// Adaptive overload protection of the upstream; absent: off.
+    #[schemars(with = "Option<OverloadConfig>")]
     pub overload: Option<Spanned<OverloadConfig>>,
     /// Says that a config without a single limit is intended. Without it,
     /// such a config is refused (at start and on reload), so that an empty

@@ -1,10 +1,11 @@
 //! `[headers]`: which rate-limit header fields responses carry.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// `[headers]`: the IETF `RateLimit-Policy`/`RateLimit` fields are always
 /// sent; older forms are opt-in.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct HeadersConfig {
     /// Also send `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`

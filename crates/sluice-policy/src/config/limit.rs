@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use super::schema::{AlgorithmName, DurationText, KeySourceText, RateText};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use sluice_core::{AlgorithmKind, Rate};
 use toml::Spanned;
@@ -11,7 +13,7 @@ use super::{MatchConfig, SettleConfig};
 use crate::key_source::KeySource;
 
 /// `on_limit`: what happens to a request over the limit.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum OnLimitConfig {
     /// 429 at once.
@@ -22,7 +24,7 @@ pub enum OnLimitConfig {
 }
 
 /// `bucket`: whether a limit with a `match` counts on its own.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum BucketConfig {
     /// Its own counter (the default).
@@ -34,58 +36,73 @@ pub enum BucketConfig {
 }
 
 /// One limit.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitConfig {
     /// The limit's name, shown in headers and errors.
     pub name: Option<String>,
     /// The algorithm; `token_bucket` by default.
     #[serde(default)]
+    #[schemars(with = "AlgorithmName")]
     pub algorithm: AlgorithmKind,
     /// The long-run rate, e.g. `"10/s"`. Required, except for a
     /// `bucket = "shared"` rule, which has no counter of its own, and a
     /// concurrency limit, which has none.
+    #[schemars(with = "Option<RateText>")]
     pub rate: Option<Spanned<Rate>>,
     /// `algorithm = "concurrency"`: the most requests in flight per key.
+    #[schemars(with = "Option<u64>")]
     pub max_in_flight: Option<Spanned<u64>>,
     /// `algorithm = "concurrency"`: how long a slot lives unreleased where
     /// Sluice cannot see the request end (`/v1/check`, Envoy) or an
     /// instance died (Redis); `"60s"` by default.
+    #[schemars(with = "Option<DurationText>")]
     pub lease: Option<Spanned<String>>,
     /// The most cost admitted at once; defaults to the rate's amount.
+    #[schemars(with = "Option<u64>")]
     pub burst: Option<Spanned<u64>>,
     /// Leaky bucket only: admit within `burst` without delay.
     #[serde(default)]
     pub nodelay: bool,
     /// What the limit counts by; plan limits default to the client key.
+    #[schemars(with = "Option<KeySourceText>")]
     pub key: Option<KeySource>,
     /// Which requests the limit applies to; all by default.
     #[serde(default = "default_match", rename = "match")]
+    #[schemars(with = "MatchConfig")]
     pub matches: Spanned<MatchConfig>,
     /// The cost of one matching request; 1 by default.
+    #[schemars(with = "Option<u64>")]
     pub cost: Option<Spanned<u64>>,
     /// Decide and record, but never refuse (safe rollout).
     #[serde(default)]
     pub shadow: bool,
     /// Enforce for this share of keys (sticky by a keyed hash of the key);
     /// the others are in shadow. 100 by default.
+    #[schemars(with = "Option<u8>", range(max = 100))]
     pub enforce_percent: Option<Spanned<u8>>,
     /// Its own counter (`separate`, the default) or the plan's (`shared`).
+    #[schemars(with = "Option<BucketConfig>")]
     pub bucket: Option<Spanned<BucketConfig>>,
     /// `reject` (429, the default) or `delay` a request over the limit.
+    #[schemars(with = "Option<OnLimitConfig>")]
     pub on_limit: Option<Spanned<OnLimitConfig>>,
     /// With `on_limit = "delay"`: the longest a request is held, e.g.
     /// `"500ms"`.
+    #[schemars(with = "Option<DurationText>")]
     pub max_delay: Option<Spanned<String>>,
     /// With `on_limit = "delay"`: the most requests held at once by this
     /// limit on this instance; 100 by default.
+    #[schemars(with = "Option<u64>")]
     pub max_queue: Option<Spanned<u64>>,
     /// Priority classes: the most of this limit's burst (in percent) that
     /// the keys of a plan may use, e.g. `{ free = 80 }`; plans not listed
     /// may use all of it.
+    #[schemars(with = "Option<BTreeMap<String, u8>>")]
     pub max_share: Option<Spanned<BTreeMap<String, u8>>>,
     /// The cost is settled after the response: `cost` (or the estimate
     /// the rule reads) is charged at admission, the difference afterwards.
+    #[schemars(with = "Option<SettleConfig>")]
     pub settle: Option<Spanned<SettleConfig>>,
 }
 

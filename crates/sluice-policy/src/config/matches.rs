@@ -1,9 +1,10 @@
 //! A limit's `match`: which requests it applies to.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// `match = { ... }`: every condition given must hold.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct MatchConfig {
     /// HTTP methods, any of which matches (case-insensitive).
@@ -24,7 +25,7 @@ pub struct MatchConfig {
 }
 
 /// `match.header`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct HeaderMatchConfig {
     /// The header's name (case-insensitive).

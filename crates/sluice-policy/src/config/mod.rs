@@ -12,7 +12,8 @@
 //! - `server`, `store`, `client`, `access`, `headers`, `envoy`, `events`,
 //!   `overload`: the tables of the same names;
 //! - `plan`: `[plans.<name>]`; `limit`: one limit; `matches`: a limit's
-//!   `match`.
+//!   `match`;
+//! - `schema`: the JSON Schema of the file ([`json_schema`]), for editors.
 
 mod access;
 mod client;
@@ -24,6 +25,7 @@ mod limit;
 mod matches;
 mod overload;
 mod plan;
+mod schema;
 mod server;
 mod settle;
 mod source;
@@ -39,6 +41,7 @@ pub use limit::{BucketConfig, LimitConfig, OnLimitConfig};
 pub use matches::{HeaderMatchConfig, MatchConfig};
 pub use overload::{OnOverloadConfig, OverloadConfig, OverloadPlanConfig};
 pub use plan::{AlertConfig, PlanConfig};
+pub use schema::{SCHEMA_ID, SCHEMA_TITLE, json_schema};
 pub use server::ServerConfig;
 pub use settle::{DebtConfig, SettleConfig, StatusItem};
 pub use source::{ConfigError, Source};

@@ -1,22 +1,26 @@
 //! `[store]`: where limiter state lives and how the shared store degrades,
 //! as written (resolved by `crate::store_settings`).
 
+use super::schema::DurationText;
+use schemars::JsonSchema;
 use serde::Deserialize;
 use toml::Spanned;
 
 /// `[store]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     /// The store's URL: `memory://` (the embedded store), `redis://…`,
     /// `rediss://…`, `redis+cluster://…`, `redis+shards://…` or
     /// `redis+sentinel://…`.
     #[serde(default = "default_store_url")]
+    #[schemars(with = "String")]
     pub url: Spanned<String>,
     /// The most keys the memory store tracks at once, per limit.
     #[serde(default = "default_max_keys")]
     pub max_keys: usize,
     /// Redis: the longest a decision waits for the store, e.g. `"10ms"`.
+    #[schemars(with = "Option<DurationText>")]
     pub timeout: Option<Spanned<String>>,
     /// Redis: who decides while the store cannot.
     #[serde(default)]
@@ -30,6 +34,7 @@ pub struct StoreConfig {
     pub breaker_failures: u32,
     /// Redis: how long the breaker stays open before it probes, e.g.
     /// `"500ms"`.
+    #[schemars(with = "Option<DurationText>")]
     pub breaker_open: Option<Spanned<String>>,
     /// Redis: answer requests refused moments ago locally until their retry
     /// time.
@@ -45,11 +50,12 @@ pub struct StoreConfig {
     pub accept_eviction: bool,
     /// Redis: how often each node's `maxmemory-policy` and evictions are
     /// read again while running, e.g. `"30s"`.
+    #[schemars(with = "Option<DurationText>")]
     pub eviction_check_interval: Option<Spanned<String>>,
 }
 
 /// `store.fallback`.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum FallbackConfig {
     /// A local limit of `1/expected_instances` of each limit.
