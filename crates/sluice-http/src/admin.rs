@@ -36,13 +36,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 use sluice_policy::{Engine, PlanSource, RuntimeError, SaveError};
 
+use crate::extract::{Body, Key};
 use crate::headers::retry_after_secs;
 use crate::problem::Problem;
 use crate::reload::{Reloaded, Reloader};
@@ -231,7 +232,7 @@ fn source_name(s: PlanSource) -> &'static str {
     }
 }
 
-async fn get_plan(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
+async fn get_plan(State(admin): State<Admin>, Key(key): Key) -> Response {
     match admin.engine.plan_of(&key) {
         Some((plan, source)) => {
             Json(serde_json::json!({ "plan": plan, "source": source_name(source) })).into_response()
@@ -244,11 +245,7 @@ async fn get_plan(State(admin): State<Admin>, Path(key): Path<String>) -> Respon
     }
 }
 
-async fn put_plan(
-    State(admin): State<Admin>,
-    Path(key): Path<String>,
-    body: axum::body::Bytes,
-) -> Response {
+async fn put_plan(State(admin): State<Admin>, Key(key): Key, Body(body): Body) -> Response {
     let body: PlanBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {
@@ -271,7 +268,7 @@ async fn put_plan(
     }
 }
 
-async fn delete_plan(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
+async fn delete_plan(State(admin): State<Admin>, Key(key): Key) -> Response {
     match admin.engine.clear_plan(&key).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => store_failed(&e),
@@ -323,18 +320,15 @@ async fn save_keys(State(admin): State<Admin>) -> Response {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CreditsBody {
+    #[serde(deserialize_with = "crate::whole_number::required")]
     credits: u64,
 }
 
-async fn get_credits(State(admin): State<Admin>, Path(key): Path<String>) -> Response {
+async fn get_credits(State(admin): State<Admin>, Key(key): Key) -> Response {
     Json(serde_json::json!({ "credits": admin.engine.credits(&key).await })).into_response()
 }
 
-async fn put_credits(
-    State(admin): State<Admin>,
-    Path(key): Path<String>,
-    body: axum::body::Bytes,
-) -> Response {
+async fn put_credits(State(admin): State<Admin>, Key(key): Key, Body(body): Body) -> Response {
     let body: CreditsBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {

@@ -15,6 +15,8 @@
 //! - `GET /metrics`: Prometheus metrics (see [`metrics`](crate::metrics)).
 //! - `GET /`: the live [status page](crate::status_page), polling
 //!   `GET /v1/status`.
+//! - `GET /openapi.yaml`: the OpenAPI document of all of these, and of the
+//!   [admin routes](crate::admin) (see [`openapi`](crate::openapi)).
 //!
 //! The request body of `/v1/check`:
 //!
@@ -38,7 +40,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -47,6 +48,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use sluice_policy::{Engine, Outcome, RequestInfo};
 
+use crate::extract::Body;
 use crate::headers::add_headers;
 use crate::metrics::Metrics;
 use crate::problem::Problem;
@@ -70,6 +72,7 @@ pub struct CheckRequest {
     /// The address the request came from.
     pub client_ip: Option<IpAddr>,
     /// A cost that replaces each matched limit's configured cost.
+    #[serde(default, deserialize_with = "crate::whole_number::optional")]
     pub cost: Option<u64>,
     /// The request's JSON body, or as much of it as the caller has: where
     /// a settle rule's `estimate = "json:<field>"` reads its estimate (its
@@ -202,6 +205,7 @@ pub fn router_with(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(serve_metrics))
+        .route("/openapi.yaml", get(crate::openapi::document))
         .layer(Extension(metrics))
         .with_state(engine)
 }
@@ -261,7 +265,7 @@ async fn check(
     State(engine): State<Arc<Engine>>,
     Extension(metrics): Extension<Arc<Metrics>>,
     Extension(reservations): Extension<Arc<Reservations>>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Response {
     let req: CheckRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,

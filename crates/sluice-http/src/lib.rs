@@ -13,6 +13,7 @@
 //!   the decision, or around a reverse proxy to the upstream.
 //! - [`control`]: `POST /v1/check`, `GET /v1/auth` (for nginx), `/healthz`,
 //!   `/readyz` on `control_listen`.
+//! - [`openapi`]: the control API's OpenAPI document, at `GET /openapi.yaml`.
 //! - [`metrics`]: Prometheus metrics at `GET /metrics` on `control_listen`,
 //!   with the [`top_keys`] sketch and the rate-limited [`rejection_log`].
 //! - [`server`]: binds both and shuts down gracefully; each is served by a
@@ -29,6 +30,7 @@ pub mod conn_limits;
 pub mod conn_service;
 pub mod control;
 pub mod data_plane;
+pub mod extract;
 pub mod forwarding_fields;
 pub mod guarded_body;
 pub use sluice_headers as headers;
@@ -37,6 +39,7 @@ pub mod layer_builder;
 pub mod listener;
 pub mod metrics;
 pub mod nginx_auth;
+pub mod openapi;
 pub mod overload;
 pub mod overload_layer;
 pub mod problem;
@@ -54,6 +57,7 @@ pub mod settling_body;
 pub mod status_page;
 pub mod top_keys;
 pub mod verdict_json;
+pub mod whole_number;
 
 pub use layer::{RateLimit, RateLimitLayer};
 pub use server::{Servers, serve};

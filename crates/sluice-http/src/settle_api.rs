@@ -20,7 +20,6 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Extension, State};
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
@@ -28,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use sluice_policy::settlement::Observed;
 use sluice_policy::{Engine, SettledLimit};
 
+use crate::extract::Body;
 use crate::metrics::{Metrics, ReservationEvent};
 use crate::problem::Problem;
 use crate::reservations::{ReservationId, Reservations, Untaken};
@@ -39,8 +39,10 @@ pub struct SettleRequest {
     /// The reservation's id, as `/v1/check` gave it.
     pub reservation: String,
     /// The actual cost.
+    #[serde(default, deserialize_with = "crate::whole_number::optional")]
     pub cost: Option<u64>,
     /// The request's HTTP status.
+    #[serde(default, deserialize_with = "crate::whole_number::optional")]
     pub status: Option<u16>,
 }
 
@@ -110,7 +112,7 @@ pub struct RenewRequest {
 pub async fn renew(
     State(engine): State<Arc<Engine>>,
     Extension(reservations): Extension<Arc<Reservations>>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Response {
     let req: RenewRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
@@ -146,7 +148,7 @@ pub async fn settle(
     State(engine): State<Arc<Engine>>,
     Extension(metrics): Extension<Arc<Metrics>>,
     Extension(reservations): Extension<Arc<Reservations>>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Response {
     let req: SettleRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,

@@ -47,6 +47,7 @@ mod nginx_auth_request;
 mod nginx_auth_tricks;
 mod nginx_perimeter;
 mod nginx_perimeter_tricks;
+mod openapi;
 mod overload;
 mod policy_features;
 mod proxy_forwarding;
