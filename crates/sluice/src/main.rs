@@ -6,6 +6,7 @@
 
 mod envoy;
 mod envoy_ratelimit;
+mod generate;
 mod signals;
 mod simulate;
 
@@ -15,7 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use sluice_http::admin::Admin;
 use sluice_http::metrics::Metrics;
 use sluice_http::reload::Reloader;
@@ -71,6 +72,9 @@ enum Command {
     /// Replay an access log through a config on a virtual clock and report
     /// who would have been limited.
     Simulate(simulate::Args),
+    /// Write the man pages or a shell's completions (for packagers).
+    #[command(hide = true)]
+    Generate(generate::Args),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
     };
     match command {
         Command::Simulate(args) => simulate::run(args),
+        Command::Generate(args) => generate::run(args, &Cli::command()),
         Command::EnvoyRatelimit => run_envoy_ratelimit(),
         Command::Validate { config } => validate(&config),
         Command::Serve {

@@ -37,6 +37,7 @@ mod envoy_xds;
 mod faults_cluster;
 mod faults_network;
 mod faults_topologies;
+mod generate;
 mod graceful_shutdown;
 mod hot_reload;
 mod legacy_headers;
