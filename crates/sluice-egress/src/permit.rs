@@ -6,9 +6,9 @@ use crate::tokens::{Reserved, Settled};
 /// A call the limiter let go. Where its target has a
 /// [`TokenQuota`](crate::TokenQuota), it holds the tokens the call
 /// reserved: settle them with the usage the answer reports
-/// ([`settle`](Self::settle)), or let [`meter`](Self::meter) read the
-/// usage from the answer's body as it streams. Dropped unsettled, the
-/// estimate stands.
+/// ([`settle`](Self::settle)), or let a [`MeteredBody`](crate::MeteredBody)
+/// read the usage from the answer's body as it streams. Dropped unsettled,
+/// the estimate stands.
 #[derive(Debug)]
 pub struct Permit {
     tokens: Option<Reserved>,

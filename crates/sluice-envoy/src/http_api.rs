@@ -7,8 +7,7 @@
 //!   is `OVER_LIMIT`, `500` when it is `UNKNOWN`; a body that is not a
 //!   request, or a request the service refuses (no domain, no
 //!   descriptor), `400 Bad Request`. A body over
-//!   [`MAX_MESSAGE_BYTES`](crate::request::MAX_MESSAGE_BYTES) is not read
-//!   (`400`).
+//!   [`MAX_MESSAGE_BYTES`] is not read (`400`).
 //! - `/healthcheck`: `200 OK` while the server is healthy, `500` with no
 //!   body while not; what healthy means is the caller's ([`Healthy`]).
 

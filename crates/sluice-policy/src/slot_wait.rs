@@ -6,7 +6,7 @@
 //! request in flight ends. So a waiting request is decided again, charging
 //! nothing until it is admitted:
 //! - at once when a slot of the limit is given back on this instance
-//!   ([`SlotWait::released`], called by the settlement that gives it back);
+//!   (`SlotWait::released`, called by the settlement that gives it back);
 //! - and every [`POLL`] at the latest, for slots given back by another
 //!   instance on a shared store or whose lease ran out, which this
 //!   instance cannot see.

@@ -31,7 +31,7 @@
 //! the key meanwhile is forgiven from it (up to its cost), and the charge
 //! then gives the store back what it took beyond what is still owed, or,
 //! if it failed, what is put back is owed less what was forgiven. Taken
-//! entries are held in [`Taken`], which puts back whatever was not charged
+//! entries are held in `Taken`, which puts back whatever was not charged
 //! however the charging ends (a timeout, or a dropped request).
 
 use std::collections::hash_map::Entry;
