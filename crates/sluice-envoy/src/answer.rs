@@ -214,24 +214,7 @@ impl EnvoyRls {
         if !known {
             self.unknown_domain(&req.domain);
         }
-        // A per-request limit beats the config's, in a configured domain.
-        let store = self.engine.store().as_ref();
-        let overridden: Vec<Option<Arc<Rule>>> =
-            if req.descriptors.iter().any(|d| d.limit.is_some()) {
-                req.descriptors
-                    .iter()
-                    .map(|d| {
-                        let o = d.limit.as_ref().filter(|_| known)?;
-                        let rule = self.overrides.rule(o, store, self.options.algorithm);
-                        if rule.is_none() {
-                            self.stats.ignored_override();
-                        }
-                        rule
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
+        let overridden = self.overridden(req, known);
         let found = rules_now.resolve_with(&req.domain, &req.descriptors, &overridden);
         let Counted {
             places,
@@ -277,6 +260,27 @@ impl EnvoyRls {
         let taken = slots_taken::slots_taken(req, &answered);
         response.dynamic_metadata = slots_taken::with_slots(metadata, taken, lease);
         Ok(response)
+    }
+
+    /// The per-request limits of a request's descriptors: one beats the
+    /// config's, in a configured domain (`known`). Empty when no
+    /// descriptor names one.
+    fn overridden(&self, req: &RateLimitRequest, known: bool) -> Vec<Option<Arc<Rule>>> {
+        if !req.descriptors.iter().any(|d| d.limit.is_some()) {
+            return Vec::new();
+        }
+        let store = self.engine.store().as_ref();
+        req.descriptors
+            .iter()
+            .map(|d| {
+                let o = d.limit.as_ref().filter(|_| known)?;
+                let rule = self.overrides.rule(o, store, self.options.algorithm);
+                if rule.is_none() {
+                    self.stats.ignored_override();
+                }
+                rule
+            })
+            .collect()
     }
 
     /// Counts the descriptors that meet a limit, on the engine: where each

@@ -45,10 +45,8 @@ impl EnvoyRls {
         let zero = !compat && crate::counting::refused_by_zero(req, found);
         let mut places = Vec::with_capacity(found.len());
         let mut charges: Vec<Charge<'_>> = Vec::with_capacity(found.len());
-        let mut refunds: Vec<Charge<'_>> = Vec::new();
-        let mut debits: Vec<Charge<'_>> = Vec::new();
-        let (mut enforced, mut later) = (0, 0);
-        let mut lease = None;
+        let mut back = GivenBack::default();
+        let (mut enforced, mut later, mut lease) = (0, 0, None);
         for (i, (d, f)) in req.descriptors.iter().zip(found).enumerate() {
             // (Empty when no descriptor has a per-request limit.)
             let o = overridden.get(i).and_then(Option::as_ref);
@@ -57,10 +55,9 @@ impl EnvoyRls {
             let domain = if o.is_some() { req.domain.as_str() } else { "" };
             let record = records.get(i).copied().unwrap_or(false);
             if d.is_negative_hits || record {
-                let limited = f.as_ref().and_then(|f| Some((f, f.rule.limited()?)));
-                places.push(Place::Refund(limited.map(|_| refunds.len())));
-                if let Some((f, limited)) = limited {
-                    let charge = Charge {
+                let charge = f.as_ref().and_then(|f| {
+                    let limited = f.rule.limited()?;
+                    Some(Charge {
                         limit: &limited.limit,
                         counter: &limited.counter,
                         key: descriptor_id(hasher, domain, d, &f.shared),
@@ -70,14 +67,11 @@ impl EnvoyRls {
                         // A release names the lease its slots were taken
                         // under.
                         lease: leases.get(i).copied().flatten(),
-                    };
-                    if record && !d.is_negative_hits {
-                        // Recorded: debited, then its state peeked.
-                        debits.push(charge);
-                        refunds.push(Charge { cost: 0, ..charge });
-                    } else {
-                        refunds.push(charge);
-                    }
+                    })
+                });
+                places.push(Place::Refund(charge.map(|_| back.refunds.len())));
+                if let Some(charge) = charge {
+                    back.push(charge, record && !d.is_negative_hits);
                 }
                 continue;
             }
@@ -106,21 +100,44 @@ impl EnvoyRls {
                 key,
                 cost: if zero { 0 } else { cost_of(d, request_hits) },
                 counting: crate::counting::counting(f.rule, compat),
-                lease: f
-                    .rule
-                    .in_flight()
-                    .then(|| *lease.get_or_insert_with(LeaseId::random)),
+                lease: slot_lease(f.rule.in_flight(), &mut lease),
             });
         }
         Placed {
             places,
             charges,
-            refunds,
-            debits,
+            refunds: back.refunds,
+            debits: back.debits,
             zero,
             lease,
         }
     }
+}
+
+/// The refunds and the records of hits after a stream, as they are placed.
+#[derive(Default)]
+struct GivenBack<'f> {
+    refunds: Vec<Charge<'f>>,
+    debits: Vec<Charge<'f>>,
+}
+
+impl<'f> GivenBack<'f> {
+    /// A refund, or a record (`record`): debited, then its state peeked
+    /// (a refund of 0).
+    fn push(&mut self, charge: Charge<'f>, record: bool) {
+        if record {
+            self.debits.push(charge);
+            self.refunds.push(Charge { cost: 0, ..charge });
+        } else {
+            self.refunds.push(charge);
+        }
+    }
+}
+
+/// The lease of a charge on a concurrency rule (`in_flight`): the
+/// request's one, drawn at the first.
+fn slot_lease(in_flight: bool, lease: &mut Option<LeaseId>) -> Option<LeaseId> {
+    in_flight.then(|| *lease.get_or_insert_with(LeaseId::random))
 }
 
 /// A descriptor's cost: its own `hits_addend`, else the request's; a
