@@ -10,6 +10,7 @@
 //!   long-run rate.
 //!   A concurrency limit (requests in flight, not a rate) has no window:
 //!   `"exports";q=5;qu="concurrent-requests"`, the draft's quota unit.
+//!   A limit counting the bytes sent says so: `qu="content-bytes"`.
 //! - `RateLimit: "free";r=15;t=1` — `r` is the remaining quota and `t` the
 //!   seconds until more quota is available: for a limit that refused the
 //!   request, its retry-after; otherwise the time until it is fully
@@ -183,7 +184,10 @@ fn ratelimit_params(r: &LimitResult) -> [u64; 2] {
 
 /// The `RateLimit-Policy` field value, or `None` with no limits.
 pub fn policy_field(results: &[LimitResult]) -> Option<String> {
-    if !results.iter().any(counts_slots) {
+    if !results
+        .iter()
+        .any(|r| counts_slots(r) || r.labels.unit.is_some())
+    {
         return list_field(results, POLICY_KEYS, policy_params);
     }
     let items: Vec<String> = results.iter().map(policy_text).collect();
@@ -196,7 +200,9 @@ fn counts_slots(r: &LimitResult) -> bool {
 }
 
 /// One limit's `RateLimit-Policy` item, for any limit: a concurrency
-/// limit's quota of requests in flight has no window, and says its unit.
+/// limit's quota of requests in flight has no window, and says its unit;
+/// a limit whose cost has a unit of the draft other than requests says it
+/// (`"exports";q=1000000;w=60;qu="content-bytes"`).
 fn policy_text(r: &LimitResult) -> String {
     if counts_slots(r) {
         let mut out = String::new();
@@ -206,7 +212,14 @@ fn policy_text(r: &LimitResult) -> String {
         out.push_str(";qu=\"concurrent-requests\"");
         return out;
     }
-    list_field(std::slice::from_ref(r), POLICY_KEYS, policy_params).unwrap_or_default()
+    let mut out =
+        list_field(std::slice::from_ref(r), POLICY_KEYS, policy_params).unwrap_or_default();
+    if let Some(unit) = r.labels.unit {
+        out.push_str(";qu=\"");
+        out.push_str(unit);
+        out.push('"');
+    }
+    out
 }
 
 /// The `RateLimit` field value, or `None` with no limits.
@@ -224,7 +237,7 @@ thread_local! {
 fn policy_item(r: &LimitResult) -> Option<HeaderValue> {
     #[cfg(test)]
     POLICY_WRITES.with(|n| n.set(n.get() + 1));
-    if counts_slots(r) {
+    if counts_slots(r) || r.labels.unit.is_some() {
         return field_value(policy_text(r));
     }
     list_value(std::slice::from_ref(r), POLICY_KEYS, policy_params)

@@ -83,6 +83,7 @@ pub(crate) fn compile_limit(
         limit: name.clone(),
         plan: plan.map_or("", String::as_str).into(),
         endpoint: matcher.describe().into(),
+        unit: settle.as_ref().and_then(|s| s.from.quota_unit()),
         header_items: crate::labels::HeaderItems::default(),
     });
     Ok(LimitDef {

@@ -38,6 +38,11 @@ pub struct LimitLabels {
     /// The requests it applies to: `*`, or methods and a path prefix such as
     /// `POST /export*`.
     pub endpoint: Arc<str>,
+    /// The draft's quota unit of its cost, where it is not requests:
+    /// `content-bytes` for a limit settled at the bytes sent. Sent as
+    /// `RateLimit-Policy`'s `qu`. Tokens have no unit in the draft, so a
+    /// token limit has none here either.
+    pub unit: Option<&'static str>,
     /// Its items in response header fields, made once and kept with it.
     pub header_items: HeaderItems,
 }
@@ -56,6 +61,7 @@ impl LimitLabels {
             limit,
             plan: "".into(),
             endpoint: endpoint.into(),
+            unit: None,
             header_items: HeaderItems::default(),
         }
     }

@@ -61,6 +61,15 @@ pub enum SettleFrom {
     Slot,
 }
 
+impl SettleFrom {
+    /// The draft's quota unit of the cost read here, where it is not
+    /// requests: `content-bytes` for the bytes sent; `None` otherwise (the
+    /// draft has no unit for tokens, or for a number an upstream reports).
+    pub fn quota_unit(&self) -> Option<&'static str> {
+        matches!(self, Self::BodyBytes).then_some("content-bytes")
+    }
+}
+
 /// A field of an OpenAI-style `usage`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UsageField {

@@ -113,6 +113,12 @@ async fn a_streamed_body_is_settled_at_the_bytes_it_sent() {
     let client = reqwest::Client::new();
     let r = client.get(format!("{url}stream")).send().await.unwrap();
     assert_eq!(remaining(&r, "bytes"), 9999);
+    // Bytes in the draft's unit for them; tokens have none (requests is
+    // the default, so none is sent).
+    assert_eq!(
+        r.headers()["ratelimit-policy"],
+        "\"tokens\";q=1000;w=60, \"bytes\";q=10000;w=60;qu=\"content-bytes\""
+    );
     assert_eq!(r.bytes().await.unwrap().len(), 3000);
     settled(&metrics, "bytes", SettleResult::debited, 1).await;
     // `tokens` has no report from this handler: its estimate stands.

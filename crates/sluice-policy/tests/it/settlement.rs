@@ -182,6 +182,9 @@ fn settle_rules_are_checked_where_they_are_written() {
     assert!(err("{ refund_status = [\"6xx\"] }").contains("settle.refund_status"));
     assert!(err("{ refund_status = [99] }").contains("not a status"));
     assert!(err("{ frm = \"usage\" }").contains("frm"));
+    // The default algorithm (a token bucket) has no window to forgive at.
+    assert!(err("{ debt = \"forgive\" }").contains("settle.debt"));
+    assert!(err("{ debt = \"forgive\" }").contains("bad.toml:5"));
 }
 
 /// `debt = "forgive"`: a fixed window drops the debt when its window ends;
