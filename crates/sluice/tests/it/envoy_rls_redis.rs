@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use sluice_testkit::{RedisServer, require_redis};
+use sluice_testkit::{RedisCluster, RedisServer, require_redis};
 use tonic::transport::Channel;
 
 const OK: i32 = Code::Ok as i32;
@@ -81,9 +81,14 @@ fn config_with(label: &str, store: &str, envoy: &str) -> Config {
 }
 
 async fn start(redis: &RedisServer, config: &Config) -> (Sluice, RateLimitServiceClient<Channel>) {
+    start_on(&redis.url(), config).await
+}
+
+/// [`start`] on the store at `url` (one Redis, or a Cluster).
+async fn start_on(url: &str, config: &Config) -> (Sluice, RateLimitServiceClient<Channel>) {
     let sluice = Sluice::start_env(
         config.toml.path(),
-        &["--store-url", &redis.url(), "--grpc-listen", "127.0.0.1:0"],
+        &["--store-url", url, "--grpc-listen", "127.0.0.1:0"],
         &[SECRET],
     );
     let client = sluice.rls_client().await;
@@ -422,4 +427,73 @@ async fn redis_killed_local_fallback_admits_a_share_and_marks_it() {
         ok, 3,
         "the local fallback admits 5 / 2 instances, rounded up"
     );
+}
+
+/// Hits recorded when a stream ends (a descriptor that Envoy's stream-done
+/// action marks with `sluice_record`) go into debt on the shared store as
+/// in memory, whichever instance records them: on one Redis and on a
+/// Cluster, the instance that admitted the request and the other both
+/// refuse the key after, and the refusal's time counts the debt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hits_recorded_after_a_stream_go_into_debt_on_redis_and_on_a_cluster() {
+    if !require_redis() {
+        return;
+    }
+    let redis = RedisServer::start();
+    recorded_into_debt("rls-redis-debt", &redis.url()).await;
+    drop(redis);
+    let cluster = RedisCluster::start(3);
+    recorded_into_debt("rls-cluster-debt", &cluster.url()).await;
+}
+
+async fn recorded_into_debt(label: &str, url: &str) {
+    let cfg = config(label, GENEROUS);
+    let (_a, mut a) = start_on(url, &cfg).await;
+    let (_b, mut b) = start_on(url, &cfg).await;
+    let export = || descriptor(&[("api_key", "debtor"), ("path", "/export")]);
+    let r = ask(&mut a, request(vec![export()], 1)).await;
+    assert_eq!(
+        header(&r, "sluice-fallback"),
+        None,
+        "{label}: Redis decides"
+    );
+    assert_eq!(
+        (r.overall_code, r.statuses[0].limit_remaining),
+        (OK, 4),
+        "{label}"
+    );
+    // The stream used 10, recorded on the other instance: the 4 left, then
+    // 5 of debt (one burst of the 5/day limit); 1 is beyond, as excess.
+    let done = descriptor(&[
+        ("sluice_record", "stream_done"),
+        ("api_key", "debtor"),
+        ("path", "/export"),
+    ]);
+    let r = ask(&mut b, request(vec![done], 10)).await;
+    assert_eq!(
+        header(&r, "sluice-fallback"),
+        None,
+        "{label}: Redis records"
+    );
+    assert_eq!(
+        (
+            r.overall_code,
+            r.statuses[0].code,
+            r.statuses[0].limit_remaining
+        ),
+        (OK, OK, 0),
+        "{label}: a record is never refused"
+    );
+    for c in [&mut a, &mut b] {
+        let r = ask(c, request(vec![export()], 1)).await;
+        assert_eq!(r.overall_code, OVER, "{label}: in debt");
+        // A count of 10 in a window of 5: the next day pays off 5 and still
+        // leaves no room, so the key passes on the day after. Without the
+        // debt it would pass tomorrow (less than a day from now).
+        let wait = r.statuses[0].duration_until_reset.unwrap().seconds;
+        assert!(wait > 86_400, "{label}: refused for {wait} s");
+    }
+    let other = descriptor(&[("api_key", "solvent"), ("path", "/export")]);
+    let r = ask(&mut a, request(vec![other], 1)).await;
+    assert_eq!(r.overall_code, OK, "{label}: another key is untouched");
 }
