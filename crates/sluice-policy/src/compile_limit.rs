@@ -68,14 +68,14 @@ pub(crate) fn compile_limit(
     let max_share = max_share(source, c, &name, all_plans)?;
     let settle = crate::compile_settle::settle_of(source, l, &name, &spec, plan_config)?;
     let forgive = settle.as_ref().is_some_and(|s| s.forgive);
-    let mut id = counter_id(plan, &name, &spec, delay.as_ref());
-    if forgive {
-        // Debt forgiven at the window's end is another state: other counters.
-        id.push_str("/forgive");
-    }
-    let counted = CounterDef::new(&id, delay.as_ref().map_or(spec, |d| d.spec))
-        .map_err(|e| at(format!("limit `{name}`: {e}")))?
-        .with_debt_forgiven(forgive);
+    let counted = counter_of(
+        source,
+        l,
+        &name,
+        counter_id(plan, &name, &spec, delay.as_ref()),
+        (delay.as_ref().map_or(spec, |d| d.spec), forgive),
+    )?;
+    let id = counted.id().to_owned();
     let name: Arc<str> = name.into();
     // Counted until the whole config has compiled (`Policy::compile`
     // keeps them then), so that a config refused keeps nothing.
@@ -194,6 +194,36 @@ fn max_share(
 
 /// The identity of a limit's counters: scope, name and definition, so
 /// that a limit whose definition changes gets fresh counters.
+/// A limit's counter, of id `id` and `spec`, its debt forgiven at a
+/// window's end if `forgive`: refused where the algorithm has no window,
+/// since it would change nothing.
+fn counter_of(
+    source: &Source,
+    l: &Spanned<LimitConfig>,
+    name: &str,
+    mut id: String,
+    (spec, forgive): (LimitSpec, bool),
+) -> Result<CounterDef, ConfigError> {
+    if forgive {
+        // Debt forgiven at the window's end is another state: other counters.
+        id.push_str("/forgive");
+    }
+    let counted = CounterDef::new(&id, spec)
+        .map_err(|e| source.error_at(Some(l.span()), format!("limit `{name}`: {e}")))?
+        .with_debt_forgiven(forgive);
+    if forgive && !counted.debt_forgiven() {
+        // Say so rather than let an operator believe debt is dropped.
+        return Err(source.error_at(
+            l.get_ref().settle.as_ref().map(Spanned::span),
+            format!(
+                "limit `{name}`: settle.debt = \"forgive\": only a window algorithm (fixed_window, sliding_window, sliding_log) has a window's end to forgive debt at; a {}'s debt is paid off at its rate",
+                spec.algorithm.name()
+            ),
+        ));
+    }
+    Ok(counted)
+}
+
 fn counter_id(
     plan: Option<&String>,
     name: &str,

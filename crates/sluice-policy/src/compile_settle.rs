@@ -45,18 +45,6 @@ fn compile_settle(
     spec: &sluice_core::LimitSpec,
 ) -> Result<Settlement, ConfigError> {
     let c = settle.get_ref();
-    let forgive = c.debt == DebtConfig::Forgive;
-    if forgive && !has_windows(spec.algorithm) {
-        // Accepted, it would change nothing: say so rather than let an
-        // operator believe the debt is dropped.
-        return Err(source.error_at(
-            Some(settle.span()),
-            format!(
-                "limit `{name}`: settle.debt = \"forgive\": only a window algorithm (fixed_window, sliding_window, sliding_log) has a window's end to forgive debt at; a {}'s debt is paid off at its rate",
-                spec.algorithm.name()
-            ),
-        ));
-    }
     let from = match &c.from {
         None => SettleFrom::Reported,
         Some(f) => settle_from(f.get_ref()).map_err(|m| {
@@ -90,18 +78,11 @@ fn compile_settle(
         from,
         estimate,
         max_debt: c.max_debt.as_ref().map_or(spec.burst, |m| *m.get_ref()),
-        forgive,
+        forgive: c.debt == DebtConfig::Forgive,
         charge_status: statuses(&c.charge_status, "charge_status")?,
         refund_status: statuses(&c.refund_status, "refund_status")?,
         wait: None,
     })
-}
-
-/// Whether an algorithm counts in windows that end, so that debt can be
-/// forgiven at their end.
-fn has_windows(algorithm: sluice_core::AlgorithmKind) -> bool {
-    use sluice_core::AlgorithmKind::{FixedWindow, SlidingLog, SlidingWindow};
-    matches!(algorithm, FixedWindow | SlidingWindow | SlidingLog)
 }
 
 /// `settle.from`'s value.
