@@ -184,14 +184,17 @@ fn ratelimit_params(r: &LimitResult) -> [u64; 2] {
 
 /// The `RateLimit-Policy` field value, or `None` with no limits.
 pub fn policy_field(results: &[LimitResult]) -> Option<String> {
-    if !results
-        .iter()
-        .any(|r| counts_slots(r) || r.labels.unit.is_some())
-    {
+    if !results.iter().any(has_unit) {
         return list_field(results, POLICY_KEYS, policy_params);
     }
     let items: Vec<String> = results.iter().map(policy_text).collect();
     Some(items.join(", "))
+}
+
+/// Whether a limit's `RateLimit-Policy` item names a quota unit (`qu`):
+/// one of requests in flight, or a cost in a unit other than requests.
+fn has_unit(r: &LimitResult) -> bool {
+    counts_slots(r) || r.labels.unit.is_some()
 }
 
 /// Whether a limit counts requests in flight rather than a rate.
@@ -237,7 +240,7 @@ thread_local! {
 fn policy_item(r: &LimitResult) -> Option<HeaderValue> {
     #[cfg(test)]
     POLICY_WRITES.with(|n| n.set(n.get() + 1));
-    if counts_slots(r) || r.labels.unit.is_some() {
+    if has_unit(r) {
         return field_value(policy_text(r));
     }
     list_value(std::slice::from_ref(r), POLICY_KEYS, policy_params)
