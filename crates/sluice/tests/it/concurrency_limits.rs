@@ -272,3 +272,53 @@ async fn a_request_waits_for_a_slot_when_the_rule_says_delay() {
     assert_eq!(upstream.requests(), 3);
     assert_eq!(upstream.max_in_flight(), 2, "never more than two at once");
 }
+
+/// `POST /v1/renew` keeps a reservation's slot past its lease, on the
+/// memory store and on Redis: of two slots taken through `/v1/check`, the
+/// one renewed every 300 ms is still held after three leases (1 s each),
+/// the other came back when its lease ended; a renewal of a released
+/// reservation is 409.
+async fn a_renewed_slot_outlives_its_lease(label: &str, store_url: Option<&str>) {
+    let file = crate::common::TempConfig::new(label, &config("http://127.0.0.1:9"));
+    let args: Vec<&str> = store_url.map_or(vec![], |url| vec!["--store-url", url]);
+    let sluice = Sluice::start_env(file.path(), &args, &[("SLUICE_KEY_SECRET", "renewals")]);
+    let check = json!({"path": "/export", "headers": {"X-Api-Key": "erin"}});
+    let take = || async {
+        let reply = control(&sluice, "/v1/check", &check).await;
+        assert!(!reply.has("sluice-fallback"), "the store decided");
+        reply
+    };
+    let kept = take().await.json()["reservation"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(take().await.status, 200, "the second slot, never renewed");
+    assert_eq!(take().await.status, 429);
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let renewed = control(&sluice, "/v1/renew", &json!({"reservation": kept})).await;
+        assert_eq!(renewed.status, 200, "{:?}", renewed.json());
+        assert_eq!(renewed.json()["reservation"]["expires_in_ms"], 1000);
+    }
+    // Three seconds on: one slot free (the lapsed one's), not two.
+    assert_eq!(take().await.status, 200);
+    assert_eq!(take().await.status, 429, "the renewed slot is still held");
+    let released = control(&sluice, "/v1/release", &json!({"reservation": kept})).await;
+    assert_eq!(released.status, 200);
+    let again = control(&sluice, "/v1/renew", &json!({"reservation": kept})).await;
+    assert_eq!(again.status, 409, "released already");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_slot_outlives_its_lease_in_memory() {
+    a_renewed_slot_outlives_its_lease("renew-memory", None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_slot_outlives_its_lease_on_redis() {
+    if !sluice_testkit::require_redis() {
+        return;
+    }
+    let redis = sluice_testkit::RedisServer::start();
+    a_renewed_slot_outlives_its_lease("renew-redis", Some(&redis.url())).await;
+}

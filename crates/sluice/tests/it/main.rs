@@ -69,6 +69,8 @@ mod settle_api;
 mod shared_runtime_state;
 mod simulate_agrees;
 mod simulate_cli;
+mod slot_leaks;
+mod slots_kept;
 mod status_page;
 mod validate;
 mod version;

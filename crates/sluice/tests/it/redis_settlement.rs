@@ -89,95 +89,139 @@ impl Rng {
     }
 }
 
+/// One run of the rules against two instances on one store, call by call.
+struct Run {
+    instances: [Sluice; 2],
+    model: Model,
+    rng: Rng,
+    /// Reservations not settled yet: the instance, the id, the estimate.
+    open: Vec<(usize, String, u64)>,
+    /// What the run went through: refusals in debt, and settlements past
+    /// `max_debt`.
+    refused_in_debt: u32,
+    excess: u32,
+}
+
+impl Run {
+    fn start(label: &str, url: &str) -> (Self, TempConfig) {
+        let file = TempConfig::new(label, &config());
+        let secret = ("SLUICE_KEY_SECRET", "settle-secret-shared");
+        let instances = [
+            Sluice::start_env(file.path(), &["--store-url", url], &[secret]),
+            Sluice::start_env(file.path(), &["--store-url", url], &[secret]),
+        ];
+        let run = Self {
+            instances,
+            model: Model::default(),
+            rng: Rng(0x5eed_1234_abcd_0001),
+            open: Vec::new(),
+            refused_in_debt: 0,
+            excess: 0,
+        };
+        (run, file)
+    }
+
+    async fn settle_one(&mut self, step: u32) {
+        let picked = usize::try_from(self.rng.below(self.open.len() as u64)).unwrap();
+        let (at, id, charged) = self.open.remove(picked);
+        let actual = self.rng.below(2 * charged + 120);
+        let body = json!({"reservation": id, "cost": actual});
+        let reply = post(&self.instances[at], "/v1/settle", &body).await;
+        assert_eq!(reply.status, 200, "step {step}");
+        let s = &reply.json()["settled"][0];
+        let want = self.model.settle(charged, actual);
+        let got = (
+            s["refunded"].as_u64().unwrap(),
+            s["debited"].as_u64().unwrap(),
+            s["excess"].as_u64().unwrap(),
+        );
+        assert_eq!(got, want, "step {step}: settle {actual} of {charged}");
+        self.excess += u32::from(want.2 > 0);
+        assert!(self.model.used <= BURST + MAX_DEBT);
+    }
+
+    async fn check_one(&mut self, step: u32) {
+        let at = usize::try_from(self.rng.below(2)).unwrap();
+        let estimate = 1 + self.rng.below(200);
+        let body = json!({
+            "path": "/v1/chat/completions",
+            "headers": {"X-Api-Key": "shared-key", "X-Estimate": estimate.to_string()},
+        });
+        let reply = post(&self.instances[at], "/v1/check", &body).await;
+        assert!(!reply.has("sluice-fallback"), "step {step}: Redis decided");
+        let in_debt = self.model.used > BURST;
+        let admitted = self.model.check(estimate);
+        let used = self.model.used;
+        assert_eq!(
+            reply.status == 200,
+            admitted,
+            "step {step}: check {estimate} with {used} used"
+        );
+        assert!(!(in_debt && admitted), "admitted in debt");
+        self.refused_in_debt += u32::from(in_debt);
+        let body = reply.json();
+        assert_eq!(
+            body["limits"][0]["remaining"].as_u64(),
+            Some(self.model.remaining()),
+            "step {step}"
+        );
+        if admitted {
+            let id = body["reservation"]["id"].as_str().unwrap().to_owned();
+            self.open.push((at, id, estimate));
+        }
+    }
+
+    /// What is still open settles at 0: everything reserved comes back.
+    async fn settle_the_rest(&mut self) {
+        for (at, id, charged) in std::mem::take(&mut self.open) {
+            let body = json!({"reservation": id, "cost": 0});
+            let reply = post(&self.instances[at], "/v1/settle", &body).await;
+            assert_eq!(
+                reply.json()["settled"][0]["refunded"].as_u64(),
+                Some(self.model.settle(charged, 0).0)
+            );
+        }
+    }
+}
+
+/// 240 seeded steps of checks and settlements on two instances sharing the
+/// store at `url`, each answer compared with the model's.
+async fn settle_exactly_as_the_rules_say(label: &str, url: &str) {
+    let (mut run, _file) = Run::start(label, url);
+    for step in 0..240 {
+        let settle_now = !run.open.is_empty() && (run.rng.below(3) == 0 || run.open.len() > 3);
+        if settle_now {
+            run.settle_one(step).await;
+        } else {
+            run.check_one(step).await;
+        }
+    }
+    run.settle_the_rest().await;
+    assert!(
+        run.refused_in_debt > 0 && run.excess > 0,
+        "{} refusals in debt, {} excess",
+        run.refused_in_debt,
+        run.excess
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_settle_exactly_as_the_rules_say() {
     if !require_redis() {
         return;
     }
     let redis = RedisServer::start();
-    let file = TempConfig::new("redis-settle", &config());
-    let secret = ("SLUICE_KEY_SECRET", "settle-secret-shared");
-    let url = redis.url();
-    let instances = [
-        Sluice::start_env(file.path(), &["--store-url", &url], &[secret]),
-        Sluice::start_env(file.path(), &["--store-url", &url], &[secret]),
-    ];
-    let mut model = Model::default();
-    let mut rng = Rng(0x5eed_1234_abcd_0001);
-    let mut open: Vec<(usize, String, u64)> = Vec::new();
-    // What the run went through: refusals in debt, and excess.
-    let (mut refused_in_debt, mut excess) = (0, 0);
-    for step in 0..240 {
-        let settle_now = !open.is_empty() && (rng.below(3) == 0 || open.len() > 3);
-        if settle_now {
-            let (at, id, charged) =
-                open.remove(usize::try_from(rng.below(open.len() as u64)).unwrap());
-            let actual = rng.below(2 * charged + 120);
-            let reply = post(
-                &instances[at],
-                "/v1/settle",
-                &json!({"reservation": id, "cost": actual}),
-            )
-            .await;
-            assert_eq!(reply.status, 200, "step {step}");
-            let s = &reply.json()["settled"][0];
-            let want = model.settle(charged, actual);
-            let got = (
-                s["refunded"].as_u64().unwrap(),
-                s["debited"].as_u64().unwrap(),
-                s["excess"].as_u64().unwrap(),
-            );
-            assert_eq!(got, want, "step {step}: settle {actual} of {charged}");
-            excess += u32::from(want.2 > 0);
-            assert!(model.used <= BURST + MAX_DEBT);
-            continue;
-        }
-        let at = usize::try_from(rng.below(2)).unwrap();
-        let estimate = 1 + rng.below(200);
-        let body = json!({
-            "path": "/v1/chat/completions",
-            "headers": {"X-Api-Key": "shared-key", "X-Estimate": estimate.to_string()},
-        });
-        let reply = post(&instances[at], "/v1/check", &body).await;
-        assert!(!reply.has("sluice-fallback"), "step {step}: Redis decided");
-        let in_debt = model.used > BURST;
-        let admitted = model.check(estimate);
-        assert_eq!(
-            reply.status == 200,
-            admitted,
-            "step {step}: check {estimate} with {} used",
-            model.used
-        );
-        assert!(!(in_debt && admitted), "admitted in debt");
-        refused_in_debt += u32::from(in_debt);
-        let body = reply.json();
-        assert_eq!(
-            body["limits"][0]["remaining"].as_u64(),
-            Some(model.remaining()),
-            "step {step}"
-        );
-        if admitted {
-            let id = body["reservation"]["id"].as_str().unwrap().to_owned();
-            open.push((at, id, estimate));
-        }
+    settle_exactly_as_the_rules_say("redis-settle", &redis.url()).await;
+}
+
+/// The same run on a three-node Redis Cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_settle_exactly_as_the_rules_say_on_a_cluster() {
+    if !require_redis() {
+        return;
     }
-    // What is still open settles at 0: everything reserved comes back.
-    for (at, id, charged) in open {
-        let reply = post(
-            &instances[at],
-            "/v1/settle",
-            &json!({"reservation": id, "cost": 0}),
-        )
-        .await;
-        assert_eq!(
-            reply.json()["settled"][0]["refunded"].as_u64(),
-            Some(model.settle(charged, 0).0)
-        );
-    }
-    assert!(
-        refused_in_debt > 0 && excess > 0,
-        "{refused_in_debt} refusals in debt, {excess} excess"
-    );
+    let cluster = sluice_testkit::redis_cluster::RedisCluster::start(3);
+    settle_exactly_as_the_rules_say("cluster-settle-model", &cluster.url()).await;
 }
 
 /// The same capabilities on a Redis Cluster, through the decision API of

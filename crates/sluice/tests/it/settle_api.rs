@@ -191,6 +191,12 @@ async fn a_settlement_past_empty_refuses_the_key_until_its_debt_is_paid() {
     let retry = body["retry_after_ms"].as_u64().unwrap();
     assert!((30_000..=30_100).contains(&retry), "{retry}");
     assert!(refused.int_header("retry-after") >= 30);
+    // The RateLimit field counts the debt too: nothing left, and `t` the
+    // seconds until the debt and the next request's 1 are paid off.
+    let field = refused.header("ratelimit");
+    assert!(field.starts_with("\"tokens\";r=0;t="), "{field}");
+    let t: u64 = field.rsplit("t=").next().unwrap().parse().unwrap();
+    assert!((30..=31).contains(&t), "{field}");
 
     // Another key is untouched: a settlement moves only its own.
     assert_eq!(remaining(&check(&sluice, "carol", Some(1)).await), 999);

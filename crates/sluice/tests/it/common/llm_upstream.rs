@@ -222,15 +222,28 @@ impl LlmUpstream {
     }
 }
 
-impl Drop for LlmUpstream {
-    fn drop(&mut self) {
-        self.release();
+impl LlmUpstream {
+    /// Stops it as a crashed process stops: every connection closed at
+    /// once, held responses and streams mid-way included (dropping it lets
+    /// held responses go first).
+    pub fn kill(mut self) {
+        self.stop_now();
+    }
+
+    fn stop_now(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+impl Drop for LlmUpstream {
+    fn drop(&mut self) {
+        self.release();
+        self.stop_now();
     }
 }
 
