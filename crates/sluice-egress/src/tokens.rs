@@ -180,11 +180,11 @@ pub(crate) fn body_estimate(body: &[u8]) -> Option<u64> {
         return None;
     }
     let (mut completion, mut max) = (None, None);
-    let object = sluice_usage::top_level_whole_numbers(body, |name, n| match name {
-        "max_completion_tokens" => {
+    let object = sluice_usage::top_level_scalars(body, |name, v| match (name, v) {
+        ("max_completion_tokens", sluice_usage::Scalar::Whole(n)) => {
             completion.get_or_insert(n);
         }
-        "max_tokens" => {
+        ("max_tokens", sluice_usage::Scalar::Whole(n)) => {
             max.get_or_insert(n);
         }
         _ => {}

@@ -75,23 +75,30 @@ pub struct CheckRequest {
     #[serde(default, deserialize_with = "crate::whole_number::optional")]
     pub cost: Option<u64>,
     /// The request's JSON body, or as much of it as the caller has: where
-    /// a settle rule's `estimate = "json:<field>"` reads its estimate (its
-    /// whole-number fields at the top level; anything else is ignored).
+    /// a settle rule's `estimate = "json:<field>"` reads its estimate and
+    /// a `match.json` condition its field (whole numbers and booleans at
+    /// the top level; anything else is ignored). A body that is not an
+    /// object counts as one the proxy could not read.
     pub body: Option<serde_json::Value>,
 }
 
 impl CheckRequest {
-    /// The whole-number fields at the top level of its `body`, when that
-    /// is an object.
-    pub fn body_numbers(&self) -> Option<sluice_policy::request_body::BodyNumbers> {
-        let object = self.body.as_ref()?.as_object()?;
-        let mut numbers = sluice_policy::request_body::BodyNumbers::new();
+    /// The whole-number and boolean fields at the top level of its `body`
+    /// ([`BodyFields::unreadable`](sluice_policy::request_body::BodyFields::unreadable)
+    /// when that is not an object).
+    pub fn body_fields(&self) -> Option<sluice_policy::request_body::BodyFields> {
+        let Some(object) = self.body.as_ref()?.as_object() else {
+            return Some(sluice_policy::request_body::BodyFields::unreadable());
+        };
+        let mut fields = sluice_policy::request_body::BodyFields::new();
         for (name, value) in object {
             if let Some(n) = value.as_u64() {
-                numbers.push(name, n);
+                fields.push_whole(name, n);
+            } else if let Some(b) = value.as_bool() {
+                fields.push_bool(name, b);
             }
         }
-        Some(numbers)
+        Some(fields)
     }
 
     /// What the check describes, as the engine takes it: the method, the
@@ -275,7 +282,7 @@ async fn check(
         Ok(parts) => parts,
         Err(e) => return bad_request(e),
     };
-    let numbers = req.body_numbers();
+    let fields = req.body_fields();
     let decided = engine
         .decide_reserving(&RequestInfo {
             method: &method,
@@ -283,7 +290,7 @@ async fn check(
             headers: &headers,
             peer: req.client_ip,
             cost: req.cost,
-            body: numbers.as_ref(),
+            body: fields.as_ref(),
         })
         .await;
     let (verdict, reservation) = match decided {

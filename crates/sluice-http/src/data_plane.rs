@@ -55,7 +55,7 @@ pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) 
         // Before the limits: the body's numbers, where an estimate is read
         // there (a pass-through otherwise).
         .layer(axum::middleware::map_request(move |req| {
-            crate::request_numbers::read_request_numbers(reads.clone(), req)
+            crate::request_fields::read_request_fields(reads.clone(), req)
         }))
         .layer(axum::middleware::map_request(move |req| {
             at_the_edge(req, proxied)

@@ -426,7 +426,7 @@ fn request_info<B>(req: &Request<B>, peer: Option<IpAddr>) -> RequestInfo<'_> {
         headers: req.headers(),
         peer,
         cost: None,
-        // Read before the layer, where a rule asks (`request_numbers`).
+        // Read before the layer, where a rule asks (`request_fields`).
         body: req.extensions().get(),
     }
 }

@@ -48,7 +48,7 @@ pub mod proxy_protocol;
 pub mod proxy_protocol_io;
 pub mod rejection_log;
 pub mod reload;
-pub mod request_numbers;
+pub mod request_fields;
 pub mod reservations;
 pub mod sending_body;
 pub mod server;

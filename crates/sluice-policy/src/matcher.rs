@@ -1,9 +1,10 @@
-//! Request conditions of a limit: method, path (prefix or glob), host and a
-//! header's presence or value.
+//! Request conditions of a limit: method, path (prefix or glob), host, a
+//! header's presence or value, and a boolean field of the JSON body.
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
 use crate::config::MatchConfig;
+use crate::request_body::{BodyFields, MAX_NAME};
 
 /// Request conditions of a limit; every condition given must hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -13,6 +14,7 @@ pub struct Matcher {
     path: Option<PathGlob>,
     host: Option<HostPattern>,
     header: Option<HeaderCondition>,
+    json: Option<JsonCondition>,
 }
 
 /// Header fields by which a client asks a framework to treat a request as
@@ -37,6 +39,13 @@ struct PathGlob {
 enum HostPattern {
     Exact(String),
     Suffix(String),
+}
+
+/// A boolean field the JSON body must have, with this value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct JsonCondition {
+    name: String,
+    value: bool,
 }
 
 /// A header that must be present, or present with a value.
@@ -95,18 +104,37 @@ impl Matcher {
                 })
             }
         };
+        let json = match &m.json {
+            None => None,
+            Some(j) if j.name.is_empty() || j.name.len() > MAX_NAME => {
+                return Err(format!(
+                    "match.json.name: `{}` must be 1 to {MAX_NAME} bytes (the longest field name read)",
+                    j.name
+                ));
+            }
+            Some(j) => Some(JsonCondition {
+                name: j.name.clone(),
+                value: j.value,
+            }),
+        };
         Ok(Self {
             methods,
             path_prefix,
             path,
             host,
             header,
+            json,
         })
     }
 
     /// Whether every request matches (no condition).
     pub fn is_any(&self) -> bool {
         *self == Self::default()
+    }
+
+    /// Whether the matcher reads the request's JSON body (`match.json`).
+    pub fn reads_body(&self) -> bool {
+        self.json.is_some()
     }
 
     /// Whether the matcher reads the request's host (`match.host`).
@@ -141,11 +169,18 @@ impl Matcher {
     /// and header conditions (which then do not hold: a matcher with a host
     /// or header condition never matches here).
     pub fn matches(&self, method: &Method, path: &str) -> bool {
-        self.matches_request(method, path, &HeaderMap::new())
+        self.matches_request(method, path, &HeaderMap::new(), None)
     }
 
-    /// Whether a request matches every condition.
-    pub fn matches_request(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
+    /// Whether a request matches every condition; `body` is what the
+    /// adapter read of its JSON body, if it read it.
+    pub fn matches_request(
+        &self,
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+        body: Option<&BodyFields>,
+    ) -> bool {
         if !self.methods.is_empty() && !self.meets_method(method, headers) {
             return false;
         }
@@ -182,11 +217,20 @@ impl Matcher {
                 return false;
             }
         }
+        if let Some(j) = &self.json {
+            // A body that could not be read holds: a client cannot step
+            // around the limit by sending one too long or too slow.
+            let ok = body.is_some_and(|b| b.unread() || b.bool(&j.name) == Some(j.value));
+            if !ok {
+                return false;
+            }
+        }
         true
     }
 
     /// The endpoint label: `*`, or the conditions, e.g. `POST /export*`,
-    /// `GET /v1/*/export`, `/x* host=api.example.com header=x-tier:batch`.
+    /// `GET /v1/*/export`, `/x* host=api.example.com header=x-tier:batch`,
+    /// `POST /v1/* json=stream:true`.
     /// Every part comes from the config, so its cardinality is bounded.
     pub fn describe(&self) -> String {
         let mut parts: Vec<String> = Vec::new();
@@ -208,6 +252,9 @@ impl Matcher {
                 None => parts.push(format!("header={}", h.name)),
                 Some(v) => parts.push(format!("header={}:{v}", h.name)),
             }
+        }
+        if let Some(j) = &self.json {
+            parts.push(format!("json={}:{}", j.name, j.value));
         }
         if parts.is_empty() {
             "*".to_owned()
@@ -409,14 +456,14 @@ mod tests {
         .unwrap();
         let post = Method::POST;
         let mut h = HeaderMap::new();
-        assert!(!m.matches_request(&post, "/", &h));
+        assert!(!m.matches_request(&post, "/", &h, None));
         h.insert("x-http-method-override", HeaderValue::from_static("delete"));
-        assert!(m.matches_request(&post, "/", &h));
+        assert!(m.matches_request(&post, "/", &h, None));
         h.insert("x-http-method-override", HeaderValue::from_static("HEAD"));
-        assert!(m.matches_request(&post, "/", &h), "HEAD meets GET");
+        assert!(m.matches_request(&post, "/", &h, None), "HEAD meets GET");
         h.insert("x-http-method-override", HeaderValue::from_static("PUT"));
-        assert!(!m.matches_request(&post, "/", &h));
-        assert!(m.matches_request(&Method::HEAD, "/", &HeaderMap::new()));
+        assert!(!m.matches_request(&post, "/", &h, None));
+        assert!(m.matches_request(&Method::HEAD, "/", &HeaderMap::new(), None));
     }
 
     #[test]
@@ -432,17 +479,20 @@ mod tests {
         .unwrap();
         let mut h = HeaderMap::new();
         h.insert("host", HeaderValue::from_static("api.example.com:8443"));
-        assert!(!m.matches_request(&Method::GET, "/", &h), "no header");
+        assert!(!m.matches_request(&Method::GET, "/", &h, None), "no header");
         h.insert("x-tier", HeaderValue::from_static("batch"));
-        assert!(m.matches_request(&Method::GET, "/", &h));
+        assert!(m.matches_request(&Method::GET, "/", &h, None));
         h.insert("host", HeaderValue::from_static("example.com"));
-        assert!(!m.matches_request(&Method::GET, "/", &h), "not a subdomain");
+        assert!(
+            !m.matches_request(&Method::GET, "/", &h, None),
+            "not a subdomain"
+        );
         h.insert("host", HeaderValue::from_static("evil-example.com"));
-        assert!(!m.matches_request(&Method::GET, "/", &h));
+        assert!(!m.matches_request(&Method::GET, "/", &h, None));
         h.insert("host", HeaderValue::from_static("a.b.EXAMPLE.com"));
-        assert!(m.matches_request(&Method::GET, "/", &h));
+        assert!(m.matches_request(&Method::GET, "/", &h, None));
         h.insert("x-tier", HeaderValue::from_static("interactive"));
-        assert!(!m.matches_request(&Method::GET, "/", &h));
+        assert!(!m.matches_request(&Method::GET, "/", &h, None));
         assert_eq!(m.describe(), "host=*.example.com header=x-tier:batch");
 
         let present = Matcher::compile(&MatchConfig {
@@ -453,12 +503,17 @@ mod tests {
             ..MatchConfig::default()
         })
         .unwrap();
-        assert!(present.matches_request(&Method::GET, "/", &{
-            let mut h = HeaderMap::new();
-            h.insert("x-debug", HeaderValue::from_static(""));
-            h
-        }));
-        assert!(!present.matches_request(&Method::GET, "/", &HeaderMap::new()));
+        assert!(present.matches_request(
+            &Method::GET,
+            "/",
+            &{
+                let mut h = HeaderMap::new();
+                h.insert("x-debug", HeaderValue::from_static(""));
+                h
+            },
+            None
+        ));
+        assert!(!present.matches_request(&Method::GET, "/", &HeaderMap::new(), None));
         let exact = Matcher::compile(&MatchConfig {
             host: Some("api.example.com".into()),
             ..MatchConfig::default()
@@ -466,7 +521,7 @@ mod tests {
         .unwrap();
         let mut h = HeaderMap::new();
         h.insert("host", HeaderValue::from_static("API.example.com"));
-        assert!(exact.matches_request(&Method::GET, "/", &h));
+        assert!(exact.matches_request(&Method::GET, "/", &h, None));
         assert!(
             Matcher::compile(&MatchConfig {
                 host: Some("api.example.com:80".into()),
@@ -488,5 +543,52 @@ mod tests {
         assert_eq!(Matcher::default().describe(), "*");
         assert!(Matcher::default().is_any());
         assert_eq!(glob("/v1/*/export").describe(), "/v1/*/export");
+    }
+
+    #[test]
+    fn a_json_condition_holds_for_its_value_and_for_a_body_not_read() {
+        let m = Matcher::compile(&MatchConfig {
+            path_prefix: Some("/v1".into()),
+            json: Some(crate::config::JsonMatchConfig {
+                name: "stream".into(),
+                value: true,
+            }),
+            ..MatchConfig::default()
+        })
+        .unwrap();
+        assert!(m.reads_body() && !Matcher::default().reads_body());
+        assert_eq!(m.describe(), "/v1* json=stream:true");
+        let post = Method::POST;
+        let h = HeaderMap::new();
+        let with = |f: fn(&mut BodyFields)| {
+            let mut b = BodyFields::new();
+            f(&mut b);
+            b
+        };
+        let streams = with(|b| b.push_bool("stream", true));
+        let not = with(|b| b.push_bool("stream", false));
+        let number = with(|b| b.push_whole("stream", 1));
+        assert!(m.matches_request(&post, "/v1/chat", &h, Some(&streams)));
+        assert!(!m.matches_request(&post, "/v1/chat", &h, Some(&not)));
+        assert!(
+            !m.matches_request(&post, "/v1/chat", &h, Some(&number)),
+            "1 is not true"
+        );
+        assert!(!m.matches_request(&post, "/v1/chat", &h, Some(&BodyFields::new())));
+        assert!(
+            !m.matches_request(&post, "/v1/chat", &h, None),
+            "no JSON body"
+        );
+        let unread = BodyFields::unreadable();
+        assert!(m.matches_request(&post, "/v1/chat", &h, Some(&unread)));
+        assert!(!m.matches_request(&post, "/v2/chat", &h, Some(&streams)));
+        let too_long = MatchConfig {
+            json: Some(crate::config::JsonMatchConfig {
+                name: "x".repeat(MAX_NAME + 1),
+                value: true,
+            }),
+            ..MatchConfig::default()
+        };
+        assert!(Matcher::compile(&too_long).is_err());
     }
 }

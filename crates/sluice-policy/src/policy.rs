@@ -73,10 +73,10 @@ pub struct RequestInfo<'a> {
     pub peer: Option<IpAddr>,
     /// A cost that overrides every limit's configured cost.
     pub cost: Option<u64>,
-    /// The whole-number fields of its JSON body, where the adapter read
-    /// them because a settle rule takes its estimate there
+    /// The whole-number and boolean fields of its JSON body, where the
+    /// adapter read them because a rule reads them there
     /// ([`Policy::reads_request_body`]); `None` otherwise.
-    pub body: Option<&'a crate::request_body::BodyNumbers>,
+    pub body: Option<&'a crate::request_body::BodyFields>,
 }
 
 /// A limit that applies to a request.
@@ -303,14 +303,22 @@ impl Policy {
         self.limits.iter().any(|l| l.limit.settle.is_some())
     }
 
-    /// Whether a settle rule takes its estimate from the request's JSON
-    /// body (`estimate = "json:<field>"`): adapters then read the body's
-    /// top-level numbers first, as far as their bound allows.
+    /// Whether a rule reads the request's JSON body: a settle rule's
+    /// `estimate = "json:<field>"`, or a `match.json` condition of a limit
+    /// or a plan's cost rule. Adapters then read the body's top-level
+    /// fields first, as far as their bound allows.
     pub fn reads_request_body(&self) -> bool {
-        self.limits
-            .iter()
-            .filter_map(|l| l.limit.settle.as_ref())
-            .any(|s| s.reads_request_body())
+        self.limits.iter().any(|l| {
+            l.matcher.reads_body()
+                || l.limit
+                    .settle
+                    .as_ref()
+                    .is_some_and(|s| s.reads_request_body())
+        }) || self
+            .cost_rules
+            .values()
+            .flatten()
+            .any(|r| r.matcher.reads_body())
     }
 
     /// A plan's `bucket = "shared"` rules.
@@ -407,9 +415,10 @@ impl Policy {
         let shared_cost = plan_name
             .and_then(|p| self.cost_rules.get(p))
             .and_then(|rules| {
-                rules
-                    .iter()
-                    .find(|r| r.matcher.matches_request(req.method, req.path, req.headers))
+                rules.iter().find(|r| {
+                    r.matcher
+                        .matches_request(req.method, req.path, req.headers, req.body)
+                })
             })
             .map(|r| r.cost);
 
@@ -418,7 +427,7 @@ impl Policy {
             let limit = &self.limits[i];
             if !limit
                 .matcher
-                .matches_request(req.method, req.path, req.headers)
+                .matches_request(req.method, req.path, req.headers, req.body)
             {
                 continue;
             }

@@ -1,7 +1,8 @@
 //! What an adapter read of a request's JSON body before it was decided:
-//! its whole-number fields at the top level (an LLM call's `max_tokens`,
-//! say), where a settle rule's `estimate = "json:<field>"` finds the
-//! request's estimate.
+//! its whole-number and boolean fields at the top level (an LLM call's
+//! `max_tokens` and `stream`, say), where a settle rule's
+//! `estimate = "json:<field>"` finds the request's estimate and a
+//! `match.json` condition its field.
 //!
 //! The adapter reads the body only when a rule asks (see
 //! [`Policy::reads_request_body`](crate::Policy::reads_request_body)),
@@ -16,33 +17,84 @@ pub const MAX_FIELDS: usize = 32;
 /// The longest field name kept, in bytes.
 pub const MAX_NAME: usize = 64;
 
-/// The whole-number fields at the top level of a request's JSON body.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BodyNumbers {
-    fields: SmallVec<[(Box<str>, u64); 4]>,
+/// A kept field's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Value {
+    Whole(u64),
+    Bool(bool),
 }
 
-impl BodyNumbers {
-    /// No fields.
+/// The whole-number and boolean fields at the top level of a request's
+/// JSON body, or the mark of a JSON body that could not be read within
+/// the adapter's bounds ([`unread`](Self::unread)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BodyFields {
+    fields: SmallVec<[(Box<str>, Value); 4]>,
+    unread: bool,
+}
+
+impl BodyFields {
+    /// No fields: a body read whole that has none of these.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Keeps `name = value`, unless [`MAX_FIELDS`] are kept already, the
-    /// name is longer than [`MAX_NAME`], or the name is kept already (the
-    /// first one stands, as a JSON parser that keeps the first would).
-    pub fn push(&mut self, name: &str, value: u64) {
-        if self.fields.len() < MAX_FIELDS && name.len() <= MAX_NAME && self.get(name).is_none() {
+    /// A JSON body (by its `Content-Type`) that could not be read within
+    /// the adapter's bounds: too long, too slow, not one object. It has no
+    /// fields, and a `match.json` condition holds for it, so that a client
+    /// cannot step around a limit by making its body unreadable.
+    pub fn unreadable() -> Self {
+        Self {
+            fields: SmallVec::new(),
+            unread: true,
+        }
+    }
+
+    /// Whether this is the mark of a body that could not be read.
+    pub fn unread(&self) -> bool {
+        self.unread
+    }
+
+    /// Keeps `name = value`, a whole number (see [`push`](Self::push)).
+    pub fn push_whole(&mut self, name: &str, value: u64) {
+        self.push(name, Value::Whole(value));
+    }
+
+    /// Keeps `name = value`, a boolean (see [`push`](Self::push)).
+    pub fn push_bool(&mut self, name: &str, value: bool) {
+        self.push(name, Value::Bool(value));
+    }
+
+    /// Keeps a field, unless [`MAX_FIELDS`] are kept already, the name is
+    /// longer than [`MAX_NAME`], or the name is kept already (the first
+    /// one stands, as a JSON parser that keeps the first would).
+    fn push(&mut self, name: &str, value: Value) {
+        if self.fields.len() < MAX_FIELDS && name.len() <= MAX_NAME && self.value(name).is_none() {
             self.fields.push((name.into(), value));
         }
     }
 
-    /// The value of field `name`, if the body had it as a whole number.
-    pub fn get(&self, name: &str) -> Option<u64> {
+    fn value(&self, name: &str) -> Option<Value> {
         self.fields
             .iter()
             .find(|(n, _)| &**n == name)
             .map(|(_, v)| *v)
+    }
+
+    /// The value of field `name`, if the body had it as a whole number.
+    pub fn whole(&self, name: &str) -> Option<u64> {
+        match self.value(name)? {
+            Value::Whole(n) => Some(n),
+            Value::Bool(_) => None,
+        }
+    }
+
+    /// The value of field `name`, if the body had it as a boolean.
+    pub fn bool(&self, name: &str) -> Option<bool> {
+        match self.value(name)? {
+            Value::Bool(b) => Some(b),
+            Value::Whole(_) => None,
+        }
     }
 
     /// How many fields are kept.
@@ -62,16 +114,21 @@ mod tests {
 
     #[test]
     fn keeps_the_first_of_a_name_and_is_bounded() {
-        let mut b = BodyNumbers::new();
-        b.push("max_tokens", 100);
-        b.push("max_tokens", 5);
-        b.push(&"x".repeat(MAX_NAME + 1), 1);
-        assert_eq!(b.get("max_tokens"), Some(100));
-        assert_eq!(b.len(), 1);
+        let mut b = BodyFields::new();
+        b.push_whole("max_tokens", 100);
+        b.push_whole("max_tokens", 5);
+        b.push_bool("max_tokens", true);
+        b.push_whole(&"x".repeat(MAX_NAME + 1), 1);
+        b.push_bool("stream", true);
+        assert_eq!(b.whole("max_tokens"), Some(100));
+        assert_eq!(b.bool("max_tokens"), None, "a number is not a boolean");
+        assert_eq!((b.bool("stream"), b.whole("stream")), (Some(true), None));
+        assert_eq!(b.len(), 2);
         for i in 0..100 {
-            b.push(&format!("f{i}"), i);
+            b.push_whole(&format!("f{i}"), i);
         }
         assert_eq!(b.len(), MAX_FIELDS);
-        assert_eq!(b.get("missing"), None);
+        assert_eq!(b.whole("missing"), None);
+        assert!(!b.unread() && BodyFields::unreadable().unread());
     }
 }

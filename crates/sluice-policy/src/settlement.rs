@@ -151,7 +151,7 @@ pub enum EstimateFrom {
     Header(HeaderName),
     /// A whole-number field at the top level of the request's JSON body
     /// (`json:<field>`), as the adapter read it
-    /// ([`BodyNumbers`](crate::request_body::BodyNumbers)).
+    /// ([`BodyFields`](crate::request_body::BodyFields)).
     BodyField(Box<str>),
 }
 
@@ -263,7 +263,7 @@ impl Settlement {
             .iter()
             .find_map(|from| match from {
                 EstimateFrom::Header(name) => cost_in(req.headers, name),
-                EstimateFrom::BodyField(field) => req.body.and_then(|b| b.get(field)),
+                EstimateFrom::BodyField(field) => req.body.and_then(|b| b.whole(field)),
             })
             .map(|c| c.min(MAX_COST).clamp(1, burst.max(1)))
     }
@@ -354,7 +354,7 @@ mod tests {
 
     fn request<'a>(
         headers: &'a HeaderMap,
-        body: Option<&'a crate::request_body::BodyNumbers>,
+        body: Option<&'a crate::request_body::BodyFields>,
     ) -> RequestInfo<'a> {
         RequestInfo {
             method: &http::Method::POST,
@@ -398,11 +398,11 @@ mod tests {
             ..Settlement::default()
         };
         assert!(rule.reads_request_body());
-        let mut body = crate::request_body::BodyNumbers::new();
-        body.push("max_tokens", 300);
+        let mut body = crate::request_body::BodyFields::new();
+        body.push_whole("max_tokens", 300);
         let h = headers(&[("x-estimate", "7")]);
         assert_eq!(rule.estimate_in(&request(&h, Some(&body)), 1000), Some(300));
-        body.push("max_completion_tokens", 5000);
+        body.push_whole("max_completion_tokens", 5000);
         assert_eq!(
             rule.estimate_in(&request(&h, Some(&body)), 1000),
             Some(1000),

@@ -22,7 +22,7 @@ mod sse;
 #[cfg(test)]
 mod tests;
 
-pub use request::top_level_whole_numbers;
+pub use request::{Scalar, top_level_scalars};
 
 use serde_json::{Map, Value};
 

@@ -22,6 +22,21 @@ pub struct MatchConfig {
     /// A header that must be present (`{ name = "X-Debug" }`) or have a
     /// value (`{ name = "X-Tier", value = "batch" }`).
     pub header: Option<HeaderMatchConfig>,
+    /// A boolean field at the top level of the request's JSON body, e.g.
+    /// `{ name = "stream", value = true }` for streaming LLM calls. The
+    /// body is read first (bounded); one that cannot be read in bounds
+    /// matches too, and a request without a JSON body does not.
+    pub json: Option<JsonMatchConfig>,
+}
+
+/// `match.json`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct JsonMatchConfig {
+    /// The field's name, at the top level of the body.
+    pub name: String,
+    /// The value it must have.
+    pub value: bool,
 }
 
 /// `match.header`.

@@ -38,7 +38,7 @@ pub use events::EventsConfig;
 pub use file::Config;
 pub use headers::HeadersConfig;
 pub use limit::{BucketConfig, LimitConfig, OnLimitConfig};
-pub use matches::{HeaderMatchConfig, MatchConfig};
+pub use matches::{HeaderMatchConfig, JsonMatchConfig, MatchConfig};
 pub use overload::{OnOverloadConfig, OverloadConfig, OverloadPlanConfig};
 pub use plan::{AlertConfig, PlanConfig};
 pub use schema::{SCHEMA_ID, SCHEMA_TITLE, json_schema};

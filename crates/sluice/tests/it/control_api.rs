@@ -151,3 +151,26 @@ async fn health_and_readiness_answer_200() {
     let reply = send(client.get(sluice.control_url("/v1/unknown"))).await;
     assert_eq!(reply.status, 404);
 }
+
+/// A `match.json` condition reads the check's `body`: a streaming call
+/// takes the one slot, a call that says it does not stream is not counted,
+/// and a body that is not an object counts, as one the proxy could not
+/// read would.
+#[tokio::test]
+async fn a_json_match_reads_the_described_body() {
+    let sluice = Sluice::start_with(
+        "check-json-match",
+        "[[limits]]\nname = \"streams\"\nkey = \"header:X-Api-Key\"\nalgorithm = \"concurrency\"\nmax_in_flight = 1\nmatch = { json = { name = \"stream\", value = true } }\n",
+    );
+    let with = |body: serde_json::Value| json!({"method": "POST", "path": "/v1/chat/completions", "headers": {"X-Api-Key": "k"}, "body": body});
+    let first = check(&sluice, &with(json!({"model": "m", "stream": true}))).await;
+    assert_eq!(first.json()["limits"][0]["name"], "streams");
+    assert_eq!(first.status, 200);
+    let second = check(&sluice, &with(json!({"stream": true}))).await;
+    assert_eq!(second.status, 429, "the slot is held");
+    let plain = check(&sluice, &with(json!({"stream": false}))).await;
+    assert_eq!(plain.status, 200);
+    assert_eq!(plain.json()["limits"], json!([]), "not counted");
+    let odd = check(&sluice, &with(json!("stream"))).await;
+    assert_eq!(odd.status, 429, "a body that is not an object counts");
+}

@@ -191,7 +191,7 @@ async fn a_key_in_debt_is_refused_and_another_is_not() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_streams_at_most_four_completions_at_once() {
+async fn a_key_streams_at_most_four_completions_at_once_and_other_calls_pass() {
     let upstream = LlmUpstream::start();
     let sluice = gateway(&upstream);
     upstream.hold();
@@ -219,9 +219,26 @@ async fn a_key_streams_at_most_four_completions_at_once() {
         "{}",
         fifth.header("ratelimit-policy")
     );
+    // A body too long to read (its `stream` past the first MiB) counts
+    // as a stream: a client cannot hide the flag from the limit.
+    let mut long = completion(false);
+    long["padding"] = json!("x".repeat(1 << 20));
+    long["stream"] = json!(true);
+    assert_eq!(call(&sluice, "erin", &long, &[]).await.status, 429);
+    // A call that does not stream takes no slot: it reaches the upstream.
+    let plain = tokio::spawn({
+        let request = client()
+            .post(sluice.url("/v1/chat/completions"))
+            .header("authorization", "Bearer erin")
+            .header("content-type", "application/json")
+            .body(completion(false).to_string());
+        async move { send(request).await }
+    });
+    upstream.wait_in_flight(5).await;
     upstream.release();
     for s in streams {
         assert_eq!(s.await.unwrap().status, 200);
     }
-    assert_eq!(upstream.max_in_flight(), 4);
+    assert_eq!(plain.await.unwrap().status, 200);
+    assert_eq!(upstream.max_in_flight(), 5);
 }

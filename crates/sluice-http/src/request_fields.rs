@@ -1,19 +1,22 @@
-//! A request's JSON body read before it is decided, when a settle rule
-//! takes its estimate there (`estimate = "json:max_tokens"`): its
-//! whole-number fields at the top level go to the engine
-//! ([`BodyNumbers`]), and the body goes on, unchanged, to the upstream or
-//! the handler.
+//! A request's JSON body read before it is decided, when a rule reads it
+//! (a settle rule's `estimate = "json:max_tokens"`, a limit's
+//! `match.json`): its whole-number and boolean fields at the top level go
+//! to the engine ([`BodyFields`]), and the body goes on, unchanged, to the
+//! upstream or the handler.
 //!
 //! Bounded: at most [`MAX_BODY`] bytes are held, for at most [`MAX_WAIT`].
-//! A body that is longer, slower, not JSON (by its `Content-Type`), not an
-//! object, or has trailers is passed on as it came (what was read first,
-//! then the rest), and the limit's own cost is its estimate. A body that
-//! fails while it is read fails the same way downstream (the proxy answers
-//! 400). Requests of a policy with no such rule are not touched.
+//! A body that is longer, slower, not an object, or has trailers is passed
+//! on as it came (what was read first, then the rest), marked
+//! [`BodyFields::unreadable`]: the limit's own cost is its estimate, and a
+//! `match.json` condition holds. A body whose `Content-Type` is not JSON
+//! is not read and has no fields (one without a `Content-Type` is read);
+//! an empty body has no fields. A body that fails while
+//! it is read fails the same way downstream (the proxy answers 400).
+//! Requests of a policy with no such rule are not touched.
 //!
 //! With the tower layer outside the data plane, put
-//! [`read_request_numbers`] in front of it (`axum::middleware::map_request`),
-//! or insert the [`BodyNumbers`] extension yourself.
+//! [`read_request_fields`] in front of it (`axum::middleware::map_request`),
+//! or insert the [`BodyFields`] extension yourself.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -27,37 +30,40 @@ use http::Request;
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use sluice_policy::Engine;
-use sluice_policy::request_body::BodyNumbers;
+use sluice_policy::request_body::BodyFields;
 
 use sluice_usage::BodyKind;
 
-/// The most of a body held to read its numbers: 1 MiB.
+/// The most of a body held to read its fields: 1 MiB.
 pub const MAX_BODY: usize = 1 << 20;
 
 /// The longest a body is waited for.
 pub const MAX_WAIT: Duration = Duration::from_secs(10);
 
-/// Reads `req`'s body numbers into its extensions, when the policy in
-/// force asks for them and the body is JSON (see the module docs).
-pub async fn read_request_numbers(engine: Arc<Engine>, req: Request<Body>) -> Request<Body> {
+/// Reads `req`'s body fields into its extensions, when the policy in
+/// force asks for them and the body is JSON (see the module docs); a JSON
+/// body it could not read gets [`BodyFields::unreadable`].
+pub async fn read_request_fields(engine: Arc<Engine>, req: Request<Body>) -> Request<Body> {
+    // Read as JSON when it says so, or says nothing: many servers parse a
+    // body without a `Content-Type` as JSON, so a client could otherwise
+    // hide a field from a rule by leaving it out.
     let json = req
         .headers()
         .get(http::header::CONTENT_TYPE)
-        .and_then(|v| BodyKind::from_content_type(v.as_bytes()))
-        == Some(BodyKind::Json);
+        .is_none_or(|v| BodyKind::from_content_type(v.as_bytes()) == Some(BodyKind::Json));
     if !json || !engine.reads_request_body() {
         return req;
     }
     let (mut parts, body) = req.into_parts();
-    let (body, numbers) = hold(body).await;
-    if let Some(numbers) = numbers {
-        parts.extensions.insert(numbers);
-    }
+    let (body, fields) = hold(body).await;
+    parts
+        .extensions
+        .insert(fields.unwrap_or_else(BodyFields::unreadable));
     Request::from_parts(parts, body)
 }
 
-/// The body again, and its numbers when it was read whole in time.
-async fn hold(mut body: Body) -> (Body, Option<BodyNumbers>) {
+/// The body again, and its fields when it was read whole in time.
+async fn hold(mut body: Body) -> (Body, Option<BodyFields>) {
     let deadline = tokio::time::Instant::now() + MAX_WAIT;
     let mut read = BytesMut::new();
     loop {
@@ -65,8 +71,13 @@ async fn hold(mut body: Body) -> (Body, Option<BodyNumbers>) {
             Err(_) => return (replay(read, Vec::new(), Some(body)), None),
             Ok(None) => {
                 let read = read.freeze();
-                let numbers = numbers_of(&read);
-                return (Body::from(read), numbers);
+                // No body at all has no fields, and nothing unread.
+                let fields = if read.is_empty() {
+                    Some(BodyFields::new())
+                } else {
+                    fields_of(&read)
+                };
+                return (Body::from(read), fields);
             }
             Ok(Some(Err(e))) => return (replay(read, vec![Err(e)], None), None),
             Ok(Some(Ok(frame))) => frame,
@@ -144,11 +155,15 @@ impl http_body::Body for Replayed {
     }
 }
 
-/// The whole-number fields at the top level of a JSON object; `None` when
-/// `json` is not one (see [`sluice_usage::top_level_whole_numbers`]).
-pub fn numbers_of(json: &[u8]) -> Option<BodyNumbers> {
-    let mut numbers = BodyNumbers::new();
-    sluice_usage::top_level_whole_numbers(json, |name, n| numbers.push(name, n)).then_some(numbers)
+/// The whole-number and boolean fields at the top level of a JSON object;
+/// `None` when `json` is not one (see [`sluice_usage::top_level_scalars`]).
+pub fn fields_of(json: &[u8]) -> Option<BodyFields> {
+    let mut fields = BodyFields::new();
+    let object = sluice_usage::top_level_scalars(json, |name, v| match v {
+        sluice_usage::Scalar::Whole(n) => fields.push_whole(name, n),
+        sluice_usage::Scalar::Bool(b) => fields.push_bool(name, b),
+    });
+    object.then_some(fields)
 }
 
 #[cfg(test)]
@@ -156,21 +171,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_top_level_whole_numbers_are_read() {
-        let n = numbers_of(
+    fn only_top_level_whole_numbers_and_booleans_are_read() {
+        let n = fields_of(
             br#"{"model":"m","max_tokens":512,"messages":[{"max_tokens":9}],
-                "temperature":0.5,"n":-1,"nested":{"x":1},"stream":true,"big":1e3}"#,
+                "temperature":0.5,"n":-1,"nested":{"x":1,"stream":false},"stream":true,"big":1e3}"#,
         )
         .unwrap();
-        assert_eq!(n.get("max_tokens"), Some(512));
-        assert_eq!(n.len(), 1, "{n:?}");
-        assert_eq!(numbers_of(b"[1,2]"), None);
-        assert_eq!(numbers_of(b"{\"max_tokens\": 5"), None, "cut short");
-        assert_eq!(numbers_of(b"{\"a\":1} {}"), None, "two documents");
+        assert_eq!(n.whole("max_tokens"), Some(512));
+        assert_eq!(n.bool("stream"), Some(true));
+        assert_eq!(n.len(), 2, "{n:?}");
+        assert_eq!(fields_of(b"[1,2]"), None);
+        assert_eq!(fields_of(b"{\"max_tokens\": 5"), None, "cut short");
+        assert_eq!(fields_of(b"{\"a\":1} {}"), None, "two documents");
         assert_eq!(
-            numbers_of(b"{\"max\\u005ftokens\":7}")
+            fields_of(b"{\"max\\u005ftokens\":7}")
                 .unwrap()
-                .get("max_tokens"),
+                .whole("max_tokens"),
             Some(7),
             "an escaped name"
         );
@@ -179,7 +195,7 @@ mod tests {
     #[tokio::test]
     async fn a_body_read_whole_goes_on_unchanged() {
         let (body, numbers) = hold(Body::from("{\"max_tokens\":40}")).await;
-        assert_eq!(numbers.unwrap().get("max_tokens"), Some(40));
+        assert_eq!(numbers.unwrap().whole("max_tokens"), Some(40));
         let bytes = body.collect().await.unwrap().to_bytes();
         assert_eq!(&bytes[..], b"{\"max_tokens\":40}");
     }
