@@ -1,6 +1,7 @@
 //! The tower layer's own cost per request, without sockets: one request
 //! through an inner service that answers at once, with and without the
-//! layer (the example app's one limit, and two limits). The difference is
+//! layer (the example app's one limit, two limits, and a global cap beside
+//! a per-IP limit). The difference is
 //! what the layer adds; `scripts/bench-axum-overhead` measures the same over
 //! real HTTP.
 //!
@@ -20,7 +21,7 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
 use criterion::{Criterion, criterion_group, criterion_main};
-use sluice_bench::layer_configs::{ONE_LIMIT, TWO_LIMITS};
+use sluice_bench::layer_configs::{GLOBAL_AND_IP, ONE_LIMIT, TWO_LIMITS};
 use sluice_http::RateLimitLayer;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -77,6 +78,10 @@ fn layer(c: &mut Criterion) {
     g.bench_function("one_limit", |b| b.iter(|| black_box(once(&mut one))));
     let mut two = RateLimitLayer::from_toml(TWO_LIMITS).unwrap().layer(Hello);
     g.bench_function("two_limits", |b| b.iter(|| black_box(once(&mut two))));
+    let mut global = RateLimitLayer::from_toml(GLOBAL_AND_IP)
+        .unwrap()
+        .layer(Hello);
+    g.bench_function("global_and_ip", |b| b.iter(|| black_box(once(&mut global))));
     g.finish();
 }
 

@@ -28,6 +28,22 @@ pub mod layer_configs {
     algorithm = "token_bucket"
     rate = "100000000/s"
 "#;
+
+    /// A global cap beside a per-IP limit: every request on one key of
+    /// the first, decided all or nothing with its client's.
+    pub const GLOBAL_AND_IP: &str = r#"
+    [[limits]]
+    name = "everyone"
+    key = "global"
+    algorithm = "gcra"
+    rate = "100000000/s"
+
+    [[limits]]
+    name = "per-ip"
+    key = "ip"
+    algorithm = "gcra"
+    rate = "100000000/s"
+"#;
 }
 
 /// The engine benchmark's workload (`benches/engine.rs`, and the

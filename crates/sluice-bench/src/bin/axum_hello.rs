@@ -7,6 +7,8 @@
 //! - `one-limit`: `Router::layer` with the example app's limit (per client
 //!   IP), as `examples/axum-app` applies it;
 //! - `two-limits`: the same with two limits (per client IP and per API key);
+//! - `global-and-ip`: the same with a global cap (one key for every
+//!   request) beside the per-IP limit;
 //! - `around`: the one limit as a layer around the whole router (served
 //!   through `axum::ServiceExt`), which spares axum's per-route wrapping;
 //! - `identity-layer`: a control, `Router::layer` with a layer that adds
@@ -18,7 +20,7 @@ use std::net::SocketAddr;
 
 use axum::http::HeaderValue;
 use axum::{Router, ServiceExt, routing::get};
-use sluice_bench::layer_configs::{ONE_LIMIT, TWO_LIMITS};
+use sluice_bench::layer_configs::{GLOBAL_AND_IP, ONE_LIMIT, TWO_LIMITS};
 use sluice_http::RateLimitLayer;
 use tower_layer::Layer;
 
@@ -44,6 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "bare" => app,
             "one-limit" => app.layer(RateLimitLayer::from_toml(ONE_LIMIT)?),
             "two-limits" => app.layer(RateLimitLayer::from_toml(TWO_LIMITS)?),
+            "global-and-ip" => app.layer(RateLimitLayer::from_toml(GLOBAL_AND_IP)?),
             "identity-layer" => app.layer(tower_layer::layer_fn(|s| s)),
             "fields-only" => app.layer(axum::middleware::map_response(
                 |mut response: axum::response::Response| async move {
