@@ -86,11 +86,6 @@ impl AtomicTable {
         self.fast.gcra()
     }
 
-    /// Its atomic form.
-    pub(crate) fn fast(&self) -> &AtomicGcra {
-        &self.fast
-    }
-
     /// The shard index of a key.
     #[inline]
     pub(crate) fn shard_of(&self, key: KeyId) -> usize {

@@ -27,7 +27,6 @@
 
 mod atomic_gcra;
 mod atomic_table;
-mod beside_word;
 mod direct;
 mod key;
 mod keyed;
@@ -37,7 +36,6 @@ mod memory;
 mod memory_leases;
 mod memory_runtime;
 mod memory_seam;
-mod one_key;
 pub mod seam;
 mod sync;
 mod table;

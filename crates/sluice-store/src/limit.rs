@@ -13,7 +13,6 @@ use sluice_core::{
 
 use crate::atomic_table::{AtomicTable, TatMap};
 use crate::key::KeyId;
-use crate::one_key::{ONE, OneGuard, OneKeyTable};
 use crate::sync::{MutexGuard, RwLockWriteGuard};
 use crate::table::{ShardMap, Table};
 
@@ -28,7 +27,6 @@ macro_rules! dispatch {
             AnyTable::Gcra($t) => $body,
             AnyTable::Concurrency($t) => $body,
             AnyTable::AtomicGcra($t) => $body,
-            AnyTable::OneKey($t) => $body,
         }
     };
 }
@@ -60,21 +58,10 @@ impl Limit {
     }
 
     /// Whether a check of one known key takes the fast design: one atomic
-    /// word per key under a shared lock, or with no lock for the key kept
-    /// apart ([`one_key`](Self::one_key)) (GCRA, and the algorithms that
+    /// word per key under a shared lock (GCRA, and the algorithms that
     /// decide as it does, with a whole-nanosecond emission interval).
     pub fn is_lock_free(&self) -> bool {
-        matches!(self.table, AnyTable::AtomicGcra(_) | AnyTable::OneKey(_))
-    }
-
-    /// The key kept apart on a word of its own, if any: the one key named
-    /// at registration ([`CounterDef::with_one_key`](crate::seam::CounterDef::with_one_key)),
-    /// for a limit that takes the fast design.
-    pub fn one_key(&self) -> Option<KeyId> {
-        match &self.table {
-            AnyTable::OneKey(t) => Some(t.key()),
-            _ => None,
-        }
+        matches!(self.table, AnyTable::AtomicGcra(_))
     }
 
     /// The number of keys held.
@@ -118,29 +105,16 @@ pub(crate) enum AnyTable {
     /// GCRA with a whole-nanosecond interval: the fast design
     /// ([`AtomicTable`]).
     AtomicGcra(AtomicTable),
-    /// The same, with the one key named at registration kept apart, on a
-    /// word of its own ([`OneKeyTable`]).
-    OneKey(OneKeyTable),
 }
 
 impl AnyTable {
     /// The table of `limiter`. GCRA, and the algorithms that decide
     /// exactly as it does (the token bucket, the leaky bucket with
     /// `nodelay`), take the fast design when their emission interval is a
-    /// whole number of nanoseconds ([`AtomicTable`]); with `one`, the key
-    /// every check is expected to name, that key on a word of its own
-    /// ([`OneKeyTable`]).
-    pub(crate) fn new(
-        limiter: Limiter,
-        shards: usize,
-        max_keys: usize,
-        one: Option<KeyId>,
-    ) -> Self {
+    /// whole number of nanoseconds ([`AtomicTable`]).
+    pub(crate) fn new(limiter: Limiter, shards: usize, max_keys: usize) -> Self {
         if let Some(t) = as_gcra(&limiter).and_then(|g| AtomicTable::new(g, shards, max_keys)) {
-            return match one {
-                Some(key) => Self::OneKey(OneKeyTable::new(key, t)),
-                None => Self::AtomicGcra(t),
-            };
+            return Self::AtomicGcra(t);
         }
         match limiter {
             Limiter::FixedWindow(a) => Self::FixedWindow(Table::new(a, shards, max_keys)),
@@ -160,7 +134,6 @@ impl AnyTable {
     pub(crate) fn check(&self, key: KeyId, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
         match self {
             AnyTable::AtomicGcra(t) => t.check(key, now, cost),
-            AnyTable::OneKey(t) => t.check(key, now, cost),
             other => other.check_locked(key, now, cost),
         }
     }
@@ -191,8 +164,6 @@ impl AnyTable {
             Self::Gcra(t) => Guard::Gcra(t, t.lock(shard)),
             Self::Concurrency(t) => Guard::Concurrency(t, t.lock(shard)),
             Self::AtomicGcra(t) => Guard::AtomicGcra(t, t.lock(shard)),
-            Self::OneKey(t) if shard == ONE => Guard::OneKey(t.lock()),
-            Self::OneKey(t) => Guard::AtomicGcra(t.rest(), t.rest().lock(shard)),
         }
     }
 }
@@ -225,9 +196,6 @@ pub(crate) enum Guard<'a> {
         MutexGuard<'a, ShardMap<ConcurrencyState>>,
     ),
     AtomicGcra(&'a AtomicTable, RwLockWriteGuard<'a, TatMap>),
-    /// The one key's word (the table is the guard's own: the guard stays
-    /// the size of the others).
-    OneKey(OneGuard<'a>),
 }
 
 macro_rules! each_guard {
@@ -269,12 +237,6 @@ macro_rules! each_guard {
                 $body
             }
             Guard::AtomicGcra($t, $g) => {
-                #[allow(unused_imports)]
-                use Update::Gcra as $u;
-                $body
-            }
-            Guard::OneKey($g) => {
-                let $t = $g.table;
                 #[allow(unused_imports)]
                 use Update::Gcra as $u;
                 $body
@@ -350,16 +312,13 @@ mod tests {
             Rate::per_minute(3),
         ] {
             assert!(
-                matches!(
-                    AnyTable::new(gcra(rate), 8, 100, None),
-                    AnyTable::AtomicGcra(_)
-                ),
+                matches!(AnyTable::new(gcra(rate), 8, 100), AnyTable::AtomicGcra(_)),
                 "{rate:?}"
             );
         }
         // 1/7 s is no whole number of nanoseconds: the mutex table.
         assert!(matches!(
-            AnyTable::new(gcra(Rate::per_second(7)), 8, 100, None),
+            AnyTable::new(gcra(Rate::per_second(7)), 8, 100),
             AnyTable::Gcra(_)
         ));
     }

@@ -8,10 +8,7 @@
 //! most others) has the fast table instead
 //! ([`atomic_table`](crate::atomic_table)): each key one atomic word under
 //! its shard's reader-writer lock, a known key's check a shared lock and a
-//! compare-and-swap. Such a limit registered with the one key its checks
-//! name (a `global` limit's: [`CounterDef::with_one_key`]) keeps that key
-//! on a word of its own with no lock at all ([`one_key`](crate::one_key)).
-//! A request that meets
+//! compare-and-swap. A request that meets
 //! several limits locks the shards it needs in one global order (no
 //! deadlock), decides every limit, and commits all of them only if all allow
 //! it: a refused request consumes nothing anywhere.
@@ -36,9 +33,6 @@ use smallvec::SmallVec;
 
 use crate::key::KeyId;
 use crate::limit::{AnyTable, Guard, Limit};
-use crate::one_key::ONE;
-#[cfg(doc)]
-use crate::seam::CounterDef;
 use crate::seam::Decisions;
 
 /// Sizing of a [`MemoryStore`].
@@ -203,19 +197,12 @@ impl<C: Clock> MemoryStore<C> {
     /// lives, so a config reload that keeps a limit's definition keeps its
     /// counters. `id` should change whenever the definition does.
     pub fn limit(&self, id: &str, limiter: Limiter) -> Arc<Limit> {
-        self.limit_for(id, limiter, None)
-    }
-
-    /// [`limit`](Self::limit), created with `one` (the key every check is
-    /// expected to name, if any) kept apart on a word of its own
-    /// ([`CounterDef::one_key`](crate::seam::CounterDef::one_key)).
-    pub(crate) fn limit_for(&self, id: &str, limiter: Limiter, one: Option<KeyId>) -> Arc<Limit> {
         let mut reg = self.limits.lock();
         let existing = reg.by_id.get(id).and_then(Weak::upgrade);
         if let Some(limit) = existing.filter(|l| l.limiter() == limiter) {
             return limit;
         }
-        self.create(&mut reg, id, limiter, one)
+        self.create(&mut reg, id, limiter)
     }
 
     /// A new state for the limit with identity `id`, empty even while an
@@ -223,34 +210,17 @@ impl<C: Clock> MemoryStore<C> {
     /// one for `id`. A reload takes it for a limit the replaced policy did
     /// not have, so that no leftover handle brings old counts back.
     pub fn fresh_limit(&self, id: &str, limiter: Limiter) -> Arc<Limit> {
-        self.fresh_limit_for(id, limiter, None)
-    }
-
-    /// [`fresh_limit`](Self::fresh_limit), with `one` as for
-    /// [`limit_for`](Self::limit_for).
-    pub(crate) fn fresh_limit_for(
-        &self,
-        id: &str,
-        limiter: Limiter,
-        one: Option<KeyId>,
-    ) -> Arc<Limit> {
         let mut reg = self.limits.lock();
-        self.create(&mut reg, id, limiter, one)
+        self.create(&mut reg, id, limiter)
     }
 
-    fn create(
-        &self,
-        reg: &mut Registry,
-        id: &str,
-        limiter: Limiter,
-        one: Option<KeyId>,
-    ) -> Arc<Limit> {
+    fn create(&self, reg: &mut Registry, id: &str, limiter: Limiter) -> Arc<Limit> {
         reg.next_serial += 1;
         let limit = Arc::new(Limit {
             id: id.to_owned(),
             serial: reg.next_serial,
             limiter,
-            table: AnyTable::new(limiter, self.shards, self.config.max_keys, one),
+            table: AnyTable::new(limiter, self.shards, self.config.max_keys),
             leases: match limiter {
                 Limiter::Concurrency(c) => Some(crate::leases::Leases::new(c.lease())),
                 _ => None,
@@ -345,11 +315,6 @@ impl<C: Clock> MemoryStore<C> {
         (a, sa): Slotted<'_, '_>,
         (b, sb): Slotted<'_, '_>,
     ) -> Result<(bool, Decision, Decision), CheckError> {
-        if (sa.1 == ONE || sb.1 == ONE)
-            && let Some(decided) = self.pair_beside_word((a, sa), (b, sb))?
-        {
-            return Ok(decided);
-        }
         let swapped = sb < sa;
         let ((first, s1), (second, s2)) = if swapped {
             ((b, sb), (a, sa))

@@ -18,12 +18,12 @@ impl<C: Clock + Send + Sync + 'static> Store for MemoryStore<C> {
     }
 
     fn counter(&self, def: CounterDef) -> Counter {
-        let limit = self.limit_for(def.id(), *def.limiter(), def.one_key());
+        let limit = self.limit(def.id(), *def.limiter());
         Counter::new(def, Slot::new(limit))
     }
 
     fn fresh_counter(&self, def: CounterDef) -> Counter {
-        let limit = self.fresh_limit_for(def.id(), *def.limiter(), def.one_key());
+        let limit = self.fresh_limit(def.id(), *def.limiter());
         Counter::new(def, Slot::new(limit))
     }
 

@@ -43,9 +43,6 @@ struct Model {
     patterns: Vec<Vec<(usize, KeyId)>>,
     threads: Vec<Vec<usize>>,
     admitted: u64,
-    /// A limit registered with its one key named (kept apart on a word of
-    /// its own: `one_key.rs`), and that key.
-    one_key: Option<(usize, KeyId)>,
 }
 
 impl Model {
@@ -58,16 +55,7 @@ impl Model {
             .iter()
             .enumerate()
             .map(|(i, &(kind, burst))| {
-                let id = format!("l{i}");
-                // Registered through the seam, and held while the limit is fetched.
-                let _registered = self.one_key.filter(|(l, _)| *l == i).map(|(_, key)| {
-                    let def = CounterDef::new(&id, spec(kind, Rate::per_second(1), burst, false));
-                    store.counter(def.unwrap().with_one_key(key))
-                });
-                let limit = store.limit(&id, limiter(kind, Rate::per_second(1), burst));
-                let kept = self.one_key.filter(|(l, _)| *l == i).map(|(_, k)| k);
-                assert_eq!(limit.one_key(), kept, "limit {i} is registered as asked");
-                limit
+                store.limit(&format!("l{i}"), limiter(kind, Rate::per_second(1), burst))
             })
             .collect();
         let handles: Vec<_> = self
@@ -137,21 +125,6 @@ fn keys() -> (KeyId, KeyId, KeyId) {
 /// charged and could not have refused one either.
 #[test]
 fn opposite_orders_across_limits_with_the_fast_path() {
-    opposite_orders_across_limits(false).check();
-}
-
-/// [`opposite_orders_across_limits_with_the_fast_path`] with `(a, k1)`
-/// kept apart on a word of its own: the groups hold that word (its top
-/// bit set) while the third thread checks it without a lock, and must
-/// wait for them when it finds the word held. The same count passes.
-#[test]
-fn opposite_orders_across_limits_with_a_kept_apart_key() {
-    opposite_orders_across_limits(true).check();
-}
-
-/// The model of [`opposite_orders_across_limits_with_the_fast_path`], with
-/// `(a, k1)` kept apart or not.
-fn opposite_orders_across_limits(kept_apart: bool) -> Model {
     let (k1, k2, _) = keys();
     let (a, b) = (0, 1);
     Model {
@@ -163,8 +136,8 @@ fn opposite_orders_across_limits(kept_apart: bool) -> Model {
         ],
         threads: vec![vec![0, 0], vec![1, 1], vec![2, 2]],
         admitted: 3,
-        one_key: kept_apart.then_some((a, k1)),
     }
+    .check();
 }
 
 /// Opposite orders over the shards of one limit, and a request that names
@@ -188,7 +161,6 @@ fn opposite_orders_across_shards_of_one_limit() {
         ],
         threads: vec![vec![0, 0], vec![1, 1], vec![2, 2]],
         admitted: 2,
-        one_key: None,
     }
     .check();
 }
@@ -203,7 +175,6 @@ fn the_fast_path_on_one_key() {
         patterns: vec![vec![(0, k1)]],
         threads: vec![vec![0, 0], vec![0, 0], vec![0, 0]],
         admitted: 4,
-        one_key: None,
     }
     .check();
 }
@@ -255,9 +226,6 @@ struct Race {
     seed: Vec<Nanos>,
     /// Each thread's checks, by time, in order.
     threads: Vec<Vec<Nanos>>,
-    /// Whether the key is registered as the limit's one key (kept apart
-    /// on a word of its own, outside any lock: `one_key.rs`).
-    one_key: bool,
 }
 
 /// One execution's outcome, for [`Race::explains`].
@@ -280,16 +248,10 @@ impl Race {
         };
         let store = Arc::new(MemoryStore::with_clock(cfg, ThreadClock));
         let key = KeyHasher::from_secret(b"model").key_id("race");
-        // Registered through the seam, and held while the limit is fetched.
-        let _registered = self.one_key.then(|| {
-            let spec = spec(AlgorithmKind::Gcra, Rate::per_second(1), self.burst, false);
-            store.counter(CounterDef::new("race", spec).unwrap().with_one_key(key))
-        });
         let limit = store.limit(
             "race",
             limiter(AlgorithmKind::Gcra, Rate::per_second(1), self.burst),
         );
-        assert_eq!(limit.one_key(), self.one_key.then_some(key));
         let Limiter::Gcra(gcra) = limit.limiter() else {
             unreachable!("a GCRA limit")
         };
@@ -396,25 +358,12 @@ impl Race {
 /// committed would refuse: at `T`, a TAT of `T + 2s` leaves no room.
 #[test]
 fn a_check_decides_no_earlier_than_the_tat_it_reads() {
-    two_checks_a_second_apart(false).check();
-}
-
-/// [`a_check_decides_no_earlier_than_the_tat_it_reads`] on a key kept
-/// apart: the word of its own decides at the times the shard's would.
-#[test]
-fn a_kept_apart_key_decides_no_earlier_than_the_tat_it_reads() {
-    two_checks_a_second_apart(true).check();
-}
-
-/// The race of [`a_check_decides_no_earlier_than_the_tat_it_reads`], on a
-/// key kept apart or not.
-fn two_checks_a_second_apart(one_key: bool) -> Race {
     Race {
         burst: 2,
         seed: vec![T],
         threads: vec![vec![T], vec![T + SEC]],
-        one_key,
     }
+    .check();
 }
 
 /// Three threads at three times, one checking twice (the second time
@@ -423,71 +372,53 @@ fn two_checks_a_second_apart(one_key: bool) -> Race {
 /// depending on the order they commit in.
 #[test]
 fn checks_of_one_key_at_three_times() {
-    three_threads_at_three_times(false).check();
-}
-
-/// [`checks_of_one_key_at_three_times`] on a key kept apart.
-#[test]
-fn checks_of_a_kept_apart_key_at_three_times() {
-    three_threads_at_three_times(true).check();
-}
-
-/// The race of [`checks_of_one_key_at_three_times`], on a key kept apart
-/// or not.
-fn three_threads_at_three_times(one_key: bool) -> Race {
     Race {
         burst: 3,
         seed: vec![T, T],
         threads: vec![vec![T + SEC, T], vec![T + SEC / 2], vec![T]],
-        one_key,
     }
+    .check();
 }
 
 /// A debit (`Store::debit`, into debt) racing two checks of one key on a
-/// frozen clock, kept apart on its word or in the atomic table: neither is
-/// lost. The debit charges its 2 whatever the order, the checks pass while
+/// frozen clock, in the atomic table: neither is lost. The debit charges its 2 whatever the order, the checks pass while
 /// units are left, and the key ends as one sequential GCRA run of every
 /// unit charged leaves it (at a frozen time, the order does not change it).
 #[test]
 fn a_debit_racing_checks_loses_neither() {
-    for one_key in [true, false] {
-        let run = move || {
-            let (store, frozen) = store(1_000);
-            let store = Arc::new(store);
-            let (key, _, _) = keys();
-            let spec = spec(AlgorithmKind::Gcra, Rate::per_second(1), 3, false);
-            let def = CounterDef::new("debited", spec).unwrap();
-            let def = if one_key { def.with_one_key(key) } else { def };
-            let counter = Arc::new(store.counter(def));
-            let limit = store.limit("debited", spec.build().unwrap());
-            assert_eq!(limit.one_key().is_some(), one_key);
-            let (s, c) = (store.clone(), counter.clone());
-            let debit = shuttle::thread::spawn(move || {
-                let debited = Store::debit(&*s, &c, key, 2, u64::MAX);
-                sluice_store::seam::now_or_never(debited).unwrap().unwrap()
-            });
-            let check = || {
-                store.check_one(&Check {
-                    limit: &limit,
-                    key,
-                    cost: 1,
-                })
-            };
-            let admitted = (0..2).filter(|_| check().unwrap().allowed).count() as u64;
-            let debited = debit.join().unwrap();
-            assert_eq!((debited.charged, debited.excess), (2, 0));
-            let gcra = Limiter::Gcra(Gcra::new(Rate::per_second(1), 3).unwrap());
-            let mut state = sluice_core::State::Fresh;
-            gcra.debit(&mut state, frozen.now(), admitted + 2, u64::MAX);
-            let want = gcra.check(&state, frozen.now(), 0).unwrap().decision;
-            let peek = store.peek_one(&Check {
+    let run = move || {
+        let (store, frozen) = store(1_000);
+        let store = Arc::new(store);
+        let (key, _, _) = keys();
+        let spec = spec(AlgorithmKind::Gcra, Rate::per_second(1), 3, false);
+        let counter = Arc::new(store.counter(CounterDef::new("debited", spec).unwrap()));
+        let limit = store.limit("debited", spec.build().unwrap());
+        let (s, c) = (store.clone(), counter.clone());
+        let debit = shuttle::thread::spawn(move || {
+            let debited = Store::debit(&*s, &c, key, 2, u64::MAX);
+            sluice_store::seam::now_or_never(debited).unwrap().unwrap()
+        });
+        let check = || {
+            store.check_one(&Check {
                 limit: &limit,
                 key,
-                cost: 0,
-            });
-            assert_eq!(peek.unwrap(), want, "admitted {admitted}");
+                cost: 1,
+            })
         };
-        shuttle::check_random(run, SCHEDULES);
-        shuttle::check_pct(run, SCHEDULES, 3);
-    }
+        let admitted = (0..2).filter(|_| check().unwrap().allowed).count() as u64;
+        let debited = debit.join().unwrap();
+        assert_eq!((debited.charged, debited.excess), (2, 0));
+        let gcra = Limiter::Gcra(Gcra::new(Rate::per_second(1), 3).unwrap());
+        let mut state = sluice_core::State::Fresh;
+        gcra.debit(&mut state, frozen.now(), admitted + 2, u64::MAX);
+        let want = gcra.check(&state, frozen.now(), 0).unwrap().decision;
+        let peek = store.peek_one(&Check {
+            limit: &limit,
+            key,
+            cost: 0,
+        });
+        assert_eq!(peek.unwrap(), want, "admitted {admitted}");
+    };
+    shuttle::check_random(run, SCHEDULES);
+    shuttle::check_pct(run, SCHEDULES, 3);
 }

@@ -12,14 +12,15 @@
 //! decides random requests through both paths and compares every verdict.
 
 use sluice_core::Clock;
-use sluice_store::KeyId;
-use sluice_store::seam::{Check, Counter};
+use sluice_store::seam::Check;
+use sluice_store::{KeyHasher, KeyId};
 use smallvec::SmallVec;
 
 use super::Engine;
 use super::compiled::Compiled;
 use super::plan::too_costly;
 use super::verdict::{DecideError, LimitResult, Results, Verdict};
+use crate::KeySource;
 use crate::policy::{Policy, RequestInfo};
 
 /// A policy's limits, when every request meets them alike.
@@ -36,15 +37,14 @@ pub(super) enum Alike {
 pub(super) struct Met {
     /// The limit's index in the policy.
     index: usize,
-    /// The one key of a `global` limit, hashed once (its counter's
-    /// [`one_key`](sluice_store::seam::CounterDef::one_key)).
+    /// The one key of a `global` limit, hashed once.
     key: Option<KeyId>,
 }
 
 impl Alike {
-    /// The policy's limits, if every request meets them alike; `counters`
-    /// are theirs, by index.
-    pub(super) fn of(policy: &Policy, counters: &[Counter]) -> Option<Self> {
+    /// The policy's limits, if every request meets them alike; `hasher`
+    /// hashes a `global` limit's one key.
+    pub(super) fn of(policy: &Policy, hasher: &KeyHasher) -> Option<Self> {
         let plain = |i: &usize| {
             let def = &policy.limits[*i];
             !def.shadow
@@ -56,9 +56,10 @@ impl Alike {
         if !policy.alike || policy.global.is_empty() || !policy.global.iter().all(plain) {
             return None;
         }
+        let everyone = hasher.key_id("");
         let met = |&index: &usize| Met {
             index,
-            key: counters.get(index).and_then(|c| c.def().one_key()),
+            key: matches!(policy.limits[index].key, KeySource::Global).then_some(everyone),
         };
         Some(match &policy.global[..] {
             [one] => Self::One(met(one)),

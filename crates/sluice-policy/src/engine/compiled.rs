@@ -7,7 +7,6 @@ use std::sync::Arc;
 use sluice_store::KeyHasher;
 use sluice_store::seam::{Counter, CounterDef, Store};
 
-use crate::KeySource;
 use crate::delay_queue::DelayQueue;
 use crate::policy::Policy;
 
@@ -48,20 +47,10 @@ impl Compiled {
         old: Option<&Compiled>,
     ) -> Self {
         let retired = retired(&policy, old);
-        // A `global` limit's one key is named to the store, which may keep
-        // it apart (see `CounterDef::with_one_key`).
-        let everyone = hasher.key_id("");
         let counters: Vec<Counter> = policy
             .limits()
             .iter()
-            .map(|def| {
-                let counted = def.limit.counter().clone();
-                let counted = match def.key {
-                    KeySource::Global => counted.with_one_key(everyone),
-                    _ => counted,
-                };
-                counter(store, &counted, old, &retired)
-            })
+            .map(|def| counter(store, def.limit.counter(), old, &retired))
             .collect();
         let gates = policy
             .limits()
@@ -79,7 +68,7 @@ impl Compiled {
             })
             .collect();
         Self {
-            alike: super::alike::Alike::of(&policy, &counters),
+            alike: super::alike::Alike::of(&policy, hasher),
             policy: Arc::new(policy),
             counters,
             gates,
@@ -148,26 +137,15 @@ mod tests {
     use super::Compiled;
     use crate::Policy;
 
-    /// A `global` limit's counter names its one key (the key of `""`) to
-    /// the store, which keeps it apart; a keyed limit's names none.
+    /// A reload that keeps a limit keeps its counter: the same state.
     #[test]
-    fn a_global_limits_counter_names_its_one_key() {
+    fn a_reload_that_keeps_a_limit_keeps_its_counter() {
         let toml = "[[limits]]\nname = \"all\"\nkey = \"global\"\nrate = \"10/s\"\n\
                     [[limits]]\nname = \"ip\"\nkey = \"ip\"\nrate = \"10/s\"\n";
-        let policy = Policy::from_toml("one_key.toml", toml).unwrap();
+        let policy = Policy::from_toml("kept.toml", toml).unwrap();
         let (store, hasher) = (MemoryStore::new(Default::default()), KeyHasher::random());
         let compiled = Compiled::new(policy, &store, &hasher, None);
-        let one_key = |i: usize| {
-            compiled.counters[i]
-                .slot()
-                .get::<Limit>()
-                .unwrap()
-                .one_key()
-        };
-        assert_eq!(one_key(0), Some(hasher.key_id("")));
-        assert_eq!(one_key(1), None);
-        // A reload that keeps the limit keeps its counter.
-        let again = Policy::from_toml("one_key.toml", toml).unwrap();
+        let again = Policy::from_toml("kept.toml", toml).unwrap();
         let next = Compiled::new(again, &store, &hasher, Some(&compiled));
         assert!(std::ptr::eq(
             next.counters[0].slot().get::<Limit>().unwrap(),

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use sluice_core::{LimitError, LimitSpec, Limiter};
 
-use crate::key::KeyId;
 use crate::tag::limit_tag;
 
 /// What a store counts for one limit: its identity, its bucket and the tag
@@ -32,7 +31,6 @@ pub struct CounterDef {
     tag: u64,
     spec: LimitSpec,
     limiter: Limiter,
-    one_key: Option<KeyId>,
 }
 
 impl CounterDef {
@@ -44,33 +42,7 @@ impl CounterDef {
             tag: limit_tag(id),
             limiter: spec.build()?,
             spec,
-            one_key: None,
         })
-    }
-
-    /// This counter, with the one key every check of it names: a `global`
-    /// limit's. A store may keep that key's state apart, where a check
-    /// finds it without a lookup or a lock (the memory store does); a
-    /// check that names another key is still counted, only not as fast.
-    ///
-    /// ```
-    /// # use sluice_core::{AlgorithmKind, LimitSpec, Rate};
-    /// # use sluice_store::seam::CounterDef;
-    /// # let spec = LimitSpec {
-    /// #     algorithm: AlgorithmKind::Gcra,
-    /// #     rate: Rate::per_second(10),
-    /// #     burst: 20,
-    /// #     nodelay: false,
-    /// # };
-    /// let everyone = sluice_store::KeyHasher::random().key_id("");
-    /// let def = CounterDef::new("api/global", spec).unwrap().with_one_key(everyone);
-    /// assert_eq!(def.one_key(), Some(everyone));
-    /// ```
-    pub fn with_one_key(self, key: KeyId) -> Self {
-        Self {
-            one_key: Some(key),
-            ..self
-        }
     }
 
     /// This counter, with debt ([`Store::debit`](super::Store::debit))
@@ -106,12 +78,6 @@ impl CounterDef {
     /// for the bucket algorithms and GCRA.
     pub fn debt_forgiven(&self) -> bool {
         self.limiter.debt_forgiven()
-    }
-
-    /// The one key every check names, if the counter has one
-    /// ([`with_one_key`](Self::with_one_key)).
-    pub fn one_key(&self) -> Option<KeyId> {
-        self.one_key
     }
 
     /// The limit's identity.

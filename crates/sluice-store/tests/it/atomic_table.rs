@@ -5,9 +5,7 @@
 //! on one state, at the latest time the shard has seen. Single checks,
 //! all-or-nothing pairs with a partner limit (atomic or not, locked first or
 //! second), refunds and peeks, and checks of a second key, on a manual
-//! clock that also steps back; every decision must be the model's. The
-//! limit is registered with its key named as its one key, or not: kept
-//! apart on a word of its own (`one_key.rs`), it must decide the same.
+//! clock that also steps back; every decision must be the model's.
 
 use proptest::prelude::*;
 use sluice_core::{AlgorithmKind, Clock, Decision, LimitSpec, Limiter, Nanos, Rate, State};
@@ -79,17 +77,8 @@ struct Partner {
     first: bool,
 }
 
-/// Runs `ops` on the limit under test, registered with the key they check
-/// named as its one key (`one_key`: kept apart on a word of its own when
-/// the limit takes the atomic table) or not.
-fn run(
-    algorithm: AlgorithmKind,
-    rate: Rate,
-    burst: u64,
-    partner: Partner,
-    one_key: bool,
-    ops: &[Op],
-) {
+/// Runs `ops` on the limit under test.
+fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, partner: Partner, ops: &[Op]) {
     use sluice_store::seam::{CounterDef, Store};
     let (store, clock) = store(1_000);
     let spec = LimitSpec {
@@ -111,7 +100,6 @@ fn run(
     // The state of the limit under test, as the seam names it (for
     // refunds): registered first, so that `a` below is the same.
     let def = CounterDef::new("gcra", spec).unwrap();
-    let def = if one_key { def.with_one_key(key) } else { def };
     let (counter, b) = if partner.first {
         let b = store.limit("bucket", bucket);
         (store.counter(def), b)
@@ -120,7 +108,6 @@ fn run(
     };
     let a = store.limit("gcra", gcra);
     assert_eq!(b.is_lock_free(), partner.atomic);
-    assert_eq!(a.one_key(), (one_key && a.is_lock_free()).then_some(key));
     let (mut ma, mut mb) = (Model::new(gcra), Model::new(bucket));
     let mut mo = Model::new(gcra);
     fn check(limit: &Limit, key: sluice_store::KeyId, cost: u64) -> Check<'_> {
@@ -194,46 +181,6 @@ fn run(
     }
 }
 
-/// A key kept apart is one more key than the table beside it holds: counted
-/// once it has been charged, never purged (one word per limit), while the
-/// other keys are counted and purged as in any atomic table.
-#[test]
-fn a_kept_apart_key_is_counted_and_kept_and_the_others_purged() {
-    use sluice_store::seam::{CounterDef, Store};
-    let (store, clock) = store(100);
-    let spec = LimitSpec {
-        algorithm: AlgorithmKind::Gcra,
-        rate: Rate::per_second(10),
-        burst: 5,
-        nodelay: false,
-    };
-    let hasher = KeyHasher::random();
-    let (key, other) = (hasher.key_id(""), hasher.key_id("other"));
-    let def = CounterDef::new("global", spec).unwrap().with_one_key(key);
-    let _counter = store.counter(def);
-    let limit = store.limit("global", spec.build().unwrap());
-    assert_eq!(limit.one_key(), Some(key));
-    let plain = store.limit("plain", spec.build().unwrap());
-    assert_eq!(limit.capacity(), plain.capacity() + 1);
-    assert_eq!(limit.len(), 0, "nothing charged yet");
-    for k in [key, other] {
-        let d = store
-            .check_one(&Check {
-                limit: &limit,
-                key: k,
-                cost: 1,
-            })
-            .unwrap();
-        assert!(d.allowed);
-    }
-    assert_eq!(limit.len(), 2);
-    // Long after both replenished: the other key is forgotten, the one
-    // key's word stays.
-    clock.advance(3_600 * 1_000_000_000);
-    assert_eq!(store.purge_expired(), 1);
-    assert_eq!(limit.len(), 1);
-}
-
 #[test]
 fn gcra_equivalents_with_whole_nanosecond_intervals_take_the_atomic_table() {
     let (store, _) = store(100);
@@ -266,8 +213,8 @@ proptest! {
             Just(Rate::per_second(7)),
         ],
         (burst, ops) in (1..12u64).prop_flat_map(|b| (Just(b), prop::collection::vec(op(b), 1..60))),
-        (atomic, first, one_key) in (any::<bool>(), any::<bool>(), any::<bool>()),
+        (atomic, first) in (any::<bool>(), any::<bool>()),
     ) {
-        run(algorithm, rate, burst, Partner { atomic, first }, one_key, &ops);
+        run(algorithm, rate, burst, Partner { atomic, first }, &ops);
     }
 }

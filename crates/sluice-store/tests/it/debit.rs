@@ -4,9 +4,8 @@
 //! state per key, at the latest time the key's shard has seen. Random runs
 //! of checks, debits, refunds and peeks of two keys (in different shards)
 //! on a manual clock that also steps back, for every algorithm, on the
-//! mutex tables, the atomic GCRA table and a key kept apart on a word of
-//! its own: every decision and every `charged`/`excess` must be the
-//! model's. Then the keys a debit takes in: counted as any key, and never
+//! mutex tables and the atomic GCRA table: every decision and every
+//! `charged`/`excess` must be the model's. Then the keys a debit takes in: counted as any key, and never
 //! purged while in debt.
 
 use proptest::prelude::*;
@@ -65,19 +64,13 @@ struct Subject {
 }
 
 impl Subject {
-    fn new(spec: LimitSpec, one_key: bool) -> Self {
+    fn new(spec: LimitSpec) -> Self {
         let (store, clock) = store(1_000);
         let hasher = KeyHasher::random();
         let key = hasher.key_id("client");
         let other = key_in_shard(&hasher, "other", (shard(key) + 1) % SHARDS);
-        let def = CounterDef::new("debited", spec).unwrap();
-        let def = if one_key { def.with_one_key(key) } else { def };
-        let counter = store.counter(def);
+        let counter = store.counter(CounterDef::new("debited", spec).unwrap());
         let limit = store.limit(counter.def().id(), spec.build().unwrap());
-        assert_eq!(
-            limit.one_key(),
-            (one_key && limit.is_lock_free()).then_some(key)
-        );
         Self {
             store,
             clock,
@@ -127,10 +120,10 @@ impl Subject {
     }
 }
 
-/// Runs `ops` on a limit of `spec`, its first key kept apart or not
-/// (`lock_free`: the limit must take the atomic table).
-fn run(spec: LimitSpec, one_key: bool, lock_free: bool, ops: &[Op]) {
-    let s = Subject::new(spec, one_key);
+/// Runs `ops` on a limit of `spec` (`lock_free`: the limit must take the
+/// atomic table).
+fn run(spec: LimitSpec, lock_free: bool, ops: &[Op]) {
+    let s = Subject::new(spec);
     assert!(s.limit.is_lock_free() || !lock_free, "{spec:?}");
     let limiter: Limiter = spec.build().unwrap();
     let mut models = [Model::default(), Model::default()];
@@ -174,14 +167,13 @@ proptest! {
     #[test]
     fn debits_decide_as_the_limits_algorithm_does(
         spec in any_spec(),
-        one_key in any::<bool>(),
         ops in prop::collection::vec(op(30), 1..60),
     ) {
-        run(spec, one_key, false, &ops);
+        run(spec, false, &ops);
     }
 
     #[test]
-    fn debits_on_the_atomic_table_and_a_kept_apart_key_decide_as_the_algorithm_does(
+    fn debits_on_the_atomic_table_decide_as_the_algorithm_does(
         algorithm in prop_oneof![
             Just(AlgorithmKind::Gcra),
             Just(AlgorithmKind::TokenBucket),
@@ -193,10 +185,9 @@ proptest! {
             Just(Rate::per_minute(3)),
         ],
         (burst, ops) in (1..12u64).prop_flat_map(|b| (Just(b), prop::collection::vec(op(b), 1..60))),
-        one_key in any::<bool>(),
     ) {
         let spec = spec(algorithm, rate, burst, algorithm == AlgorithmKind::LeakyBucket);
-        run(spec, one_key, true, &ops);
+        run(spec, true, &ops);
     }
 }
 
@@ -216,7 +207,7 @@ fn every_table() -> Vec<LimitSpec> {
 #[test]
 fn a_key_in_debt_is_kept_until_its_debt_is_paid_off() {
     for spec in every_table() {
-        let s = Subject::new(spec, false);
+        let s = Subject::new(spec);
         let limiter: Limiter = spec.build().unwrap();
         let now = s.clock.now();
         let at = |amount: u64| {
@@ -266,18 +257,15 @@ fn keys_taken_in_by_debits_count_towards_max_keys() {
     }
 }
 
-/// The kept-apart key's word holds a TAT below its held bit: a debit that
-/// would take it further charges what fits and returns the rest as excess,
-/// and the word goes on deciding.
+/// A key's word on the atomic table holds a TAT up to `u64::MAX`: a debit
+/// that would take it further charges what fits and returns the rest as
+/// excess, and the word goes on deciding.
 #[test]
-fn a_kept_apart_key_takes_as_much_debt_as_its_word_holds() {
-    let s = Subject::new(
-        spec(AlgorithmKind::Gcra, Rate::per_minute(3), 5, false),
-        true,
-    );
+fn a_key_takes_as_much_debt_as_its_word_holds() {
+    let s = Subject::new(spec(AlgorithmKind::Gcra, Rate::per_minute(3), 5, false));
     let now = s.clock.now();
     let interval = 20 * SEC;
-    let fits = ((1u64 << 63) - 1 - now) / interval;
+    let fits = (u64::MAX - now) / interval;
     let got = s.debit(0, u64::MAX, u64::MAX);
     assert_eq!(
         got,
