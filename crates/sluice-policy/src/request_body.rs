@@ -55,19 +55,21 @@ impl BodyFields {
         self.unread
     }
 
-    /// Keeps `name = value`, a whole number (see [`push`](Self::push)).
+    /// Keeps `name = value`, a whole number, unless [`MAX_FIELDS`] are
+    /// kept already, the name is longer than [`MAX_NAME`], or the name is
+    /// kept already (the first one stands, as a JSON parser that keeps the
+    /// first would).
     pub fn push_whole(&mut self, name: &str, value: u64) {
         self.push(name, Value::Whole(value));
     }
 
-    /// Keeps `name = value`, a boolean (see [`push`](Self::push)).
+    /// Keeps `name = value`, a boolean, under the rules of
+    /// [`push_whole`](Self::push_whole).
     pub fn push_bool(&mut self, name: &str, value: bool) {
         self.push(name, Value::Bool(value));
     }
 
-    /// Keeps a field, unless [`MAX_FIELDS`] are kept already, the name is
-    /// longer than [`MAX_NAME`], or the name is kept already (the first
-    /// one stands, as a JSON parser that keeps the first would).
+    /// Keeps a field under the rules of [`push_whole`](Self::push_whole).
     fn push(&mut self, name: &str, value: Value) {
         if self.fields.len() < MAX_FIELDS && name.len() <= MAX_NAME && self.value(name).is_none() {
             self.fields.push((name.into(), value));
