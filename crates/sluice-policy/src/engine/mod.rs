@@ -296,7 +296,7 @@ impl<C: Clock> Engine<C> {
         if !self.at_once {
             return None;
         }
-        // This thread's copy: nothing here outlives this call.
+        // A guarded load: nothing here outlives this call.
         self.current.with(|current| {
             if let Some(alike::Alike::One(met)) = &current.alike {
                 // A limit met alike has no `match`: the path is only
