@@ -51,12 +51,6 @@ impl Current {
         let compiled = next(&self.swap.load());
         self.swap.store(Arc::new(compiled));
     }
-
-    /// Runs `f` on the snapshot.
-    #[inline]
-    pub(super) fn with<R>(&self, f: impl FnOnce(&Compiled) -> R) -> R {
-        f(&self.swap.load())
-    }
 }
 
 #[cfg(test)]
@@ -89,14 +83,14 @@ mod tests {
         let held = a.load_full();
         let before = Arc::strong_count(&held);
         for _ in 0..3 {
-            let inner = a.with(|outer| {
-                assert_eq!(name(outer), "a");
-                let within = b.with(|c| {
-                    assert_eq!(name(c), "b");
-                    a.with(name)
-                });
-                (name(outer), within)
-            });
+            let outer = a.load();
+            assert_eq!(name(&outer), "a");
+            let within = {
+                let c = b.load();
+                assert_eq!(name(&c), "b");
+                name(&a.load())
+            };
+            let inner = (name(&outer), within);
             assert_eq!(inner, ("a".into(), "a".into()));
         }
         let after = Arc::strong_count(&held);

@@ -297,19 +297,18 @@ impl<C: Clock> Engine<C> {
             return None;
         }
         // A guarded load: nothing here outlives this call.
-        self.current.with(|current| {
-            if let Some(alike::Alike::One(met)) = &current.alike {
-                // A limit met alike has no `match`: the path is only
-                // checked, not rewritten.
-                if let Err(e) = checked(&current.policy, req) {
-                    return Some(Err(e));
-                }
-                if let Some(decided) = self.decide_one_alike(current, met, req) {
-                    return Some(decided);
-                }
+        let current = self.current.load();
+        if let Some(alike::Alike::One(met)) = &current.alike {
+            // A limit met alike has no `match`: the path is only checked,
+            // not rewritten.
+            if let Err(e) = checked(&current.policy, req) {
+                return Some(Err(e));
             }
-            self.decide_planned_now(current, req)
-        })
+            if let Some(decided) = self.decide_one_alike(&current, met, req) {
+                return Some(decided);
+            }
+        }
+        self.decide_planned_now(&current, req)
     }
 
     /// The rest of [`decide_now`](Self::decide_now): several limits met
