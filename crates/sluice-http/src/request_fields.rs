@@ -193,6 +193,15 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_empty_body_has_no_fields_and_is_not_unreadable() {
+        let (body, fields) = hold(Body::empty()).await;
+        assert_eq!(fields, Some(BodyFields::new()));
+        assert!(body.collect().await.unwrap().to_bytes().is_empty());
+        let (_, fields) = hold(Body::from("[true]")).await;
+        assert_eq!(fields, None, "not an object: unreadable");
+    }
+
+    #[tokio::test]
     async fn a_body_read_whole_goes_on_unchanged() {
         let (body, numbers) = hold(Body::from("{\"max_tokens\":40}")).await;
         assert_eq!(numbers.unwrap().whole("max_tokens"), Some(40));
