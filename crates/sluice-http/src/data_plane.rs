@@ -52,8 +52,8 @@ pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) 
                 .with_metrics(metrics)
                 .with_verdict(),
         )
-        // Before the limits: the body's numbers, where an estimate is read
-        // there (a pass-through otherwise).
+        // Before the limits: the body's fields, where a rule reads them (a
+        // settle estimate, a `match.json`; a pass-through otherwise).
         .layer(axum::middleware::map_request(move |req| {
             crate::request_fields::read_request_fields(reads.clone(), req)
         }))

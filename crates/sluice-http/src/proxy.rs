@@ -149,9 +149,9 @@ impl Proxy {
         parts.uri = self.target(&parts.uri)?;
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
-        // The proxy takes trailers (a limit may settle from one, and they
-        // go on to clients that take them): an HTTP/1.1 upstream sends
-        // them only to a request that says so (RFC 9110 §10.1.4).
+        // The proxy takes trailers (a limit may settle from one): an
+        // HTTP/1.1 upstream sends them only to a request that says so
+        // (RFC 9110 §10.1.4).
         parts
             .headers
             .insert(http::header::TE, http::HeaderValue::from_static("trailers"));

@@ -192,8 +192,6 @@ fn max_share(
     Ok(max_share)
 }
 
-/// The identity of a limit's counters: scope, name and definition, so
-/// that a limit whose definition changes gets fresh counters.
 /// A limit's counter, of id `id` and `spec`, its debt forgiven at a
 /// window's end if `forgive`: refused where the algorithm has no window,
 /// since it would change nothing.
@@ -224,6 +222,8 @@ fn counter_of(
     Ok(counted)
 }
 
+/// The identity of a limit's counters: scope, name and definition, so
+/// that a limit whose definition changes gets fresh counters.
 fn counter_id(
     plan: Option<&String>,
     name: &str,

@@ -165,9 +165,9 @@ impl Matcher {
             })
     }
 
-    /// Whether a request with this method and path matches, ignoring host
-    /// and header conditions (which then do not hold: a matcher with a host
-    /// or header condition never matches here).
+    /// Whether a request with this method and path matches, ignoring host,
+    /// header and body conditions (which then do not hold: a matcher with
+    /// one never matches here).
     pub fn matches(&self, method: &Method, path: &str) -> bool {
         self.matches_request(method, path, &HeaderMap::new(), None)
     }
