@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::common::llm_upstream::LlmUpstream;
-use crate::common::{Reply, Sluice, client, send};
+use crate::common::{Reply, Sluice, client, post_control, send};
 
 fn config(upstream: &str) -> String {
     format!(
@@ -181,23 +181,13 @@ async fn slots_come_back_when_clients_or_the_upstream_break_off() {
     assert_eq!(admitted_soon(&sluice, "carol").await.status, 200);
 }
 
-async fn control(sluice: &Sluice, path: &str, body: &Value) -> Reply {
-    send(
-        client()
-            .post(sluice.control_url(path))
-            .header("content-type", "application/json")
-            .body(body.to_string()),
-    )
-    .await
-}
-
 #[tokio::test]
 async fn the_decision_api_holds_a_slot_until_released_or_until_its_lease_ends() {
     let sluice = Sluice::start_with("concurrency-check", &config("http://127.0.0.1:9"));
     let check = json!({"path": "/export", "headers": {"X-Api-Key": "dave"}});
     let mut ids = vec![String::new(); 2];
     for id in &mut ids {
-        let reply = control(&sluice, "/v1/check", &check).await;
+        let reply = post_control(&sluice, "/v1/check", &check).await;
         assert_eq!(reply.status, 200);
         let body = reply.json();
         assert_eq!(
@@ -206,18 +196,18 @@ async fn the_decision_api_holds_a_slot_until_released_or_until_its_lease_ends() 
         );
         *id = body["reservation"]["id"].as_str().unwrap().to_owned();
     }
-    assert_eq!(control(&sluice, "/v1/check", &check).await.status, 429);
-    let released = control(&sluice, "/v1/release", &json!({"reservation": ids[0]})).await;
+    assert_eq!(post_control(&sluice, "/v1/check", &check).await.status, 429);
+    let released = post_control(&sluice, "/v1/release", &json!({"reservation": ids[0]})).await;
     assert_eq!(released.status, 200);
     assert_eq!(released.json()["settled"][0]["refunded"], 1);
-    let third = control(&sluice, "/v1/check", &check).await;
+    let third = post_control(&sluice, "/v1/check", &check).await;
     assert_eq!(third.status, 200);
-    assert_eq!(control(&sluice, "/v1/check", &check).await.status, 429);
+    assert_eq!(post_control(&sluice, "/v1/check", &check).await.status, 429);
     // Never released: the two slots come back when their lease (1 s) ends.
     let mut admitted = false;
     for _ in 0..400 {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        let reply = control(&sluice, "/v1/check", &check).await;
+        let reply = post_control(&sluice, "/v1/check", &check).await;
         if reply.status == 200 {
             admitted = true;
             break;
@@ -284,7 +274,7 @@ async fn a_renewed_slot_outlives_its_lease(label: &str, store_url: Option<&str>)
     let sluice = Sluice::start_env(file.path(), &args, &[("SLUICE_KEY_SECRET", "renewals")]);
     let check = json!({"path": "/export", "headers": {"X-Api-Key": "erin"}});
     let take = || async {
-        let reply = control(&sluice, "/v1/check", &check).await;
+        let reply = post_control(&sluice, "/v1/check", &check).await;
         assert!(!reply.has("sluice-fallback"), "the store decided");
         reply
     };
@@ -296,16 +286,16 @@ async fn a_renewed_slot_outlives_its_lease(label: &str, store_url: Option<&str>)
     assert_eq!(take().await.status, 429);
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let renewed = control(&sluice, "/v1/renew", &json!({"reservation": kept})).await;
+        let renewed = post_control(&sluice, "/v1/renew", &json!({"reservation": kept})).await;
         assert_eq!(renewed.status, 200, "{:?}", renewed.json());
         assert_eq!(renewed.json()["reservation"]["expires_in_ms"], 1000);
     }
     // Three seconds on: one slot free (the lapsed one's), not two.
     assert_eq!(take().await.status, 200);
     assert_eq!(take().await.status, 429, "the renewed slot is still held");
-    let released = control(&sluice, "/v1/release", &json!({"reservation": kept})).await;
+    let released = post_control(&sluice, "/v1/release", &json!({"reservation": kept})).await;
     assert_eq!(released.status, 200);
-    let again = control(&sluice, "/v1/renew", &json!({"reservation": kept})).await;
+    let again = post_control(&sluice, "/v1/renew", &json!({"reservation": kept})).await;
     assert_eq!(again.status, 409, "released already");
 }
 

@@ -5,10 +5,10 @@
 //! tokens used never exceed the quota plus the debt allowed, and no request
 //! is admitted while its key is in debt.
 
-use serde_json::{Value, json};
+use serde_json::json;
 use sluice_testkit::{RedisServer, require_redis};
 
-use crate::common::{Reply, Sluice, TempConfig, client, send};
+use crate::common::{Sluice, TempConfig, post_control};
 
 const BURST: u64 = 1000;
 const MAX_DEBT: u64 = 300;
@@ -67,16 +67,6 @@ impl Model {
     }
 }
 
-async fn post(sluice: &Sluice, path: &str, body: &Value) -> Reply {
-    send(
-        client()
-            .post(sluice.control_url(path))
-            .header("content-type", "application/json")
-            .body(body.to_string()),
-    )
-    .await
-}
-
 /// A small deterministic generator (xorshift), so a failure replays.
 struct Rng(u64);
 
@@ -126,7 +116,7 @@ impl Run {
         let (at, id, charged) = self.open.remove(picked);
         let actual = self.rng.below(2 * charged + 120);
         let body = json!({"reservation": id, "cost": actual});
-        let reply = post(&self.instances[at], "/v1/settle", &body).await;
+        let reply = post_control(&self.instances[at], "/v1/settle", &body).await;
         assert_eq!(reply.status, 200, "step {step}");
         let s = &reply.json()["settled"][0];
         let want = self.model.settle(charged, actual);
@@ -147,7 +137,7 @@ impl Run {
             "path": "/v1/chat/completions",
             "headers": {"X-Api-Key": "shared-key", "X-Estimate": estimate.to_string()},
         });
-        let reply = post(&self.instances[at], "/v1/check", &body).await;
+        let reply = post_control(&self.instances[at], "/v1/check", &body).await;
         assert!(!reply.has("sluice-fallback"), "step {step}: Redis decided");
         let in_debt = self.model.used > BURST;
         let admitted = self.model.check(estimate);
@@ -175,7 +165,7 @@ impl Run {
     async fn settle_the_rest(&mut self) {
         for (at, id, charged) in std::mem::take(&mut self.open) {
             let body = json!({"reservation": id, "cost": 0});
-            let reply = post(&self.instances[at], "/v1/settle", &body).await;
+            let reply = post_control(&self.instances[at], "/v1/settle", &body).await;
             assert_eq!(
                 reply.json()["settled"][0]["refunded"].as_u64(),
                 Some(self.model.settle(charged, 0).0)
@@ -244,14 +234,14 @@ async fn settlement_and_slots_hold_across_instances_on_a_cluster() {
     let a = Sluice::start_env(file.path(), &["--store-url", &url], &[secret]);
     let b = Sluice::start_env(file.path(), &["--store-url", &url], &[secret]);
     let tokens = |key: &str, estimate: u64| json!({"path": "/v1/chat", "headers": {"X-Api-Key": key, "X-Estimate": estimate.to_string()}});
-    let first = post(&a, "/v1/check", &tokens("c1", 100)).await;
+    let first = post_control(&a, "/v1/check", &tokens("c1", 100)).await;
     assert_eq!(first.status, 200);
     assert!(!first.has("sluice-fallback"), "Redis decided");
     let id = first.json()["reservation"]["id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let settled = post(
+    let settled = post_control(
         &a,
         "/v1/settle",
         &json!({"reservation": id, "cost": BURST + 200}),
@@ -262,15 +252,18 @@ async fn settlement_and_slots_hold_across_instances_on_a_cluster() {
         BURST + 100,
         "to empty, then 200 of debt"
     );
-    let refused = post(&b, "/v1/check", &tokens("c1", 1)).await;
+    let refused = post_control(&b, "/v1/check", &tokens("c1", 1)).await;
     assert_eq!(refused.status, 429, "in debt, on the other instance too");
-    assert_eq!(post(&b, "/v1/check", &tokens("c2", 1)).await.status, 200);
+    assert_eq!(
+        post_control(&b, "/v1/check", &tokens("c2", 1)).await.status,
+        200
+    );
 
     let export = json!({"path": "/export", "headers": {"X-Api-Key": "c3", "X-Estimate": "1"}});
-    let held = post(&a, "/v1/check", &export).await;
+    let held = post_control(&a, "/v1/check", &export).await;
     assert_eq!(held.status, 200);
     assert_eq!(
-        post(&b, "/v1/check", &export).await.status,
+        post_control(&b, "/v1/check", &export).await.status,
         429,
         "the one slot is held"
     );
@@ -278,10 +271,14 @@ async fn settlement_and_slots_hold_across_instances_on_a_cluster() {
         .as_str()
         .unwrap()
         .to_owned();
-    let released = post(&a, "/v1/release", &json!({"reservation": slot_id})).await;
+    let released = post_control(&a, "/v1/release", &json!({"reservation": slot_id})).await;
     assert_eq!(released.status, 200);
     assert_eq!(released.json()["settled"][1]["refunded"], 1);
     // At once on the other instance: a refusal that counts on a slot is
     // never cached there (its retry time is only a hint).
-    assert_eq!(post(&b, "/v1/check", &export).await.status, 200, "released");
+    assert_eq!(
+        post_control(&b, "/v1/check", &export).await.status,
+        200,
+        "released"
+    );
 }

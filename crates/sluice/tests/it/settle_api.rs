@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{Reply, Sluice, client, send};
+use common::{Reply, Sluice, client, post_control, send};
 use serde_json::{Value, json};
 
 const CONFIG: &str = r#"
@@ -19,22 +19,12 @@ cost = 100
 settle = { from = "reported", estimate = "header:X-Max-Tokens", max_debt = 500, refund_status = ["5xx"] }
 "#;
 
-async fn post(sluice: &Sluice, path: &str, body: &Value) -> Reply {
-    send(
-        client()
-            .post(sluice.control_url(path))
-            .header("content-type", "application/json")
-            .body(body.to_string()),
-    )
-    .await
-}
-
 async fn check(sluice: &Sluice, key: &str, estimate: Option<u64>) -> Reply {
     let mut headers = json!({ "X-Api-Key": key });
     if let Some(e) = estimate {
         headers["X-Max-Tokens"] = json!(e.to_string());
     }
-    post(
+    post_control(
         sluice,
         "/v1/check",
         &json!({ "path": "/v1/chat/completions", "method": "POST", "headers": headers }),
@@ -69,7 +59,7 @@ async fn a_check_reserves_its_estimate_and_a_settlement_moves_the_difference() {
     assert_eq!(id.len(), 32);
 
     // 40 used: 60 given back.
-    let settled = post(
+    let settled = post_control(
         &sluice,
         "/v1/settle",
         &json!({ "reservation": id, "cost": 40 }),
@@ -87,7 +77,7 @@ async fn a_check_reserves_its_estimate_and_a_settlement_moves_the_difference() {
         (Some("tokens"), Some(100), Some(40), Some(60))
     );
     // Settled once only.
-    let again = post(
+    let again = post_control(
         &sluice,
         "/v1/settle",
         &json!({ "reservation": id, "cost": 40 }),
@@ -95,14 +85,14 @@ async fn a_check_reserves_its_estimate_and_a_settlement_moves_the_difference() {
     .await;
     again.problem(409);
     // Ids never issued, or not ids at all.
-    let unknown = post(
+    let unknown = post_control(
         &sluice,
         "/v1/settle",
         &json!({ "reservation": "0".repeat(32) }),
     )
     .await;
     assert_eq!(unknown.status, 404);
-    let garbage = post(
+    let garbage = post_control(
         &sluice,
         "/v1/settle",
         &json!({ "reservation": "../../etc" }),
@@ -115,12 +105,16 @@ async fn a_check_reserves_its_estimate_and_a_settlement_moves_the_difference() {
         json!({ "reservation": id, "status": 700 }),
         json!({ "reservation": id, "extra": 1 }),
     ] {
-        assert_eq!(post(&sluice, "/v1/settle", &bad).await.status, 400, "{bad}");
+        assert_eq!(
+            post_control(&sluice, "/v1/settle", &bad).await.status,
+            400,
+            "{bad}"
+        );
     }
 
     // An estimate that is not a whole number is ignored (the limit's cost
     // stands), and logged.
-    let bad = post(
+    let bad = post_control(
         &sluice,
         "/v1/check",
         &json!({"path": "/v1/chat/completions", "method": "POST",
@@ -131,7 +125,7 @@ async fn a_check_reserves_its_estimate_and_a_settlement_moves_the_difference() {
     sluice
         .log_says("a cost that is not a whole number was ignored")
         .await;
-    let back = post(
+    let back = post_control(
         &sluice,
         "/v1/settle",
         &json!({ "reservation": reservation(&bad), "cost": 0 }),
@@ -143,7 +137,7 @@ async fn a_check_reserves_its_estimate_and_a_settlement_moves_the_difference() {
     let second = check(&sluice, "alice", Some(200)).await;
     assert_eq!(remaining(&second), 1000 - 40 - 200);
     // A 503 gives the whole estimate back, whatever the cost.
-    let failed = post(
+    let failed = post_control(
         &sluice,
         "/v1/settle",
         &json!({ "reservation": reservation(&second), "cost": 150, "status": 503 }),
@@ -162,7 +156,7 @@ async fn a_settlement_past_empty_refuses_the_key_until_its_debt_is_paid() {
     let first = check(&sluice, "bob", Some(1000)).await;
     assert_eq!(remaining(&first), 0);
     // 1000 more than the estimate: 500 into debt, 500 beyond max_debt.
-    let settled = post(
+    let settled = post_control(
         &sluice,
         "/v1/settle",
         &json!({ "reservation": reservation(&first), "cost": 2000 }),
@@ -265,7 +259,7 @@ async fn a_check_reads_its_estimate_from_the_request_body_it_describes() {
             "body": body,
         })
     };
-    let reply = post(
+    let reply = post_control(
         &sluice,
         "/v1/check",
         &with_body(
@@ -275,14 +269,14 @@ async fn a_check_reads_its_estimate_from_the_request_body_it_describes() {
     )
     .await;
     assert_eq!(remaining(&reply), 700, "max_tokens is the estimate");
-    let reply = post(
+    let reply = post_control(
         &sluice,
         "/v1/check",
         &with_body("b", json!({"max_tokens": 300, "max_completion_tokens": 40})),
     )
     .await;
     assert_eq!(remaining(&reply), 960, "the first field named stands");
-    let reply = post(
+    let reply = post_control(
         &sluice,
         "/v1/check",
         &with_body(
@@ -292,14 +286,14 @@ async fn a_check_reads_its_estimate_from_the_request_body_it_describes() {
     )
     .await;
     assert_eq!(remaining(&reply), 993, "no whole number: the header");
-    let reply = post(
+    let reply = post_control(
         &sluice,
         "/v1/check",
         &with_body("d", json!({"max_tokens": 1e9})),
     )
     .await;
     assert_eq!(remaining(&reply), 993, "not a whole number: the header");
-    let reply = post(
+    let reply = post_control(
         &sluice,
         "/v1/check",
         &with_body("e", json!({"max_tokens": 99_999_999})),
@@ -323,7 +317,7 @@ async fn a_settlement_after_the_reservation_expired_is_late() {
     assert_eq!(remaining(&first), 700);
     let id = reservation(&first);
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    let late = post(
+    let late = post_control(
         &sluice,
         "/v1/settle",
         &json!({ "reservation": id, "cost": 1 }),
@@ -334,7 +328,7 @@ async fn a_settlement_after_the_reservation_expired_is_late() {
         problem["detail"].as_str().unwrap().contains("expired"),
         "{problem}"
     );
-    let unknown = post(
+    let unknown = post_control(
         &sluice,
         "/v1/settle",
         &json!({ "reservation": "0".repeat(32) }),

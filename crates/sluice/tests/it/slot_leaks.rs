@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use sluice_testkit::{RedisServer, require_redis};
 
 use crate::common::llm_upstream::LlmUpstream;
-use crate::common::{Reply, Sluice, TempConfig, client, send};
+use crate::common::{Reply, Sluice, TempConfig, client, post_control, send};
 
 const SLOTS: usize = 3;
 
@@ -64,13 +64,7 @@ async fn streams_in_flight(
 }
 
 async fn check(sluice: &Sluice, path: &str, body: &Value) -> Reply {
-    let reply = send(
-        client()
-            .post(sluice.control_url(path))
-            .header("content-type", "application/json")
-            .body(body.to_string()),
-    )
-    .await;
+    let reply = post_control(sluice, path, body).await;
     assert!(!reply.has("sluice-fallback"), "the store decided");
     reply
 }

@@ -64,6 +64,29 @@ async fn held_soon(
     }
 }
 
+/// Lets the `held` responses go (each a 200), then checks that `n` of
+/// key `k`'s slots are free again: `n` requests held at once, and one more
+/// refused.
+async fn all_come_back(
+    sluice: &Sluice,
+    upstream: &LlmUpstream,
+    held: Vec<tokio::task::JoinHandle<Reply>>,
+    n: usize,
+) {
+    upstream.release();
+    for h in held {
+        assert_eq!(h.await.unwrap().status, 200);
+    }
+    upstream.hold();
+    let again: Vec<_> = (0..n).map(|_| spawn(sluice, "k")).collect();
+    upstream.wait_in_flight(n).await;
+    assert_eq!(call(sluice, "k").await.status, 429);
+    upstream.release();
+    for h in again {
+        assert_eq!(h.await.unwrap().status, 200);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_down_the_local_fallback_grants_and_takes_back_a_share_of_slots() {
     if !require_redis() {
@@ -104,18 +127,7 @@ async fn with_redis_down_the_local_fallback_grants_and_takes_back_a_share_of_slo
     );
 
     // Responses that end give theirs back too: the whole share is free.
-    upstream.release();
-    for h in held {
-        assert_eq!(h.await.unwrap().status, 200);
-    }
-    upstream.hold();
-    let again: Vec<_> = (0..2).map(|_| spawn(&sluice, "k")).collect();
-    upstream.wait_in_flight(2).await;
-    assert_eq!(call(&sluice, "k").await.status, 429);
-    upstream.release();
-    for h in again {
-        assert_eq!(h.await.unwrap().status, 200);
-    }
+    all_come_back(&sluice, &upstream, held, 2).await;
     assert_eq!(upstream.max_in_flight(), 2, "never more than the share");
 }
 
@@ -158,17 +170,6 @@ async fn a_reload_keeps_the_slots_held() {
     );
 
     // They come back to the reloaded limit when their responses end.
-    upstream.release();
-    for h in held {
-        assert_eq!(h.await.unwrap().status, 200);
-    }
-    upstream.hold();
-    let again: Vec<_> = (0..2).map(|_| spawn(&sluice, "k")).collect();
-    upstream.wait_in_flight(2).await;
-    assert_eq!(call(&sluice, "k").await.status, 429);
-    upstream.release();
-    for h in again {
-        assert_eq!(h.await.unwrap().status, 200);
-    }
+    all_come_back(&sluice, &upstream, held, 2).await;
     assert_eq!(upstream.max_in_flight(), 2);
 }

@@ -380,6 +380,17 @@ pub struct Reply {
     pub body: Vec<u8>,
 }
 
+/// POSTs `body` as JSON to `path` on the control listener of `s`.
+pub async fn post_control(s: &Sluice, path: &str, body: &serde_json::Value) -> Reply {
+    send(
+        client()
+            .post(s.control_url(path))
+            .header("content-type", "application/json")
+            .body(body.to_string()),
+    )
+    .await
+}
+
 /// Sends a request and reads the whole response.
 pub async fn send(request: reqwest::RequestBuilder) -> Reply {
     let response = request.send().await.expect("send the request");
