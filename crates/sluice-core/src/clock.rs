@@ -6,8 +6,9 @@
 //! multiples of their length); [`ManualClock`] is a clock that tests move by
 //! hand.
 
-use std::sync::Arc;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Nanoseconds since an epoch. For [`SystemClock`] the epoch is the Unix epoch.
@@ -24,39 +25,57 @@ pub trait Clock: Send + Sync {
 
 /// The system clock: Unix time in nanoseconds, read cheaply.
 ///
-/// It reads the wall clock once, when created, and from then on advances with
-/// the CPU's time-stamp counter (through `quanta`, which falls back to the
-/// OS's monotonic clock where the counter is unreliable). A read costs a few
-/// nanoseconds instead of a system clock call, and an NTP step cannot move it.
-/// Fixed windows thus align to wall-clock multiples of their length (to
-/// within the wall clock's accuracy at start-up).
+/// The process reads the wall clock once, when its first `SystemClock` is
+/// made, and from then on every `SystemClock` advances from that reading
+/// with the CPU's time-stamp counter (through `quanta`, which falls back
+/// to the OS's monotonic clock where the counter is unreliable). A read
+/// costs a few nanoseconds instead of a system clock call, and an NTP step
+/// cannot move it. Fixed windows thus align to wall-clock multiples of
+/// their length (to within the wall clock's accuracy at start-up).
 ///
-/// A time-stamp counter can disagree slightly between cores, so two reads on
-/// different threads may go backwards. The algorithms tolerate that (time
-/// stands still until the clock catches up), and the memory store keeps a
-/// high-water mark per shard, so no decision is ever made at an earlier time
-/// than one already made for the same key.
-#[derive(Debug, Clone)]
+/// Time never goes back within a thread: a read returns the latest time
+/// this thread has read if the counter is behind it (a thread moved to a
+/// core whose counter is a little behind). Reads on different threads may
+/// still disagree by that much. The algorithms tolerate a time earlier than
+/// their state's (time stands still until the clock catches up): a
+/// decision at an earlier reading can only refuse more, never admit more.
+#[derive(Debug, Clone, Copy)]
 pub struct SystemClock {
+    anchor: &'static Anchor,
+}
+
+/// Where every [`SystemClock`] of the process counts from.
+#[derive(Debug)]
+struct Anchor {
     unix_at_start: Nanos,
     clock: quanta::Clock,
     start: u64,
 }
 
+static ANCHOR: OnceLock<Anchor> = OnceLock::new();
+
+thread_local! {
+    /// The latest time this thread has read from a [`SystemClock`].
+    static LATEST: Cell<Nanos> = const { Cell::new(0) };
+}
+
 impl SystemClock {
-    /// A clock anchored to the wall clock now.
+    /// The process's clock (anchored to the wall clock by the first call).
     pub fn new() -> Self {
-        let clock = quanta::Clock::new();
-        let start = clock.raw();
-        let unix_at_start = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
-        Self {
-            unix_at_start,
-            clock,
-            start,
-        }
+        let anchor = ANCHOR.get_or_init(|| {
+            let clock = quanta::Clock::new();
+            let start = clock.raw();
+            let unix_at_start = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+                .unwrap_or(0);
+            Anchor {
+                unix_at_start,
+                clock,
+                start,
+            }
+        });
+        Self { anchor }
     }
 }
 
@@ -69,9 +88,21 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Nanos {
-        let elapsed = self.clock.delta_as_nanos(self.start, self.clock.raw());
-        self.unix_at_start.saturating_add(elapsed)
+        let a = self.anchor;
+        let read = a
+            .unix_at_start
+            .saturating_add(a.clock.delta_as_nanos(a.start, a.clock.raw()));
+        LATEST.with(|latest| never_back(latest, read))
     }
+}
+
+/// `read`, or the latest time returned before if that is later; which it
+/// then records.
+#[inline]
+fn never_back(latest: &Cell<Nanos>, read: Nanos) -> Nanos {
+    let now = read.max(latest.get());
+    latest.set(now);
+    now
 }
 
 /// A clock moved by hand, for tests and simulations. Clones share the time.
@@ -116,5 +147,33 @@ impl Clock for ManualClock {
 impl<C: Clock + ?Sized> Clock for Arc<C> {
     fn now(&self) -> Nanos {
         (**self).now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// Whatever the counter reads, one thread's times never go back,
+        /// and a reading ahead of every earlier one is returned as read.
+        #[test]
+        fn a_thread_s_times_never_go_back(reads in proptest::collection::vec(0u64..1_000, 1..50)) {
+            let latest = Cell::new(0);
+            let mut before = 0;
+            for read in reads {
+                let now = never_back(&latest, read);
+                proptest::prop_assert!(now >= before && now >= read);
+                proptest::prop_assert_eq!(now, read.max(before));
+                before = now;
+            }
+        }
+    }
+
+    #[test]
+    fn every_system_clock_reads_one_time() {
+        let (a, b) = (SystemClock::new(), SystemClock::new());
+        let (x, y, z) = (a.now(), b.now(), a.now());
+        assert!(x <= y && y <= z, "{x} {y} {z}");
     }
 }

@@ -93,6 +93,11 @@ impl AtomicGcra {
 
     /// The admission and commit alone: what must happen while the entry is
     /// held. [`decision`](Self::decision) computes the rest afterwards.
+    ///
+    /// It decides at `now` as given: a `now` earlier than the time that
+    /// committed the TAT it reads (another thread's clock a little ahead)
+    /// decides from the TAT, which only refuses more. A refusal writes
+    /// nothing.
     #[inline(always)]
     pub(crate) fn commit<W: AtomicWord>(
         &self,
@@ -100,52 +105,12 @@ impl AtomicGcra {
         now: Nanos,
         cost: u64,
     ) -> Result<Raw, CheckError> {
-        self.commit_after(tat, now, None::<&W>, cost)
-    }
-
-    /// [`commit`](Self::commit) at no earlier time than `high` holds (a
-    /// memory-store shard's latest time), read again after every load of
-    /// `tat`: a decision is then never made at a time earlier than the one
-    /// that committed the TAT it reads (whoever raised `high` did so before
-    /// its compare-and-swap, which this load acquires).
-    #[inline(always)]
-    pub(crate) fn commit_after<W: AtomicWord>(
-        &self,
-        tat: &W,
-        now: Nanos,
-        high: Option<&W>,
-        cost: u64,
-    ) -> Result<Raw, CheckError> {
-        // No bit marks the word held (`HELD` is 0): the loop never gives
-        // up, and the compiler drops the second arm.
-        match self.commit_unless_held::<W, 0>(tat, now, high, cost)? {
-            Some(raw) => Ok(raw),
-            None => self.decide(0, now, cost),
-        }
-    }
-
-    /// [`commit_after`](Self::commit_after) on a word that a writer may
-    /// hold, marking it by setting a bit of `HELD`: `None`, with nothing
-    /// committed, when a load finds such a bit (the caller then waits for
-    /// the writer). A TAT never has a bit of `HELD` set.
-    #[inline(always)]
-    pub(crate) fn commit_unless_held<W: AtomicWord, const HELD: u64>(
-        &self,
-        tat: &W,
-        now: Nanos,
-        high: Option<&W>,
-        cost: u64,
-    ) -> Result<Option<Raw>, CheckError> {
         let increment = self.increment(cost)?;
         let mut current = tat.load(Ordering::Acquire);
         loop {
-            if current & HELD != 0 {
-                return Ok(None);
-            }
-            let now = high.map_or(now, |h| now.max(h.load(Ordering::Relaxed)));
             let raw = self.turn(current, now, increment);
             if !raw.allowed || cost == 0 {
-                return Ok(Some(raw));
+                return Ok(raw);
             }
             match tat.compare_exchange_weak(
                 current,
@@ -153,7 +118,7 @@ impl AtomicGcra {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Ok(Some(raw)),
+                Ok(_) => return Ok(raw),
                 Err(actual) => current = actual,
             }
         }

@@ -14,9 +14,10 @@
 //!
 //! The table is used for GCRA whose emission interval is a whole number of
 //! nanoseconds (`AtomicGcra::for_gcra`); it decides exactly as the mutex
-//! table does. Time never runs backwards within a shard: every decision
-//! uses the latest time the shard has seen, which a shared check raises
-//! with an atomic maximum.
+//! table does. Each check decides at its caller's clock reading. A reading
+//! earlier than the one that committed the TAT it reads (another thread's
+//! clock a little ahead) can only refuse more, never admit more: GCRA
+//! decides from `max(TAT, now)`, and its `Retry-After` is then longer.
 //!
 //! The words are [`crate::sync`]'s `AtomicU64`: `std`'s, or shuttle's in the
 //! model check, which then controls their interleavings as it does the
@@ -32,11 +33,9 @@ use crate::key::KeyId;
 use crate::sync::{AtomicU64, RwLock, RwLockWriteGuard};
 use crate::table::{KeyMap, make_room};
 
-/// The keys of one shard, each its TAT, and the latest time the shard has
-/// seen.
+/// The keys of one shard, each its TAT.
 pub(crate) struct TatMap {
     map: KeyMap<AtomicU64>,
-    high: AtomicU64,
 }
 
 #[repr(align(128))]
@@ -69,7 +68,6 @@ impl AtomicTable {
             .map(|_| {
                 Shard(RwLock::new(TatMap {
                     map: KeyMap::default(),
-                    high: AtomicU64::new(0),
                 }))
             })
             .collect();
@@ -103,10 +101,9 @@ impl AtomicTable {
         let shard = &self.shards[self.shard_of(key)].0;
         let committed = {
             let m = shard.read();
-            m.map.get(&key.low()).map(|tat| {
-                self.fast
-                    .commit_after(tat, m.raise(now), Some(&m.high), cost)
-            })
+            m.map
+                .get(&key.low())
+                .map(|tat| self.fast.commit(tat, now, cost))
         };
         match committed {
             Some(raw) => raw.map(|r| self.fast.decision(r)),
@@ -124,7 +121,6 @@ impl AtomicTable {
         cost: u64,
     ) -> Result<Decision, CheckError> {
         let mut m = shard.write();
-        let now = m.raise(now);
         if let Some(tat) = m.map.get(&key.low()) {
             return self.fast.check(tat, now, cost);
         }
@@ -141,7 +137,6 @@ impl AtomicTable {
             .iter()
             .map(|s| {
                 let mut m = s.0.write();
-                let now = m.raise(now);
                 let before = m.map.len();
                 m.map.retain(|_, tat| *tat.get_mut() > now);
                 before - m.map.len()
@@ -240,18 +235,6 @@ fn settle(
     }
 }
 
-/// Raises a latest time (a shard's, or a kept-apart key's) to `now`
-/// unless it has seen later; returns the time to decide at. Its atomic
-/// maximum is made only when `now` is later.
-#[inline(always)]
-pub(crate) fn raise(high: &AtomicU64, now: Nanos) -> Nanos {
-    let seen = high.load(Ordering::Relaxed);
-    if now <= seen {
-        return seen;
-    }
-    high.fetch_max(now, Ordering::Relaxed).max(now)
-}
-
 /// A TAT as GCRA's state (a scale of 1: nanoseconds).
 fn state(tat: &AtomicU64) -> GcraState {
     GcraState::from_tat(u128::from(tat.load(Ordering::Acquire)))
@@ -264,24 +247,6 @@ pub(crate) fn word(s: &GcraState) -> u64 {
 }
 
 impl TatMap {
-    /// Raises the shard's latest time to `now` unless it has seen later;
-    /// returns the time to decide at.
-    #[inline]
-    fn raise(&self, now: Nanos) -> Nanos {
-        raise(&self.high, now)
-    }
-
-    /// The latest time this shard has seen.
-    pub(crate) fn high(&self) -> Nanos {
-        self.high.load(Ordering::Relaxed)
-    }
-
-    /// Moves this shard's clock to `now` unless it has seen later (under
-    /// the exclusive lock).
-    pub(crate) fn advance(&mut self, now: Nanos) -> Nanos {
-        self.raise(now)
-    }
-
     /// Checks a key without committing (under the exclusive lock).
     pub(crate) fn peek<A: Algorithm<State = GcraState>>(
         &self,

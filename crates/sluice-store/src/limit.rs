@@ -246,14 +246,6 @@ macro_rules! each_guard {
 }
 
 impl Guard<'_> {
-    pub(crate) fn high(&self) -> Nanos {
-        each_guard!(self, _t, g, _U => g.high())
-    }
-
-    pub(crate) fn advance(&mut self, now: Nanos) {
-        each_guard!(self, _t, g, _U => { g.advance(now); })
-    }
-
     pub(crate) fn peek(
         &self,
         key: KeyId,

@@ -248,7 +248,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn peek_one(&self, check: &Check<'_>) -> Result<Decision, CheckError> {
         let table = &check.limit.table;
         let guard = table.lock(table.shard_of(check.key));
-        let now = self.clock.now().max(guard.high());
+        let now = self.clock.now();
         guard.peek(check.key, now, check.cost).map(|o| o.decision)
     }
 
@@ -323,9 +323,7 @@ impl<C: Clock> MemoryStore<C> {
         };
         let mut g1 = first.limit.table.lock(s1.1);
         let mut g2 = second.limit.table.lock(s2.1);
-        let now = self.clock.now().max(g1.high()).max(g2.high());
-        g1.advance(now);
-        g2.advance(now);
+        let now = self.clock.now();
         let (allowed, d1, d2) = match (&mut g1, &mut g2) {
             // Two GCRA limits (an IP guard and a key's token bucket, say):
             // the same steps on the words themselves.
@@ -362,11 +360,7 @@ impl<C: Clock> MemoryStore<C> {
             .iter()
             .map(|((_, shard), limit)| limit.table.lock(*shard))
             .collect();
-        let clock_now = self.clock.now();
-        let now = guards.iter().map(Guard::high).fold(clock_now, u64::max);
-        for g in &mut guards {
-            g.advance(now);
-        }
+        let now = self.clock.now();
         let guard_of = |c: &Check<'_>| {
             order
                 .binary_search_by_key(&slot(c), |(s, _)| *s)

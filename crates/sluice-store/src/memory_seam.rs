@@ -178,8 +178,7 @@ impl<C: Clock> MemoryStore<C> {
         for c in checks {
             let limit = table(c)?;
             let mut guard = limit.table.lock(limit.table.shard_of(c.key));
-            let now = guard.high().max(self.clock().now());
-            guard.advance(now);
+            let now = self.clock().now();
             guard.refund(c.key, now, c.cost);
             decisions.push(guard.peek(c.key, now, 0)?.decision);
         }
@@ -188,8 +187,7 @@ impl<C: Clock> MemoryStore<C> {
 
     /// Charges `amount` to a key, into debt up to `max_debt` (see
     /// [`Store::debit`]): under its shard's lock (the one key's word held),
-    /// at the store's clock or the shard's latest time if later, as a
-    /// refund is.
+    /// at the store's clock, as a refund is.
     pub fn debit_now(
         &self,
         counter: &Counter,
@@ -202,8 +200,7 @@ impl<C: Clock> MemoryStore<C> {
             .get::<Limit>()
             .ok_or_else(|| StoreError::ForeignCounter(counter.def().id().to_owned()))?;
         let mut guard = limit.table.lock(limit.table.shard_of(key));
-        let now = guard.high().max(self.clock().now());
-        guard.advance(now);
+        let now = self.clock().now();
         Ok(guard.debit(key, now, amount, max_debt))
     }
 
@@ -238,15 +235,15 @@ impl<'a> Locked<'a> {
             checks.iter().map(|c| (slot(c), c.limit)).collect();
         order.sort_unstable_by_key(|(s, _)| *s);
         order.dedup_by_key(|(s, _)| *s);
-        let mut guards: SmallVec<[Guard<'a>; 4]> = order
+        let guards: SmallVec<[Guard<'a>; 4]> = order
             .iter()
             .map(|((_, shard), limit)| limit.table.lock(*shard))
             .collect();
-        let now = guards.iter().map(Guard::high).fold(clock_now, u64::max);
-        for g in &mut guards {
-            g.advance(now);
+        Self {
+            order,
+            guards,
+            now: clock_now,
         }
-        Self { order, guards, now }
     }
 
     /// The guard of a check's shard.

@@ -32,12 +32,9 @@ impl Hasher for IdHasher {
     }
 }
 
-/// The keys of one shard, and the latest time it has seen.
+/// The keys of one shard.
 pub(crate) struct ShardMap<S> {
     map: KeyMap<S>,
-    /// Time never runs backwards within a shard: decisions use
-    /// `max(clock, high)`.
-    high: Nanos,
 }
 
 #[repr(align(128))]
@@ -69,7 +66,6 @@ impl<A: Algorithm> Table<A> {
             .map(|_| {
                 Shard(Mutex::new(ShardMap {
                     map: HashMap::default(),
-                    high: 0,
                 }))
             })
             .collect();
@@ -102,7 +98,6 @@ impl<A: Algorithm> Table<A> {
     #[inline]
     pub fn check(&self, key: KeyId, now: Nanos, cost: u64) -> Result<Decision, CheckError> {
         let mut g = self.lock(self.shard_of(key));
-        let now = g.advance(now);
         match g.map.get_mut(&key.low()) {
             Some(state) => {
                 let o = self.alg.check(state, now, cost)?;
@@ -127,7 +122,6 @@ impl<A: Algorithm> Table<A> {
             .iter()
             .map(|s| {
                 let mut g = s.0.lock();
-                let now = now.max(g.high);
                 let before = g.map.len();
                 g.map.retain(|_, s| self.alg.idle_at(s) > now);
                 before - g.map.len()
@@ -157,20 +151,6 @@ impl<A: Algorithm> Table<A> {
 }
 
 impl<S: Default> ShardMap<S> {
-    /// Moves this shard's clock to `now` unless it has seen later; returns
-    /// the time to decide at.
-    #[inline]
-    pub(crate) fn advance(&mut self, now: Nanos) -> Nanos {
-        let now = now.max(self.high);
-        self.high = now;
-        now
-    }
-
-    /// The latest time this shard has seen.
-    pub(crate) fn high(&self) -> Nanos {
-        self.high
-    }
-
     /// Checks a key without committing.
     #[inline]
     pub(crate) fn peek<A: Algorithm<State = S>>(

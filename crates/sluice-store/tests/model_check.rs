@@ -6,7 +6,7 @@
 //! of schedules, chosen at random and by PCT, switching threads at every lock
 //! and every atomic operation. A lock-order bug shows up as a deadlock, which
 //! shuttle reports as a failure; a lost update or a commit on refusal shows
-//! up as a wrong count; a decision made at the wrong time shows up as one no
+//! up as a wrong count; a lost or misread TAT shows up as a decision no
 //! sequential GCRA run explains ([`Race`]). A failure prints a schedule that
 //! `shuttle::replay` reproduces.
 //!
@@ -208,16 +208,18 @@ const T: Nanos = 100_000 * SEC;
 /// it the atomic table and a known key takes the shared lock and the
 /// compare-and-swap loop (`AtomicGcra::commit_after`).
 ///
-/// What that loop guarantees: every check decides at a time the shard has
-/// seen (its `high`), no earlier than its own, than its thread's previous
-/// check's, or than the time of the check that committed the TAT it
-/// decides on; and decides exactly as [`Gcra::check_nanos`] at that time on
-/// that TAT. So the admitted checks form a chain of commits at times that
-/// never go back, each refused check reads the chain at some point, and
-/// [`Race::explains`] asserts that some such run of sequential GCRA (each
-/// thread's checks in order, each at one of the times the shard saw) shows
-/// every decision the threads were shown, field for field, and leaves the
-/// TAT the store holds at the end.
+/// What that loop guarantees: every check decides at its own time, and
+/// exactly as [`Gcra::check_nanos`] at that time on a TAT that some
+/// sequence of the other checks' commits left. A time earlier than the
+/// one that committed that TAT (another thread's clock a little ahead)
+/// only refuses more, and gives a longer `Retry-After`. So the admitted
+/// checks form a chain of commits, each refused check reads the chain at
+/// some point, and [`Race::explains`] asserts that some run of sequential
+/// GCRA (each thread's checks in order, each at its own time) shows every
+/// decision the threads were shown, field for field, and leaves the TAT
+/// the store holds at the end. Sequential GCRA admits no more than its
+/// burst and rate allow over any span of its times, and its `Retry-After`
+/// is when the TAT it read lets the request in: so do the threads.
 #[derive(Clone)]
 struct Race {
     burst: u64,
@@ -231,8 +233,8 @@ struct Race {
 /// One execution's outcome, for [`Race::explains`].
 struct Shown<'a> {
     gcra: Gcra,
-    /// Every time the shard may decide at.
-    times: Vec<Nanos>,
+    /// The latest time of any check.
+    last: Nanos,
     shown: &'a [Vec<Decision>],
     /// A cost-0 peek at the latest time, after every thread ended.
     end: Decision,
@@ -277,27 +279,23 @@ impl Race {
             })
             .collect();
         let shown: Vec<Vec<Decision>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        let mut times: Vec<Nanos> = self
+        let last = self
             .seed
             .iter()
             .chain(self.threads.iter().flatten())
             .copied()
-            .collect();
-        times.sort_unstable();
-        times.dedup();
-        let last = *times.last().unwrap();
+            .max()
+            .unwrap();
         let end = store.peek_one(&at(&limit, key, last, 0)).unwrap();
-        let floor = self.seed.iter().copied().max().unwrap_or(0);
         let run = Shown {
             gcra,
-            times,
+            last,
             shown: &shown,
             end,
         };
-        let n = shown.len();
         assert!(
-            self.explains(&run, tat, floor, &mut vec![0; n], &mut vec![0; n]),
-            "no sequential GCRA run at the shard's times explains {shown:#?}, \
+            self.explains(&run, tat, &mut vec![0; shown.len()]),
+            "no sequential GCRA run at the checks' times explains {shown:#?}, \
              ending in {end:?}, for the checks at {:?} after {:?}",
             self.threads,
             self.seed,
@@ -305,43 +303,27 @@ impl Race {
     }
 
     /// Whether the rest of a sequential run explains `run`: the TAT is
-    /// `tat`, committed at `floor`; thread `j` has shown its first `next[j]`
-    /// decisions, the last at `last[j]`. Tries every thread's next check at
-    /// every time the shard may decide it at.
-    fn explains(
-        &self,
-        run: &Shown<'_>,
-        tat: Nanos,
-        floor: Nanos,
-        next: &mut [usize],
-        last: &mut [Nanos],
-    ) -> bool {
+    /// `tat`, and thread `j` has shown its first `next[j]` decisions. Tries
+    /// every thread's next check, at its own time.
+    fn explains(&self, run: &Shown<'_>, tat: Nanos, next: &mut [usize]) -> bool {
         let mut done = true;
         for j in 0..self.threads.len() {
-            let Some(&t) = self.threads[j].get(next[j]) else {
+            let Some(&at) = self.threads[j].get(next[j]) else {
                 continue;
             };
             done = false;
-            let (shown, earliest, before) =
-                (run.shown[j][next[j]], t.max(floor).max(last[j]), last[j]);
-            for &at in run.times.iter().filter(|&&at| at >= earliest) {
-                let (decision, new_tat) = run.gcra.check_nanos(tat, at, 1).unwrap();
-                if decision != shown {
-                    continue;
-                }
-                (next[j], last[j]) = (next[j] + 1, at);
-                let explained = match new_tat {
-                    Some(new_tat) => self.explains(run, new_tat, at, next, last),
-                    None => self.explains(run, tat, floor, next, last),
-                };
-                (next[j], last[j]) = (next[j] - 1, before);
-                if explained {
-                    return true;
-                }
+            let (decision, new_tat) = run.gcra.check_nanos(tat, at, 1).unwrap();
+            if decision != run.shown[j][next[j]] {
+                continue;
+            }
+            next[j] += 1;
+            let explained = self.explains(run, new_tat.unwrap_or(tat), next);
+            next[j] -= 1;
+            if explained {
+                return true;
             }
         }
-        let last_time = *run.times.last().unwrap();
-        done && run.gcra.check_nanos(tat, last_time, 0).unwrap().0 == run.end
+        done && run.gcra.check_nanos(tat, run.last, 0).unwrap().0 == run.end
     }
 
     fn check(self) {
@@ -352,10 +334,11 @@ impl Race {
     }
 }
 
-/// Two checks of one key a second apart, racing: whichever commits first,
-/// both pass (burst 2, one unit used at `T`, one replenished by `T + 1s`).
-/// A check that decided at its own earlier time on the TAT the later one
-/// committed would refuse: at `T`, a TAT of `T + 2s` leaves no room.
+/// Two checks of one key a second apart, racing (burst 2, one unit used
+/// at `T`, one replenished by `T + 1s`). The later one passes whatever the
+/// order. The earlier one passes if it commits first; if it reads the TAT
+/// the later one committed, it decides at its own time `T`, where a TAT of
+/// `T + 2s` leaves no room: refused, never admitted past the burst.
 #[test]
 fn a_check_decides_no_earlier_than_the_tat_it_reads() {
     Race {
@@ -367,8 +350,8 @@ fn a_check_decides_no_earlier_than_the_tat_it_reads() {
 }
 
 /// Three threads at three times, one checking twice (the second time
-/// earlier than its first: the shard's time never goes back), on a burst
-/// of 3 with two units used: some checks pass and some are refused,
+/// earlier than its first, as another thread's clock can read), on a
+/// burst of 3 with two units used: some checks pass and some are refused,
 /// depending on the order they commit in.
 #[test]
 fn checks_of_one_key_at_three_times() {

@@ -2,16 +2,17 @@
 //! lock, for whole-nanosecond intervals), which also runs the algorithms
 //! that decide as GCRA does (the token bucket, the leaky bucket with
 //! `nodelay`), against the reference: sluice-core's algorithm of the limit
-//! on one state, at the latest time the shard has seen. Single checks,
+//! on one state (on the atomic table, GCRA's: see `decided_as`), at the
+//! clock's reading. Single checks,
 //! all-or-nothing pairs with a partner limit (atomic or not, locked first or
 //! second), refunds and peeks, and checks of a second key, on a manual
 //! clock that also steps back; every decision must be the model's.
 
 use proptest::prelude::*;
-use sluice_core::{AlgorithmKind, Clock, Decision, LimitSpec, Limiter, Nanos, Rate, State};
+use sluice_core::{AlgorithmKind, Clock, Decision, Limiter, Nanos, Rate, State};
 use sluice_store::{Check, KeyHasher, Limit};
 
-use crate::common::{SHARDS, key_in_shard, limiter, lock_free_cases, shard, store};
+use crate::common::{SHARDS, decided_as, key_in_shard, lock_free_cases, shard, spec, store};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -37,12 +38,10 @@ fn op(burst: u64) -> impl Strategy<Value = Op> {
     ]
 }
 
-/// One limit's reference: its state for the key, and its shard's latest
-/// time.
+/// One limit's reference: its state for the key.
 struct Model {
     limiter: Limiter,
     state: State,
-    high: Nanos,
 }
 
 impl Model {
@@ -50,16 +49,10 @@ impl Model {
         Self {
             limiter,
             state: State::Fresh,
-            high: 0,
         }
     }
 
-    fn raise(&mut self, now: Nanos) -> Nanos {
-        self.high = self.high.max(now);
-        self.high
-    }
-
-    /// A peek at `now` (already the decision time).
+    /// A peek at `now`.
     fn peek(&self, now: Nanos, cost: u64) -> Option<Decision> {
         self.limiter
             .check(&self.state, now, cost)
@@ -81,21 +74,22 @@ struct Partner {
 fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, partner: Partner, ops: &[Op]) {
     use sluice_store::seam::{CounterDef, Store};
     let (store, clock) = store(1_000);
-    let spec = LimitSpec {
+    let spec = spec(
         algorithm,
         rate,
         burst,
-        nodelay: algorithm == AlgorithmKind::LeakyBucket,
-    };
+        algorithm == AlgorithmKind::LeakyBucket,
+    );
     let gcra = spec.build().unwrap();
-    let bucket = if partner.atomic {
-        limiter(AlgorithmKind::TokenBucket, Rate::per_second(5), 3)
+    let partner_spec = if partner.atomic {
+        crate::common::spec(AlgorithmKind::TokenBucket, Rate::per_second(5), 3, false)
     } else {
-        limiter(AlgorithmKind::LeakyBucket, Rate::per_second(5), 3)
+        crate::common::spec(AlgorithmKind::LeakyBucket, Rate::per_second(5), 3, false)
     };
+    let bucket = partner_spec.build().unwrap();
     let hasher = KeyHasher::random();
     let key = hasher.key_id("client");
-    // Another key, in another shard (whose latest time is its own).
+    // Another key, in another shard.
     let other = key_in_shard(&hasher, "other", (shard(key) + 1) % SHARDS);
     // The state of the limit under test, as the seam names it (for
     // refunds): registered first, so that `a` below is the same.
@@ -108,8 +102,12 @@ fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, partner: Partner, ops: 
     };
     let a = store.limit("gcra", gcra);
     assert_eq!(b.is_lock_free(), partner.atomic);
-    let (mut ma, mut mb) = (Model::new(gcra), Model::new(bucket));
-    let mut mo = Model::new(gcra);
+    let decided = decided_as(spec, a.is_lock_free());
+    let (mut ma, mut mb) = (
+        Model::new(decided),
+        Model::new(decided_as(partner_spec, partner.atomic)),
+    );
+    let mut mo = Model::new(decided);
     fn check(limit: &Limit, key: sluice_store::KeyId, cost: u64) -> Check<'_> {
         Check { limit, key, cost }
     }
@@ -120,8 +118,7 @@ fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, partner: Partner, ops: 
             Op::Back(d) => clock.set(now.saturating_sub(d)),
             Op::One(cost) => {
                 let got = store.check_one(&check(&a, key, cost)).ok();
-                let t = ma.raise(now);
-                let want = ma.limiter.check_and_apply(&mut ma.state, t, cost).ok();
+                let want = ma.limiter.check_and_apply(&mut ma.state, now, cost).ok();
                 assert_eq!(got, want, "step {step}: {op:?}");
             }
             Op::Pair(ca, cb) => {
@@ -129,8 +126,7 @@ fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, partner: Partner, ops: 
                     .check(&[check(&a, key, ca), check(&b, key, cb)])
                     .ok()
                     .map(|c| (c.allowed, c.decisions.to_vec()));
-                let t = ma.raise(now).max(mb.raise(now));
-                (ma.high, mb.high) = (t, t);
+                let t = now;
                 let want = match (ma.peek(t, ca), mb.peek(t, cb)) {
                     (Some(da), Some(db)) => {
                         let allowed = da.allowed && db.allowed;
@@ -162,19 +158,16 @@ fn run(algorithm: AlgorithmKind, rate: Rate, burst: u64, partner: Partner, ops: 
                     }])
                     .unwrap()
                     .decisions[0];
-                let t = ma.raise(now);
-                ma.limiter.refund(&mut ma.state, t, amount);
-                assert_eq!(Some(got), ma.peek(t, 0), "step {step}: {op:?}");
+                ma.limiter.refund(&mut ma.state, now, amount);
+                assert_eq!(Some(got), ma.peek(now, 0), "step {step}: {op:?}");
             }
             Op::Peek(cost) => {
                 let got = store.peek_one(&check(&a, key, cost)).ok();
-                let t = now.max(ma.high);
-                assert_eq!(got, ma.peek(t, cost), "step {step}: {op:?}");
+                assert_eq!(got, ma.peek(now, cost), "step {step}: {op:?}");
             }
             Op::Other(cost) => {
                 let got = store.check_one(&check(&a, other, cost)).ok();
-                let t = mo.raise(now);
-                let want = mo.limiter.check_and_apply(&mut mo.state, t, cost).ok();
+                let want = mo.limiter.check_and_apply(&mut mo.state, now, cost).ok();
                 assert_eq!(got, want, "step {step}: {op:?}");
             }
         }

@@ -1,7 +1,8 @@
 //! Debits on the memory store (`Store::debit`: a cost settled after the
 //! response, charged past what is left, into debt up to `max_debt`),
 //! against the reference: sluice-core's `Limiter` driven directly on one
-//! state per key, at the latest time the key's shard has seen. Random runs
+//! state per key (on the atomic table, GCRA's: see `decided_as`), at the
+//! clock's reading. Random runs
 //! of checks, debits, refunds and peeks of two keys (in different shards)
 //! on a manual clock that also steps back, for every algorithm, on the
 //! mutex tables and the atomic GCRA table: every decision and every
@@ -15,7 +16,7 @@ use sluice_core::{
 use sluice_store::seam::{self, Counter, CounterDef, Store, now_or_never};
 use sluice_store::{Check, KeyHasher, KeyId, Limit, MemoryStore};
 
-use crate::common::{SEC, SHARDS, any_spec, key_in_shard, shard, spec, store};
+use crate::common::{SEC, SHARDS, any_spec, decided_as, key_in_shard, shard, spec, store};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -40,18 +41,10 @@ fn op(burst: u64) -> impl Strategy<Value = Op> {
     ]
 }
 
-/// One key's reference: its state, and its shard's latest time.
+/// One key's reference: its state.
 #[derive(Default)]
 struct Model {
     state: State,
-    high: Nanos,
-}
-
-impl Model {
-    fn raise(&mut self, now: Nanos) -> Nanos {
-        self.high = self.high.max(now);
-        self.high
-    }
 }
 
 /// The store under test, its limit for one spec and the two keys.
@@ -125,7 +118,7 @@ impl Subject {
 fn run(spec: LimitSpec, lock_free: bool, ops: &[Op]) {
     let s = Subject::new(spec);
     assert!(s.limit.is_lock_free() || !lock_free, "{spec:?}");
-    let limiter: Limiter = spec.build().unwrap();
+    let limiter = decided_as(spec, s.limit.is_lock_free());
     let mut models = [Model::default(), Model::default()];
     for (step, op) in ops.iter().enumerate() {
         let now = s.clock.now();
@@ -134,27 +127,25 @@ fn run(spec: LimitSpec, lock_free: bool, ops: &[Op]) {
             Op::Back(d) => s.clock.set(now.saturating_sub(d)),
             Op::Check(k, cost) => {
                 let m = &mut models[k];
-                let t = m.raise(now);
-                let want = limiter.check_and_apply(&mut m.state, t, cost).ok();
+                let want = limiter.check_and_apply(&mut m.state, now, cost).ok();
                 assert_eq!(s.check(k, cost), want, "step {step}: {op:?}");
             }
             Op::Debit(k, amount, max_debt) => {
                 let m = &mut models[k];
-                let t = m.raise(now);
-                let want = limiter.debit(&mut m.state, t, amount, max_debt);
+                let want = limiter.debit(&mut m.state, now, amount, max_debt);
                 assert_eq!(s.debit(k, amount, max_debt), want, "step {step}: {op:?}");
             }
             Op::Refund(k, amount) => {
                 let m = &mut models[k];
-                let t = m.raise(now);
-                limiter.refund(&mut m.state, t, amount);
-                let want = limiter.check(&m.state, t, 0).unwrap().decision;
+                limiter.refund(&mut m.state, now, amount);
+                let want = limiter.check(&m.state, now, 0).unwrap().decision;
                 assert_eq!(s.refund(k, amount), want, "step {step}: {op:?}");
             }
             Op::Peek(k, cost) => {
-                let m = &models[k];
-                let t = now.max(m.high);
-                let want = limiter.check(&m.state, t, cost).ok().map(|o| o.decision);
+                let want = limiter
+                    .check(&models[k].state, now, cost)
+                    .ok()
+                    .map(|o| o.decision);
                 assert_eq!(s.peek(k, cost), want, "step {step}: {op:?}");
             }
         }

@@ -75,6 +75,20 @@ pub fn lock_free_cases() -> [(LimitSpec, bool); 7] {
     ]
 }
 
+/// The algorithm the store decides a limit of `spec` by: on the atomic
+/// table (`lock_free`), GCRA itself of the same rate and burst, which the
+/// token bucket and the leaky bucket with `nodelay` take for
+/// whole-nanosecond intervals. They decide as GCRA does while time goes
+/// forward; at a reading earlier than their state's they stand still,
+/// where GCRA decides at the reading (stricter). Elsewhere, the spec's own.
+pub fn decided_as(spec: LimitSpec, lock_free: bool) -> Limiter {
+    if lock_free {
+        Limiter::Gcra(sluice_core::Gcra::new(spec.rate, spec.burst).unwrap())
+    } else {
+        spec.build().unwrap()
+    }
+}
+
 /// Shards per limit in these tests (a power of two, so the mask is exact).
 pub const SHARDS: usize = 4;
 
