@@ -6,7 +6,7 @@
 //! `cargo bench -p sluice-bench --bench breakdown`
 //!
 //! The parts: the key's id alone (`KeyHasher::key_id_v4` under the memory
-//! store's random hasher: one AES block), the memory store's check of an id
+//! store's random hasher: two seeded foldhash halves), the memory store's check of an id
 //! computed beforehand (`Store::check_one_now`, as the engine asks it), the
 //! two together, and the engine's whole call (`Engine::decide_now`).
 

@@ -9,10 +9,9 @@
 //! with SipHash-1-3), is handed the key itself, keeps it, and compares it on
 //! lookup; it hashes it with a randomly seeded foldhash. `sluice_store_gcra`
 //! is the store part of the policy engine's path: the caller derives the
-//! 128-bit keyed id of the key's text (`KeyHasher::random`, as the engine's
-//! in-memory store: one AES block for keys of up to 15 bytes, SipHash for
-//! longer ones) and `MemoryStore::check_one` looks it up (the store never
-//! holds raw keys).
+//! 128-bit keyed id of the key's bytes (`KeyHasher::random`, as the
+//! engine's in-memory store: two seeded foldhash halves) and
+//! `MemoryStore::check_one` looks it up (the store never holds raw keys).
 
 #![allow(missing_docs, clippy::unwrap_used)]
 

@@ -1,48 +1,47 @@
 //! Key identities: a keyed hash of the client key.
 //!
 //! Stores never hold a raw client key (an API key is a secret). They hold a
-//! 128-bit keyed pseudo-random function of the key under a secret hashing
-//! key. The same client has the same id under every limit, so a store can
-//! place all of one client's state together (one shard, one Redis hash
-//! slot); the limits keep their state apart themselves.
+//! 128-bit keyed hash of the key under secret seeds. The same client has
+//! the same id under every limit, so a store can place all of one client's
+//! state together (one shard, one Redis hash slot); the limits keep their
+//! state apart themselves.
 //!
-//! The function is SipHash-1-3 with a 128-bit output, but for short keys
-//! under a hasher that lives in this process alone:
+//! Two hashers, for two lifetimes of an id:
 //!
 //! - **A hasher keyed by a shared secret** ([`KeyHasher::from_secret`]):
 //!   its ids leave the process (Redis key names, runtime plans and credits
-//!   stored by id), so they are SipHash's, whatever the key, and stay the
-//!   same across versions and between instances.
-//! - **A random hasher** ([`KeyHasher::random`]: the in-memory store's) names
-//!   keys that never leave this process. A key of up to 15 bytes (an IPv4
-//!   or IPv6 address's text, a short id) is then one AES-128 block: the key
-//!   padded with zeros and its length in the last byte (so that the padding
-//!   is injective), encrypted. AES under a secret key is a pseudo-random
-//!   permutation: two short keys never share an id, and an id says nothing
-//!   of its key. With AES-NI (detected at run time) it costs a few dozen
-//!   instructions, where SipHash's rounds cost over a hundred; the usual
-//!   key (a client address) is this short. Longer keys are SipHash's.
+//!   stored by id), so they are SipHash-1-3's with a 128-bit output, a
+//!   keyed pseudo-random function, and stay the same across versions and
+//!   between instances.
+//! - **A random hasher** ([`KeyHasher::random`]: the in-memory store's)
+//!   names keys that never leave this process. Its id is two 64-bit
+//!   foldhash (quality) hashes of the key under seeds drawn from the
+//!   operating system's randomness when the hasher is made: a few
+//!   nanoseconds, where SipHash's rounds cost tens. foldhash is not a
+//!   cryptographic function; its authors design it to resist collision
+//!   flooding by anyone who does not know its seeds, which never leave
+//!   the process (ids are shown only to operators, in logs and the status
+//!   page). `docs/security.md` states the collision bound.
 //!
-//!   An IPv4 address's text in its one canonical form (`192.0.2.1`: four
-//!   decimal octets, no leading zeros) is the block of its four bytes,
-//!   tagged in the last byte with a value no length has: so a client's
-//!   peer address is named without writing its text
-//!   ([`KeyHasher::key_id_v4`]), and its text, given as a key, names the
-//!   same client.
+//! An IPv4 address's text in its one canonical form (`192.0.2.1`: four
+//! decimal octets, no leading zeros) names the same client as the address
+//! itself: a random hasher hashes the address's four bytes under a tag no
+//! other key has, so a client's peer address is named without writing its
+//! text ([`KeyHasher::key_id_v4`]), and its text, given as a key, is read
+//! back to the address first.
 
 use std::hash::Hasher;
 use std::net::Ipv4Addr;
 
-use aes::Aes128Enc;
-use aes::cipher::{BlockEncrypt, KeyInit};
+use foldhash::SharedSeed;
+use foldhash::quality::FoldHasher;
 use siphasher::sip128::{Hasher128, SipHasher13};
+use smallvec::SmallVec;
 
-/// The longest key whose id is one AES block (the block's last byte holds
-/// the length).
-const SHORT: usize = 15;
-
-/// The last byte of an IPv4 address's block: above any short key's length.
-const V4: u8 = 0x80;
+/// What a random hasher hashes before a key's bytes: a key given as text
+/// or bytes, or an IPv4 address's four bytes.
+const KEY: u8 = 0;
+const V4: u8 = 1;
 
 /// The identity of one client key under one limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -74,9 +73,17 @@ impl KeyId {
 pub struct KeyHasher {
     k0: u64,
     k1: u64,
-    /// The cipher of short keys, its round keys expanded once: for a
-    /// random hasher only (see the module docs).
-    short: Option<Aes128Enc>,
+    /// A random hasher's foldhash seeds (see the module docs); `None` for
+    /// a hasher keyed by a secret.
+    local: Option<Local>,
+}
+
+/// The seeds of a random hasher: one per half of an id, and the shared
+/// seed both use.
+#[derive(Clone)]
+struct Local {
+    halves: [u64; 2],
+    shared: SharedSeed,
 }
 
 impl std::fmt::Debug for KeyHasher {
@@ -86,17 +93,21 @@ impl std::fmt::Debug for KeyHasher {
 }
 
 impl KeyHasher {
-    /// A hasher with a key from the operating system's randomness (through
-    /// std's hash seeds). Fine for an in-process store; instances that share a
-    /// store need [`KeyHasher::from_secret`] with the same secret.
+    /// A hasher with seeds from the operating system's randomness (through
+    /// std's hash seeds), for ids that never leave this process. Instances
+    /// that share a store need [`KeyHasher::from_secret`] with the same
+    /// secret.
     pub fn random() -> Self {
         use std::hash::{BuildHasher, RandomState};
         let s = RandomState::new();
-        let short = (u128::from(s.hash_one(0xae5_u64)) << 64) | u128::from(s.hash_one(1_u64));
+        let local = Local {
+            halves: [s.hash_one(0xa_u64), s.hash_one(0xb_u64)],
+            shared: SharedSeed::from_u64(s.hash_one(0x5eed_u64)),
+        };
         Self {
-            k0: s.hash_one(0x5eed_u64),
-            k1: s.hash_one(0xc0ffee_u64),
-            short: Some(Aes128Enc::new(&short.to_le_bytes().into())),
+            k0: s.hash_one(0xc_u64),
+            k1: s.hash_one(0xd_u64),
+            local: Some(local),
         }
     }
 
@@ -108,7 +119,7 @@ impl KeyHasher {
         Self {
             k0: k.h1,
             k1: k.h2,
-            short: None,
+            local: None,
         }
     }
 
@@ -119,27 +130,26 @@ impl KeyHasher {
     }
 
     /// The identity of a client key given in pieces: the same as of the
-    /// pieces joined, without joining them.
+    /// pieces joined.
     #[inline]
     pub fn key_id_pieces<'a>(&self, pieces: impl IntoIterator<Item = &'a [u8]>) -> KeyId {
-        // Joined in a block while they fit one; hashed as they come anyway,
-        // for when they do not.
-        let mut block = [0u8; 16];
-        let mut len = 0usize;
-        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
-        for p in pieces {
-            if let Some(room) = len
-                .checked_add(p.len())
-                .and_then(|end| block.get_mut(len..end))
-            {
-                room.copy_from_slice(p);
+        match &self.local {
+            Some(_) => {
+                // foldhash reads a key whole: the pieces are joined, on the
+                // stack while they fit.
+                let mut joined: SmallVec<[u8; 64]> = SmallVec::new();
+                for p in pieces {
+                    joined.extend_from_slice(p);
+                }
+                self.key_id_bytes(&joined)
             }
-            len = len.saturating_add(p.len());
-            h.write(p);
-        }
-        match &self.short {
-            Some(aes) if len <= SHORT => block_id(aes, block, len),
-            _ => KeyId(h.finish128().as_u128()),
+            None => {
+                let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+                for p in pieces {
+                    h.write(p);
+                }
+                KeyId(h.finish128().as_u128())
+            }
         }
     }
 
@@ -155,8 +165,8 @@ impl KeyHasher {
     /// ```
     #[inline]
     pub fn key_id_v4<T: AsRef<[u8]>>(&self, ip: Ipv4Addr, text: impl FnOnce() -> T) -> KeyId {
-        match &self.short {
-            Some(aes) => encrypt(aes, v4_block(ip)),
+        match &self.local {
+            Some(local) => local.v4(ip),
             None => self.key_id_bytes(text().as_ref()),
         }
     }
@@ -164,45 +174,44 @@ impl KeyHasher {
     /// The identity of a client key given as bytes.
     #[inline]
     pub fn key_id_bytes(&self, key: &[u8]) -> KeyId {
-        if let Some(aes) = &self.short
-            && key.len() <= SHORT
-        {
-            let mut block = [0u8; 16];
-            block[..key.len()].copy_from_slice(key);
-            return block_id(aes, block, key.len());
+        match &self.local {
+            Some(local) => match canonical_v4(key) {
+                Some(ip) => local.v4(ip),
+                None => local.id(|h| {
+                    h.write_u8(KEY);
+                    h.write(key);
+                }),
+            },
+            None => {
+                let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+                h.write(key);
+                KeyId(h.finish128().as_u128())
+            }
         }
-        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
-        h.write(key);
-        KeyId(h.finish128().as_u128())
     }
 }
 
-/// The id of a short key already in `block`, zero-padded: an IPv4
-/// address's text in canonical form as its address's block, else its length
-/// in the last byte; encrypted.
-#[inline]
-fn block_id(aes: &Aes128Enc, mut block: [u8; 16], len: usize) -> KeyId {
-    if let Some(ip) = canonical_v4(&block[..len]) {
-        return encrypt(aes, v4_block(ip));
+impl Local {
+    /// The id of what `feed` writes: one hash per half, each under its
+    /// own seed.
+    #[inline(always)]
+    fn id(&self, feed: impl Fn(&mut FoldHasher<'_>)) -> KeyId {
+        let half = |seed: u64| {
+            let mut h = FoldHasher::with_seed(seed, &self.shared);
+            feed(&mut h);
+            h.finish()
+        };
+        KeyId((u128::from(half(self.halves[0])) << 64) | u128::from(half(self.halves[1])))
     }
-    block[SHORT] = len as u8;
-    encrypt(aes, block)
-}
 
-/// An IPv4 address's block: its four bytes, tagged.
-#[inline]
-fn v4_block(ip: Ipv4Addr) -> [u8; 16] {
-    let mut block = [0u8; 16];
-    block[..4].copy_from_slice(&ip.octets());
-    block[SHORT] = V4;
-    block
-}
-
-#[inline]
-fn encrypt(aes: &Aes128Enc, block: [u8; 16]) -> KeyId {
-    let mut b = block.into();
-    aes.encrypt_block(&mut b);
-    KeyId(u128::from_le_bytes(b.into()))
+    /// The id of an IPv4 address: its four bytes, tagged.
+    #[inline]
+    fn v4(&self, ip: Ipv4Addr) -> KeyId {
+        self.id(|h| {
+            h.write_u8(V4);
+            h.write_u32(ip.to_bits());
+        })
+    }
 }
 
 /// The address whose canonical text `text` is: `None` for any other text,
@@ -210,7 +219,7 @@ fn encrypt(aes: &Aes128Enc, block: [u8; 16]) -> KeyId {
 /// at the first test.
 #[inline]
 fn canonical_v4(text: &[u8]) -> Option<Ipv4Addr> {
-    if text.len() < 7 || !text[0].is_ascii_digit() {
+    if text.len() < 7 || text.len() > 15 || !text[0].is_ascii_digit() {
         return None;
     }
     let mut octets = [0u8; 4];
@@ -256,11 +265,11 @@ mod tests {
     }
 
     #[test]
-    fn short_keys_of_every_length_and_padding_differ() {
+    fn keys_of_every_length_and_padding_differ() {
         let h = KeyHasher::random();
-        // The same bytes but for trailing zeros, and every length around the
-        // short/long boundary: all different ids.
-        let keys: Vec<Vec<u8>> = (0..=17)
+        // The same bytes but for trailing zeros, every length up to past
+        // the pieces' stack buffer: all different ids.
+        let keys: Vec<Vec<u8>> = (0..=70)
             .flat_map(|n| [vec![0u8; n], vec![b'a'; n]])
             .collect();
         let ids: std::collections::HashSet<KeyId> =
@@ -271,12 +280,24 @@ mod tests {
     #[test]
     fn pieces_agree_on_both_sides_of_the_boundary() {
         for h in [KeyHasher::random(), KeyHasher::from_secret(b"s3cret")] {
-            for n in 0..=40 {
+            // Across the 64 bytes joined on the stack, too.
+            for n in 0..=100 {
                 let key: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
                 let (a, b) = key.split_at(n / 3);
                 assert_eq!(h.key_id_pieces([a, b]), h.key_id_bytes(&key), "length {n}");
             }
         }
+    }
+
+    #[test]
+    fn a_million_addresses_have_a_million_ids_and_low_halves() {
+        // The store keys a shard's map by an id's low half: two clients of
+        // one limit would share a state if theirs agreed in a shard.
+        let h = KeyHasher::random();
+        let lows: std::collections::HashSet<u64> = (0..1u32 << 20)
+            .map(|i| h.key_id_v4(Ipv4Addr::from(0x0a00_0000 | i), || "").low())
+            .collect();
+        assert_eq!(lows.len(), 1 << 20);
     }
 
     #[test]
@@ -293,7 +314,7 @@ mod tests {
         let mut sip = SipHasher13::new_with_keys(h.k0, h.k1);
         sip.write(b"10.0.0.1");
         assert_eq!(h.key_id("10.0.0.1"), KeyId(sip.finish128().as_u128()));
-        // The id this key had before short keys had a path of their own.
+        // The id this key has had since the first version.
         assert_eq!(
             h.key_id("10.0.0.1").to_hex(),
             "12af740c749c28bb533ff34894aedae0"
