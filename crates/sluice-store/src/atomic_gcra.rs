@@ -12,6 +12,12 @@ use sluice_core::{AlgorithmKind, CheckError, Decision, Gcra, LimitSpec, Nanos};
 
 use crate::sync::AtomicWord;
 
+/// The bit of a TAT word that marks it held by a pair's decision in the
+/// memory store's atomic table (see `atomic_table`): a TAT never has it
+/// (`for_gcra` keeps a TAT below 2^63 until 2189, and a debt that would
+/// run past it is clamped: `atomic_table::word`).
+pub(crate) const HELD: u64 = 1 << 63;
+
 /// GCRA on one atomic TAT in nanoseconds (a scale of 1): the same
 /// decisions as [`Gcra::check_nanos`], with the admission decided in the
 /// compare-and-swap loop and the rest of the [`Decision`] computed once, after
@@ -30,8 +36,8 @@ impl AtomicGcra {
     /// The atomic form of a limit, where it has one: GCRA, or an algorithm
     /// that makes exactly GCRA's decisions (the token bucket, the leaky
     /// bucket with `nodelay`), whose emission interval is a whole number of
-    /// nanoseconds (a scale of 1) and whose TAT stays a word until the year
-    /// 2500 at least (a tolerance below 2^62).
+    /// nanoseconds (a scale of 1) and whose TAT stays below [`HELD`] until
+    /// the year 2189 at least (a tolerance below 2^61 ns, 73 years).
     pub(crate) fn for_spec(spec: &LimitSpec) -> Option<Self> {
         let gcra_equivalent = match spec.algorithm {
             AlgorithmKind::Gcra | AlgorithmKind::TokenBucket => true,
@@ -46,10 +52,10 @@ impl AtomicGcra {
     }
 
     /// The atomic form of a GCRA limit, where it has one: an emission
-    /// interval of a whole number of nanoseconds and a tolerance below 2^62
+    /// interval of a whole number of nanoseconds and a tolerance below 2^61
     /// (see [`for_spec`](Self::for_spec)).
     pub(crate) fn for_gcra(gcra: &Gcra) -> Option<Self> {
-        (gcra.scale() == 1 && gcra.tolerance() < 1 << 62).then(|| Self::new(gcra))
+        (gcra.scale() == 1 && gcra.tolerance() < 1 << 61).then(|| Self::new(gcra))
     }
 
     /// The algorithm this is the atomic form of.
@@ -97,7 +103,7 @@ impl AtomicGcra {
     /// It decides at `now` as given: a `now` earlier than the time that
     /// committed the TAT it reads (another thread's clock a little ahead)
     /// decides from the TAT, which only refuses more. A refusal writes
-    /// nothing.
+    /// nothing. A word held by a pair's decision ([`HELD`]) is waited for.
     #[inline(always)]
     pub(crate) fn commit<W: AtomicWord>(
         &self,
@@ -108,6 +114,11 @@ impl AtomicGcra {
         let increment = self.increment(cost)?;
         let mut current = tat.load(Ordering::Acquire);
         loop {
+            if current & HELD != 0 {
+                crate::sync::spin();
+                current = tat.load(Ordering::Acquire);
+                continue;
+            }
             let raw = self.turn(current, now, increment);
             if !raw.allowed || cost == 0 {
                 return Ok(raw);

@@ -6,11 +6,19 @@
 //!   lock *shared*, finds the key and decides with one compare-and-swap
 //!   ([`AtomicGcra`]): checks of one shard run side by side, and the
 //!   decision's arithmetic stays in 64 bits.
+//! - **Two known keys decided together**, all or nothing (an IP guard
+//!   beside a key's plan), take both shards' locks shared too, in the
+//!   store's global order, and *hold* both words: each marked by its
+//!   [`HELD`] bit, also in that order. A check that finds a word held
+//!   waits until it is released, a few instructions later, with the pair's
+//!   decision written.
 //! - **Everything else takes the lock exclusively**: a new key (and the
-//!   eviction it may need), a group of checks decided all or nothing with
-//!   other limits (as every table's shards are locked for it: no check can
-//!   move a word of a locked shard meanwhile), refunds and purges. Those
-//!   decide with [`Gcra`] itself, on the word read as a [`GcraState`].
+//!   eviction it may need), a larger group of checks decided all or
+//!   nothing (as every table's shards are locked for it: no check can move
+//!   a word of a locked shard meanwhile), refunds and purges. Those decide
+//!   with [`Gcra`] itself, on the word read as a [`GcraState`]. No word is
+//!   held while a shard is locked exclusively: only a holder of the shared
+//!   lock holds one, and it releases the word first.
 //!
 //! The table is used for GCRA whose emission interval is a whole number of
 //! nanoseconds (`AtomicGcra::for_gcra`); it decides exactly as the mutex
@@ -28,7 +36,7 @@ use std::sync::atomic::Ordering;
 use sluice_core::algorithms::gcra::GcraState;
 use sluice_core::{Algorithm, CheckError, Debited, Decision, Gcra, Nanos, Outcome};
 
-use crate::atomic_gcra::{AtomicGcra, Raw};
+use crate::atomic_gcra::{AtomicGcra, HELD, Raw};
 use crate::key::KeyId;
 use crate::sync::{AtomicU64, RwLock, RwLockWriteGuard};
 use crate::table::{KeyMap, make_room};
@@ -164,6 +172,72 @@ impl AtomicTable {
 /// exclusively: the table, its shard, the key and the cost.
 pub(crate) type Held<'a, 'g> = (&'a AtomicTable, &'g mut TatMap, KeyId, u64);
 
+/// One of two checks decided together on GCRA tables under shared locks:
+/// the table, the shard's index, the key and the cost.
+pub(crate) type Shared<'a> = (&'a AtomicTable, usize, KeyId, u64);
+
+/// Two checks of known keys on GCRA tables (on different slots, given in
+/// the store's lock order) decided together, all or nothing, at `now`,
+/// under both shards' shared locks: each word held ([`HELD`]) in that
+/// order, both decided as [`decide_pair`] decides, then both released with
+/// their new TATs. `None` when a key is not held yet: the caller then
+/// takes the exclusive path, which inserts it.
+pub(crate) fn decide_pair_shared(
+    a: Shared<'_>,
+    b: Shared<'_>,
+    now: Nanos,
+) -> Option<Result<(bool, Decision, Decision), CheckError>> {
+    let (ta, sa, ka, ca) = a;
+    let (tb, sb, kb, cb) = b;
+    let ma = ta.shards[sa].0.read();
+    let wa = ma.map.get(&ka.low())?;
+    let mb = tb.shards[sb].0.read();
+    let wb = mb.map.get(&kb.low())?;
+    let (tat_a, tat_b) = (hold(wa), hold(wb));
+    let decided = ta
+        .fast
+        .decide(tat_a, now, ca)
+        .and_then(|ra| Ok((ra, tb.fast.decide(tat_b, now, cb)?)));
+    let (ra, rb) = match decided {
+        Ok(raws) => raws,
+        Err(e) => {
+            wa.store(tat_a, Ordering::Release);
+            wb.store(tat_b, Ordering::Release);
+            return Some(Err(e));
+        }
+    };
+    let allowed = ra.allowed() && rb.allowed();
+    let (da, new_a) = outcome(ta, tat_a, ca, ra, allowed, now);
+    let (db, new_b) = outcome(tb, tat_b, cb, rb, allowed, now);
+    wa.store(new_a.unwrap_or(tat_a), Ordering::Release);
+    wb.store(new_b.unwrap_or(tat_b), Ordering::Release);
+    Some(Ok((allowed, da, db)))
+}
+
+/// Holds a word (under its shard's shared lock): waits while another pair
+/// holds it, then marks it held. Returns its TAT.
+#[inline]
+fn hold(word: &AtomicU64) -> Nanos {
+    loop {
+        let current = word.load(Ordering::Relaxed);
+        if current & HELD != 0 {
+            crate::sync::spin();
+            continue;
+        }
+        if word
+            .compare_exchange_weak(
+                current,
+                current | HELD,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            return current;
+        }
+    }
+}
+
 /// Two checks on GCRA tables (on different shards) decided together, all
 /// or nothing, at `now`, with both shards held exclusively (the caller
 /// takes the locks in order and advances both to `now`): the steps of the
@@ -184,13 +258,17 @@ pub(crate) fn decide_pair(
     let ra = ta.fast.decide(tat_a, now, ca)?;
     let rb = tb.fast.decide(tat_b, now, cb)?;
     let allowed = ra.allowed() && rb.allowed();
-    let (da, new_a) = settle(ta, wa, tat_a, ca, ra, allowed, now);
-    let (db, new_b) = settle(tb, wb, tat_b, cb, rb, allowed, now);
-    if let Some(t) = new_a {
-        ma.insert(ka.low(), t, now, ta.per_shard_cap);
+    let (da, new_a) = outcome(ta, tat_a, ca, ra, allowed, now);
+    let (db, new_b) = outcome(tb, tat_b, cb, rb, allowed, now);
+    match (new_a, wa) {
+        (Some(t), Some(w)) => w.store(t, Ordering::Release),
+        (Some(t), None) => ma.insert(ka.low(), t, now, ta.per_shard_cap),
+        (None, _) => {}
     }
-    if let Some(t) = new_b {
-        mb.insert(kb.low(), t, now, tb.per_shard_cap);
+    match (new_b, wb) {
+        (Some(t), Some(w)) => w.store(t, Ordering::Release),
+        (Some(t), None) => mb.insert(kb.low(), t, now, tb.per_shard_cap),
+        (None, _) => {}
     }
     Ok((allowed, da, db))
 }
@@ -201,13 +279,12 @@ fn tat(word: Option<&AtomicU64>) -> Nanos {
     word.map_or(0, |w| w.load(Ordering::Relaxed))
 }
 
-/// One check's decision once its group's fate is known: committed when
-/// the request is admitted (to its word, or the TAT returned for a key not
-/// held yet); when it is not, the refusal, or (for a check that would have
-/// admitted it) the key as it stands, uncharged.
-fn settle(
+/// One check's decision once its group's fate is known, and its new TAT
+/// if it moves: when the request is admitted, the TAT it commits; when it
+/// is not, the refusal, or (for a check that would have admitted it) the
+/// key as it stands, uncharged.
+fn outcome(
     table: &AtomicTable,
-    word: Option<&AtomicU64>,
     current: Nanos,
     cost: u64,
     raw: Raw,
@@ -215,14 +292,8 @@ fn settle(
     now: Nanos,
 ) -> (Decision, Option<Nanos>) {
     if allowed {
-        let mut insert = None;
-        if cost > 0 {
-            match word {
-                Some(w) => w.store(raw.tat(now), Ordering::Release),
-                None => insert = Some(raw.tat(now)),
-            }
-        }
-        (table.fast.decision(raw), insert)
+        let moved = (cost > 0).then(|| raw.tat(now));
+        (table.fast.decision(raw), moved)
     } else if raw.allowed() {
         // Cost 0 is within every burst.
         let stands = table
@@ -240,10 +311,10 @@ fn state(tat: &AtomicU64) -> GcraState {
     GcraState::from_tat(u128::from(tat.load(Ordering::Acquire)))
 }
 
-/// GCRA's state as a TAT (which [`AtomicGcra::for_gcra`] keeps within a
-/// word).
+/// GCRA's state as a TAT, below [`HELD`]: a debt that would run a TAT past
+/// 2^63 ns (the year 2262) stops there.
 pub(crate) fn word(s: &GcraState) -> u64 {
-    u64::try_from(s.tat()).unwrap_or(u64::MAX)
+    u64::try_from(s.tat()).map_or(HELD - 1, |t| t.min(HELD - 1))
 }
 
 impl TatMap {
@@ -279,8 +350,8 @@ impl TatMap {
 
     /// Charges `amount` to a key at `now`, into debt up to `max_debt` (see
     /// [`Algorithm::debit`]); a key not held is taken in when anything is
-    /// charged, as a committed check takes it in. (The algorithm keeps a
-    /// TAT in debt within a word.)
+    /// charged, as a committed check takes it in. A debt that would run the
+    /// TAT to [`HELD`] charges what fits below it, the rest excess.
     pub(crate) fn debit<A: Algorithm<State = GcraState>>(
         &mut self,
         alg: &A,
@@ -291,7 +362,18 @@ impl TatMap {
     ) -> Debited {
         let held = self.map.get(&key.low());
         let mut s = held.map_or_else(GcraState::default, state);
-        let debited = alg.debit(&mut s, now, amount, max_debt);
+        let base = s.tat().max(u128::from(now));
+        let mut debited = alg.debit(&mut s, now, amount, max_debt);
+        let (top, tat) = (u128::from(HELD - 1), s.tat());
+        if debited.charged > 0 && tat > top {
+            // Each unit moved the TAT by the same interval.
+            let interval = (tat - base) / u128::from(debited.charged);
+            let over = (tat - top).div_ceil(interval);
+            let over = u64::try_from(over).unwrap_or(debited.charged);
+            debited.charged -= over;
+            debited.excess += over;
+            s = GcraState::from_tat(tat - u128::from(over) * interval);
+        }
         if debited.charged > 0 {
             match held {
                 Some(tat) => tat.store(word(&s), Ordering::Release),

@@ -44,10 +44,8 @@
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
-use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 use hashbrown::HashTable;
 use parking_lot::Mutex;
 use sluice_core::{
@@ -55,6 +53,7 @@ use sluice_core::{
 };
 
 use crate::atomic_gcra::AtomicGcra;
+use crate::sync::striped::RwLock;
 
 /// Many keys, one limit, in process. See the module docs.
 ///
@@ -107,31 +106,6 @@ struct Timed {
 /// own cache lines.
 #[repr(align(128))]
 struct Shard<K, V>(RwLock<HashTable<Entry<K, V>>>);
-
-/// A reader-writer lock whose readers each take one of several stripes
-/// (crossbeam's `ShardedLock`, chosen by thread): a read lock writes only to
-/// its own thread's stripe, so threads checking keys of the same shard do
-/// not pass the lock's cache line back and forth. A write lock (a new key,
-/// an eviction) takes every stripe.
-struct RwLock<T>(ShardedLock<T>);
-
-impl<T> RwLock<T> {
-    fn new(value: T) -> Self {
-        Self(ShardedLock::new(value))
-    }
-
-    /// Shares the lock. A panic while it was held (there is none in this
-    /// module's critical sections) leaves the data consistent: take it.
-    #[inline(always)]
-    fn read(&self) -> ShardedLockReadGuard<'_, T> {
-        self.0.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Takes the lock exclusively.
-    fn write(&self) -> ShardedLockWriteGuard<'_, T> {
-        self.0.write().unwrap_or_else(PoisonError::into_inner)
-    }
-}
 
 struct Entry<K, V> {
     key: K,

@@ -321,10 +321,48 @@ impl<C: Clock> MemoryStore<C> {
         } else {
             ((a, sa), (b, sb))
         };
-        let mut g1 = first.limit.table.lock(s1.1);
-        let mut g2 = second.limit.table.lock(s2.1);
+        let (allowed, d1, d2) = match self.pair_shared((first, s1.1), (second, s2.1)) {
+            Some(decided) => decided?,
+            None => self.pair_exclusive((first, s1.1), (second, s2.1))?,
+        };
+        Ok(if swapped {
+            (allowed, d2, d1)
+        } else {
+            (allowed, d1, d2)
+        })
+    }
+
+    /// Two known keys on GCRA tables, under shared locks (see
+    /// [`decide_pair_shared`](crate::atomic_table::decide_pair_shared)):
+    /// `None` for other tables, or a key not held yet.
+    #[inline]
+    fn pair_shared(
+        &self,
+        (first, s1): (&Check<'_>, usize),
+        (second, s2): (&Check<'_>, usize),
+    ) -> Option<Result<(bool, Decision, Decision), CheckError>> {
+        let (AnyTable::AtomicGcra(t1), AnyTable::AtomicGcra(t2)) =
+            (&first.limit.table, &second.limit.table)
+        else {
+            return None;
+        };
+        crate::atomic_table::decide_pair_shared(
+            (t1, s1, first.key, first.cost),
+            (t2, s2, second.key, second.cost),
+            self.clock.now(),
+        )
+    }
+
+    /// Two checks in lock order, under both shards' exclusive locks.
+    fn pair_exclusive(
+        &self,
+        (first, s1): (&Check<'_>, usize),
+        (second, s2): (&Check<'_>, usize),
+    ) -> Result<(bool, Decision, Decision), CheckError> {
+        let mut g1 = first.limit.table.lock(s1);
+        let mut g2 = second.limit.table.lock(s2);
         let now = self.clock.now();
-        let (allowed, d1, d2) = match (&mut g1, &mut g2) {
+        match (&mut g1, &mut g2) {
             // Two GCRA limits (an IP guard and a key's token bucket, say):
             // the same steps on the words themselves.
             (Guard::AtomicGcra(t1, m1), Guard::AtomicGcra(t2, m2)) => {
@@ -332,7 +370,7 @@ impl<C: Clock> MemoryStore<C> {
                     (t1, m1, first.key, first.cost),
                     (t2, m2, second.key, second.cost),
                     now,
-                )?
+                )
             }
             _ => {
                 let o1 = g1.peek(first.key, now, first.cost)?;
@@ -340,14 +378,9 @@ impl<C: Clock> MemoryStore<C> {
                 let allowed = o1.decision.allowed && o2.decision.allowed;
                 let d1 = settle(&mut g1, first, o1, allowed, now)?;
                 let d2 = settle(&mut g2, second, o2, allowed, now)?;
-                (allowed, d1, d2)
+                Ok((allowed, d1, d2))
             }
-        };
-        Ok(if swapped {
-            (allowed, d2, d1)
-        } else {
-            (allowed, d1, d2)
-        })
+        }
     }
 
     fn check_many(&self, checks: &[Check<'_>]) -> Result<Checked, CheckError> {

@@ -3,15 +3,17 @@
 //! Normally these are `parking_lot`'s locks and `std`'s atomics. Built with
 //! `--cfg shuttle` (the model check in `tests/model_check.rs`), they are
 //! `shuttle`'s instead, so that shuttle controls every interleaving of the
-//! shard locks and of the atomic table's words (each key's TAT and each
-//! shard's latest time), and reports a deadlock instead of hanging. Normal
+//! shard locks and of the atomic table's words (each key's TAT), and
+//! reports a deadlock instead of hanging. Normal
 //! builds never see shuttle. `Ordering` is `std`'s in both: shuttle's
 //! atomics take it too.
 
 use std::sync::atomic::Ordering;
 
 #[cfg(not(shuttle))]
-pub(crate) use parking_lot::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
+pub(crate) use self::striped::{RwLock, RwLockWriteGuard};
+#[cfg(not(shuttle))]
+pub(crate) use parking_lot::{Mutex, MutexGuard};
 #[cfg(not(shuttle))]
 pub(crate) use std::sync::atomic::AtomicU64;
 
@@ -19,6 +21,17 @@ pub(crate) use std::sync::atomic::AtomicU64;
 pub(crate) use self::model::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 #[cfg(shuttle)]
 pub(crate) use shuttle::sync::atomic::AtomicU64;
+
+/// Waits a moment for a word that a pair's decision holds (a few
+/// instructions): a spin hint, or under shuttle a yield, so that the model
+/// check runs the holder.
+#[inline]
+pub(crate) fn spin() {
+    #[cfg(not(shuttle))]
+    std::hint::spin_loop();
+    #[cfg(shuttle)]
+    shuttle::thread::yield_now();
+}
 
 /// A word holding a TAT, as [`AtomicGcra`](crate::atomic_gcra::AtomicGcra)
 /// decides on it: [`std::sync::atomic::AtomicU64`] (the only implementation
@@ -66,6 +79,44 @@ macro_rules! atomic_word {
 atomic_word!(std::sync::atomic::AtomicU64);
 #[cfg(shuttle)]
 atomic_word!(shuttle::sync::atomic::AtomicU64);
+
+/// The lock of the tables' shards in a normal build, and of
+/// `KeyedLimiter`'s shards in every build.
+pub(crate) mod striped {
+    use std::sync::PoisonError;
+
+    use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
+
+    /// The exclusive guard of a [`RwLock`].
+    pub(crate) type RwLockWriteGuard<'a, T> = ShardedLockWriteGuard<'a, T>;
+
+    /// A reader-writer lock whose readers each take one of several stripes
+    /// (crossbeam's `ShardedLock`, chosen by thread): a read lock writes
+    /// only to its own thread's stripe, so threads checking keys of the
+    /// same shard do not pass the lock's cache line back and forth. A write
+    /// lock (a new key, an eviction, a group's decision) takes every
+    /// stripe.
+    pub(crate) struct RwLock<T>(ShardedLock<T>);
+
+    impl<T> RwLock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(ShardedLock::new(value))
+        }
+
+        /// Shares the lock. A panic while it was held (there is none in
+        /// the store's critical sections) leaves the data consistent: take
+        /// it.
+        #[inline(always)]
+        pub(crate) fn read(&self) -> ShardedLockReadGuard<'_, T> {
+            self.0.read().unwrap_or_else(PoisonError::into_inner)
+        }
+
+        /// Takes the lock exclusively.
+        pub(crate) fn write(&self) -> RwLockWriteGuard<'_, T> {
+            self.0.write().unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+}
 
 #[cfg(shuttle)]
 mod model {

@@ -35,18 +35,22 @@ const SCHEDULES: usize = 2_000;
 
 /// A small concurrent scenario: the limits (algorithm, burst), the request
 /// patterns (`(limit index, key)` pairs of cost 1; a single pair goes through
-/// `check_one`, more through `check`), which patterns each thread sends in
-/// order, and how many requests must pass in all.
+/// `check_one`, more through `check`), the patterns sent one after the
+/// other before the threads start (`seed`: keys already held take the
+/// shared paths), which patterns each thread sends in order, and how many
+/// requests must pass in all.
 #[derive(Clone)]
 struct Model {
     limits: Vec<(AlgorithmKind, u64)>,
     patterns: Vec<Vec<(usize, KeyId)>>,
+    seed: Vec<usize>,
     threads: Vec<Vec<usize>>,
     admitted: u64,
 }
 
 impl Model {
-    /// One execution: a fresh store, the threads, then the checks.
+    /// One execution: a fresh store, the seed, the threads, then the
+    /// checks.
     fn run(&self) {
         let (store, _frozen) = store(1_000);
         let store = Arc::new(store);
@@ -58,6 +62,11 @@ impl Model {
                 store.limit(&format!("l{i}"), limiter(kind, Rate::per_second(1), burst))
             })
             .collect();
+        let seeded: Vec<(usize, bool)> = {
+            let limits: Vec<&Limit> = limits.iter().map(|l| &**l).collect();
+            let send = |&p: &usize| (p, send(&store, &limits, &self.patterns[p]));
+            self.seed.iter().map(send).collect()
+        };
         let handles: Vec<_> = self
             .threads
             .iter()
@@ -67,30 +76,19 @@ impl Model {
                 shuttle::thread::spawn(move || {
                     let limits: Vec<&Limit> = limits.iter().map(|l| &**l).collect();
                     plan.into_iter()
-                        .map(|p| {
-                            let request = checks(&limits, &patterns[p]);
-                            let allowed = if let [one] = request[..] {
-                                store.check_one(&one).unwrap().allowed
-                            } else {
-                                let r = store.check(&request).unwrap();
-                                assert_eq!(r.allowed, r.decisions.iter().all(|d| d.allowed));
-                                r.allowed
-                            };
-                            (p, allowed)
-                        })
+                        .map(|p| (p, send(&store, &limits, &patterns[p])))
                         .collect::<Vec<_>>()
                 })
             })
             .collect();
         let mut admitted = vec![0; self.patterns.len()];
         let mut refused = vec![0; self.patterns.len()];
-        for h in handles {
-            for (p, allowed) in h.join().unwrap() {
-                if allowed {
-                    admitted[p] += 1;
-                } else {
-                    refused[p] += 1;
-                }
+        let sent = handles.into_iter().flat_map(|h| h.join().unwrap());
+        for (p, allowed) in sent.chain(seeded) {
+            if allowed {
+                admitted[p] += 1;
+            } else {
+                refused[p] += 1;
             }
         }
         assert_eq!(admitted.iter().sum::<u64>(), self.admitted);
@@ -104,6 +102,17 @@ impl Model {
         shuttle::check_random(move || m.run(), SCHEDULES);
         shuttle::check_pct(move || model.run(), SCHEDULES, 3);
     }
+}
+
+/// Sends one request of `pattern` (see [`Model`]); whether it passed.
+fn send<C: Clock>(store: &MemoryStore<C>, limits: &[&Limit], pattern: &[(usize, KeyId)]) -> bool {
+    let request = checks(limits, pattern);
+    if let [one] = request[..] {
+        return store.check_one(&one).unwrap().allowed;
+    }
+    let r = store.check(&request).unwrap();
+    assert_eq!(r.allowed, r.decisions.iter().all(|d| d.allowed));
+    r.allowed
 }
 
 /// Keys in shards 0, 1 and 0 again.
@@ -134,6 +143,7 @@ fn opposite_orders_across_limits_with_the_fast_path() {
             vec![(b, k2), (a, k1)],
             vec![(a, k1)],
         ],
+        seed: vec![],
         threads: vec![vec![0, 0], vec![1, 1], vec![2, 2]],
         admitted: 3,
     }
@@ -159,6 +169,7 @@ fn opposite_orders_across_shards_of_one_limit() {
             vec![(a, k2), (a, k1), (b, k3)],
             vec![(c, k1), (a, k3), (a, k2), (a, k1)],
         ],
+        seed: vec![],
         threads: vec![vec![0, 0], vec![1, 1], vec![2, 2]],
         admitted: 2,
     }
@@ -173,6 +184,7 @@ fn the_fast_path_on_one_key() {
     Model {
         limits: vec![(AlgorithmKind::LeakyBucket, 4)],
         patterns: vec![vec![(0, k1)]],
+        seed: vec![],
         threads: vec![vec![0, 0], vec![0, 0], vec![0, 0]],
         admitted: 4,
     }
@@ -202,6 +214,30 @@ fn at(limit: &Limit, key: KeyId, t: Nanos, cost: u64) -> Check<'_> {
 
 /// The start of the [`Race`]s' times (a whole number of seconds).
 const T: Nanos = 100_000 * SEC;
+
+/// Two pairs of known keys on two GCRA limits, sent in opposite orders,
+/// hold both words under shared locks (`decide_pair_shared`) while a third
+/// thread takes the fast path on the first key. The seed's pair holds both
+/// keys and leaves 2 units of `(a, k1)`, which every request meets: exactly
+/// 2 more pass (as in the model above: had a unit been left, the fast path
+/// was never refused and took both).
+#[test]
+fn held_pairs_in_opposite_orders_with_the_fast_path() {
+    let (k1, k2, _) = keys();
+    let (a, b) = (0, 1);
+    Model {
+        limits: vec![(AlgorithmKind::Gcra, 3), (AlgorithmKind::TokenBucket, 3)],
+        patterns: vec![
+            vec![(a, k1), (b, k2)],
+            vec![(b, k2), (a, k1)],
+            vec![(a, k1)],
+        ],
+        seed: vec![0],
+        threads: vec![vec![0, 0], vec![1, 1], vec![2, 2]],
+        admitted: 3,
+    }
+    .check();
+}
 
 /// Concurrent checks of one key, each of cost 1 at its own time, on a GCRA
 /// limit of 1/s: a whole-nanosecond emission interval, so the store gives
@@ -258,7 +294,7 @@ impl Race {
             unreachable!("a GCRA limit")
         };
         // `AtomicGcra::for_gcra`'s condition: the atomic table.
-        assert!(gcra.scale() == 1 && gcra.tolerance() < 1 << 62);
+        assert!(gcra.scale() == 1 && gcra.tolerance() < 1 << 61);
         let mut tat = 0;
         for &t in &self.seed {
             let (want, next) = gcra.check_nanos(tat, t, 1).unwrap();

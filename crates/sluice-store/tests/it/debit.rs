@@ -248,15 +248,16 @@ fn keys_taken_in_by_debits_count_towards_max_keys() {
     }
 }
 
-/// A key's word on the atomic table holds a TAT up to `u64::MAX`: a debit
-/// that would take it further charges what fits and returns the rest as
-/// excess, and the word goes on deciding.
+/// A key's word on the atomic table holds a TAT below its held bit (2^63):
+/// a debit that would take it further charges what fits and returns the
+/// rest as excess, and the word goes on deciding (a check is not left
+/// waiting for a pair that holds nothing).
 #[test]
 fn a_key_takes_as_much_debt_as_its_word_holds() {
     let s = Subject::new(spec(AlgorithmKind::Gcra, Rate::per_minute(3), 5, false));
     let now = s.clock.now();
     let interval = 20 * SEC;
-    let fits = (u64::MAX - now) / interval;
+    let fits = ((1 << 63) - 1 - now) / interval;
     let got = s.debit(0, u64::MAX, u64::MAX);
     assert_eq!(
         got,
