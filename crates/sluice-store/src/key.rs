@@ -15,7 +15,7 @@
 //!   between instances.
 //! - **A random hasher** ([`KeyHasher::random`]: the in-memory store's)
 //!   names keys that never leave this process. Its id is two 64-bit
-//!   foldhash (quality) hashes of the key under seeds drawn from the
+//!   foldhash hashes of the key under seeds drawn from the
 //!   operating system's randomness when the hasher is made: a few
 //!   nanoseconds, where SipHash's rounds cost tens. foldhash is not a
 //!   cryptographic function; its authors design it to resist collision
@@ -25,23 +25,18 @@
 //!
 //! An IPv4 address's text in its one canonical form (`192.0.2.1`: four
 //! decimal octets, no leading zeros) names the same client as the address
-//! itself: a random hasher hashes the address's four bytes under a tag no
-//! other key has, so a client's peer address is named without writing its
-//! text ([`KeyHasher::key_id_v4`]), and its text, given as a key, is read
-//! back to the address first.
+//! itself: a random hasher hashes the address's four bytes under seeds of
+//! their own (so that no key's bytes share its id), and a client's peer
+//! address is named without writing its text ([`KeyHasher::key_id_v4`]);
+//! its text, given as a key, is read back to the address first.
 
 use std::hash::Hasher;
 use std::net::Ipv4Addr;
 
 use foldhash::SharedSeed;
-use foldhash::quality::FoldHasher;
+use foldhash::fast::FoldHasher;
 use siphasher::sip128::{Hasher128, SipHasher13};
 use smallvec::SmallVec;
-
-/// What a random hasher hashes before a key's bytes: a key given as text
-/// or bytes, or an IPv4 address's four bytes.
-const KEY: u8 = 0;
-const V4: u8 = 1;
 
 /// The identity of one client key under one limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -78,11 +73,12 @@ pub struct KeyHasher {
     local: Option<Local>,
 }
 
-/// The seeds of a random hasher: one per half of an id, and the shared
-/// seed both use.
+/// The seeds of a random hasher: one per half of an id, for keys and for
+/// IPv4 addresses, and the shared seed all use.
 #[derive(Clone)]
 struct Local {
-    halves: [u64; 2],
+    keys: [u64; 2],
+    v4: [u64; 2],
     shared: SharedSeed,
 }
 
@@ -101,7 +97,8 @@ impl KeyHasher {
         use std::hash::{BuildHasher, RandomState};
         let s = RandomState::new();
         let local = Local {
-            halves: [s.hash_one(0xa_u64), s.hash_one(0xb_u64)],
+            keys: [s.hash_one(0xa_u64), s.hash_one(0xb_u64)],
+            v4: [s.hash_one(0x4a_u64), s.hash_one(0x4b_u64)],
             shared: SharedSeed::from_u64(s.hash_one(0x5eed_u64)),
         };
         Self {
@@ -177,10 +174,7 @@ impl KeyHasher {
         match &self.local {
             Some(local) => match canonical_v4(key) {
                 Some(ip) => local.v4(ip),
-                None => local.id(|h| {
-                    h.write_u8(KEY);
-                    h.write(key);
-                }),
+                None => local.id(local.keys, |h| h.write(key)),
             },
             None => {
                 let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
@@ -193,24 +187,22 @@ impl KeyHasher {
 
 impl Local {
     /// The id of what `feed` writes: one hash per half, each under its
-    /// own seed.
+    /// own seed of `seeds`.
     #[inline(always)]
-    fn id(&self, feed: impl Fn(&mut FoldHasher<'_>)) -> KeyId {
+    fn id(&self, seeds: [u64; 2], feed: impl Fn(&mut FoldHasher<'_>)) -> KeyId {
         let half = |seed: u64| {
             let mut h = FoldHasher::with_seed(seed, &self.shared);
             feed(&mut h);
             h.finish()
         };
-        KeyId((u128::from(half(self.halves[0])) << 64) | u128::from(half(self.halves[1])))
+        KeyId((u128::from(half(seeds[0])) << 64) | u128::from(half(seeds[1])))
     }
 
-    /// The id of an IPv4 address: its four bytes, tagged.
+    /// The id of an IPv4 address: its four bytes, under the addresses'
+    /// seeds.
     #[inline]
     fn v4(&self, ip: Ipv4Addr) -> KeyId {
-        self.id(|h| {
-            h.write_u8(V4);
-            h.write_u32(ip.to_bits());
-        })
+        self.id(self.v4, |h| h.write_u32(ip.to_bits()))
     }
 }
 
