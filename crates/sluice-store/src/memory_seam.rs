@@ -62,7 +62,7 @@ impl<C: Clock + Send + Sync + 'static> Store for MemoryStore<C> {
         true
     }
 
-    #[inline]
+    #[inline(always)]
     fn check_one_now(&self, check: &Check<'_>) -> Option<Result<Decision, StoreError>> {
         Some(self.decide_one(check))
     }
@@ -84,7 +84,7 @@ fn plain<'a>(check: &Check<'a>) -> Result<TableCheck<'a>, StoreError> {
 }
 
 /// The table a check's counter names in this store.
-#[inline]
+#[inline(always)]
 fn table<'a>(check: &Check<'a>) -> Result<&'a Limit, StoreError> {
     check
         .counter
@@ -95,7 +95,7 @@ fn table<'a>(check: &Check<'a>) -> Result<&'a Limit, StoreError> {
 
 impl<C: Clock> MemoryStore<C> {
     /// Decides one check (see [`Store::check_one_now`]).
-    #[inline]
+    #[inline(always)]
     pub fn decide_one(&self, check: &Check<'_>) -> Result<Decision, StoreError> {
         let limit = table(check)?;
         if let Some(leases) = &limit.leases
@@ -108,7 +108,7 @@ impl<C: Clock> MemoryStore<C> {
 
     /// [`decide_one`](Self::decide_one) of a check that takes, renews or
     /// ends no lease, on its table `limit`.
-    #[inline]
+    #[inline(always)]
     fn decide_one_plain(&self, limit: &Limit, check: &Check<'_>) -> Result<Decision, StoreError> {
         if check.reserve == 0 {
             return Ok(limit
