@@ -1,4 +1,6 @@
-//! Keyed checks on 1 and 2 threads, Sluice's `KeyedLimiter` and the
+//! Keyed checks on 1 and 2 threads: the memory store's check of one key
+//! (its id included) beside governor's keyed `check_key`, uniform and Zipf
+//! (issue 30's in-process floor), Sluice's `KeyedLimiter` and the
 //! engine's decision call (`Engine::decide_now`, one limit keyed by client
 //! IP, as `benches/engine.rs`) beside governor's keyed limiter; one state
 //! for every request (the engine's call on one global limit) beside
@@ -19,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_bench::engine_workload::{GLOBAL_AND_IP, ONE_LIMIT};
-use sluice_bench::uniform_keys;
+use sluice_bench::{uniform_keys, zipf_keys};
 use sluice_core::{AlgorithmKind, LimitSpec, Rate};
 use sluice_store::KeyedLimiter;
 
@@ -60,7 +62,11 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(150);
     let keys = Arc::new(uniform_keys(KEYS, SEQ, 42));
+    let zipf = Arc::new(zipf_keys(KEYS, SEQ, 1.0, 42));
     let Some((governor, sluice)) = keyed(&keys) else {
+        return;
+    };
+    let Some((governor_zipf, _)) = keyed(&zipf) else {
         return;
     };
     let (global, direct) = one_state();
@@ -72,6 +78,13 @@ fn main() {
         x & 1 == 0
     });
     let subjects = [
+        (
+            "Sluice MemoryStore GCRA (id + check), uniform",
+            store(&keys),
+        ),
+        ("governor keyed, uniform", governor),
+        ("Sluice MemoryStore GCRA (id + check), Zipf", store(&zipf)),
+        ("governor keyed, Zipf", governor_zipf),
         ("Sluice KeyedLimiter GCRA", sluice),
         (
             "Sluice engine, per-IP limit",
@@ -81,7 +94,6 @@ fn main() {
             "Sluice engine, global cap beside per-IP limit",
             engine_per_ip(&keys, GLOBAL_AND_IP),
         ),
-        ("governor keyed", governor),
         ("Sluice engine, one global limit", global),
         ("governor direct", direct),
         ("control (compute only)", control),
@@ -128,6 +140,38 @@ fn keyed(keys: &Arc<Vec<u64>>) -> Option<(Check, Check)> {
     let sluice: Check =
         Arc::new(move |i| keyed.check(&k[i & (SEQ - 1)], 1).is_ok_and(|d| d.allowed));
     Some((governor, sluice))
+}
+
+/// The memory store's check of one key, its id derived each time under
+/// the store's random hasher, through the seam as the engine asks it (a
+/// registered counter, `Store::check_one_now`), every key checked once:
+/// the same work as governor's keyed `check_key`.
+fn store(keys: &Arc<Vec<u64>>) -> Check {
+    use sluice_store::seam::{self, CounterDef, Store};
+    let store = sluice_store::MemoryStore::new(sluice_store::MemoryStoreConfig::default());
+    let spec = LimitSpec {
+        algorithm: AlgorithmKind::Gcra,
+        rate: Rate::per_second(1000),
+        burst: 1000,
+        nodelay: true,
+    };
+    let counter = store.counter(CounterDef::new("bench", spec).expect("the bench limit"));
+    let hasher = sluice_store::KeyHasher::random();
+    let check = move |k: u64| {
+        let check = seam::Check {
+            counter: &counter,
+            key: hasher.key_id_bytes(&k.to_le_bytes()),
+            cost: 1,
+            reserve: 0,
+            lease: None,
+        };
+        matches!(store.check_one_now(&check), Some(Ok(d)) if d.allowed)
+    };
+    for k in 0..KEYS {
+        check(k);
+    }
+    let k = keys.clone();
+    Arc::new(move |i| check(k[i & (SEQ - 1)]))
 }
 
 /// The engine's call on a policy of the per-IP limit (`config`), every
