@@ -15,6 +15,12 @@
 //!   nothing (what any axum layer costs);
 //! - `fields-only`: a control, no limiter, the same two response fields,
 //!   fixed (what the larger response costs).
+//! - `tower-governor`: the peer, tower_governor's `GovernorLayer` with the
+//!   one limit's quota (per peer IP, 100,000,000/s, burst 100,000,000) and
+//!   its rate-limit headers on every response (`use_headers`), applied as
+//!   the one limit is;
+//! - `tower-governor-bare`: the same without its headers (tower_governor's
+//!   default: headers only on a refusal).
 
 use std::net::SocketAddr;
 
@@ -47,6 +53,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "one-limit" => app.layer(RateLimitLayer::from_toml(ONE_LIMIT)?),
             "two-limits" => app.layer(RateLimitLayer::from_toml(TWO_LIMITS)?),
             "global-and-ip" => app.layer(RateLimitLayer::from_toml(GLOBAL_AND_IP)?),
+            "tower-governor" => app.layer(tower_governor::GovernorLayer::new(
+                peer_quota()
+                    .use_headers()
+                    .finish()
+                    .ok_or("a tower_governor config")?,
+            )),
+            "tower-governor-bare" => app.layer(tower_governor::GovernorLayer::new(
+                peer_quota().finish().ok_or("a tower_governor config")?,
+            )),
             "identity-layer" => app.layer(tower_layer::layer_fn(|s| s)),
             "fields-only" => app.layer(axum::middleware::map_response(
                 |mut response: axum::response::Response| async move {
@@ -78,4 +93,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
         Ok(())
     })
+}
+
+/// tower_governor's builder with `ONE_LIMIT`'s quota: one request every
+/// 10 ns (100,000,000/s), a burst of as many, per peer IP.
+fn peer_quota() -> tower_governor::governor::GovernorConfigBuilder<
+    tower_governor::key_extractor::PeerIpKeyExtractor,
+    governor::middleware::NoOpMiddleware<governor::clock::QuantaInstant>,
+> {
+    let mut builder = tower_governor::governor::GovernorConfigBuilder::default();
+    builder.per_nanosecond(10).burst_size(100_000_000);
+    builder
 }
