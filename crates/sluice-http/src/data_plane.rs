@@ -38,9 +38,11 @@ pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) 
         Some(proxy) => {
             let overload = Arc::new(Overload::new(engine.clone()));
             metrics.watch_overload(overload.clone());
+            // Behind an `Arc`: axum clones a route's service, state and
+            // all, for every request, and the proxy's client is several.
             Router::new()
                 .fallback(forward)
-                .with_state(proxy)
+                .with_state(Arc::new(proxy))
                 .layer(OverloadLayer::from_shared(overload))
         }
         None => Router::new().fallback(echo),
@@ -98,7 +100,7 @@ async fn echo(req: Request<Body>) -> Response {
     }
 }
 
-async fn forward(State(proxy): State<Proxy>, req: Request<Body>) -> Response {
+async fn forward(State(proxy): State<Arc<Proxy>>, req: Request<Body>) -> Response {
     if req.method() == http::Method::CONNECT {
         return no_tunnel();
     }
