@@ -65,12 +65,14 @@ impl KeyId {
 
 /// Derives [`KeyId`]s with a secret hashing key.
 #[derive(Clone)]
-pub struct KeyHasher {
-    k0: u64,
-    k1: u64,
-    /// A random hasher's foldhash seeds (see the module docs); `None` for
-    /// a hasher keyed by a secret.
-    local: Option<Local>,
+pub struct KeyHasher(Keys);
+
+/// A hasher's secret: SipHash's two keys for a hasher keyed by a shared
+/// secret, or a random hasher's foldhash seeds (see the module docs).
+#[derive(Clone)]
+enum Keys {
+    Secret(u64, u64),
+    Random(Local),
 }
 
 /// The seeds of a random hasher: one per half of an id, for keys and for
@@ -96,16 +98,11 @@ impl KeyHasher {
     pub fn random() -> Self {
         use std::hash::{BuildHasher, RandomState};
         let s = RandomState::new();
-        let local = Local {
+        Self(Keys::Random(Local {
             keys: [s.hash_one(0xa_u64), s.hash_one(0xb_u64)],
             v4: [s.hash_one(0x4a_u64), s.hash_one(0x4b_u64)],
             shared: SharedSeed::from_u64(s.hash_one(0x5eed_u64)),
-        };
-        Self {
-            k0: s.hash_one(0xc_u64),
-            k1: s.hash_one(0xd_u64),
-            local: Some(local),
-        }
+        }))
     }
 
     /// A hasher keyed by `secret` (any length; it is itself hashed down).
@@ -113,11 +110,7 @@ impl KeyHasher {
         let mut h = SipHasher13::new_with_keys(0x736c_7569_6365_2d6b, 0x6579_2d68_6173_6865);
         h.write(secret);
         let k = h.finish128();
-        Self {
-            k0: k.h1,
-            k1: k.h2,
-            local: None,
-        }
+        Self(Keys::Secret(k.h1, k.h2))
     }
 
     /// The identity of a client key.
@@ -130,8 +123,8 @@ impl KeyHasher {
     /// pieces joined.
     #[inline]
     pub fn key_id_pieces<'a>(&self, pieces: impl IntoIterator<Item = &'a [u8]>) -> KeyId {
-        match &self.local {
-            Some(_) => {
+        match &self.0 {
+            Keys::Random(_) => {
                 // foldhash reads a key whole: the pieces are joined, on the
                 // stack while they fit.
                 let mut joined: SmallVec<[u8; 64]> = SmallVec::new();
@@ -140,8 +133,8 @@ impl KeyHasher {
                 }
                 self.key_id_bytes(&joined)
             }
-            None => {
-                let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+            Keys::Secret(k0, k1) => {
+                let mut h = SipHasher13::new_with_keys(*k0, *k1);
                 for p in pieces {
                     h.write(p);
                 }
@@ -162,22 +155,22 @@ impl KeyHasher {
     /// ```
     #[inline]
     pub fn key_id_v4<T: AsRef<[u8]>>(&self, ip: Ipv4Addr, text: impl FnOnce() -> T) -> KeyId {
-        match &self.local {
-            Some(local) => local.v4(ip),
-            None => self.key_id_bytes(text().as_ref()),
+        match &self.0 {
+            Keys::Random(local) => local.v4(ip),
+            Keys::Secret(..) => self.key_id_bytes(text().as_ref()),
         }
     }
 
     /// The identity of a client key given as bytes.
     #[inline]
     pub fn key_id_bytes(&self, key: &[u8]) -> KeyId {
-        match &self.local {
-            Some(local) => match canonical_v4(key) {
+        match &self.0 {
+            Keys::Random(local) => match canonical_v4(key) {
                 Some(ip) => local.v4(ip),
                 None => local.id(local.keys, |h| h.write(key)),
             },
-            None => {
-                let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+            Keys::Secret(k0, k1) => {
+                let mut h = SipHasher13::new_with_keys(*k0, *k1);
                 h.write(key);
                 KeyId(h.finish128().as_u128())
             }
@@ -303,7 +296,10 @@ mod tests {
         // Stored in Redis by earlier versions: the function must not change
         // (SipHash-1-3, 128 bits, whatever the key's length).
         let h = KeyHasher::from_secret(b"s3cret");
-        let mut sip = SipHasher13::new_with_keys(h.k0, h.k1);
+        let Keys::Secret(k0, k1) = h.0 else {
+            unreachable!("a hasher keyed by a secret")
+        };
+        let mut sip = SipHasher13::new_with_keys(k0, k1);
         sip.write(b"10.0.0.1");
         assert_eq!(h.key_id("10.0.0.1"), KeyId(sip.finish128().as_u128()));
         // The id this key has had since the first version.
