@@ -14,8 +14,8 @@ use crate::sync::AtomicWord;
 
 /// The bit of a TAT word that marks it held by a pair's decision in the
 /// memory store's atomic table (see `atomic_table`): a TAT never has it
-/// (`for_gcra` keeps a TAT below 2^63 until 2189, and a debt that would
-/// run past it is clamped: `atomic_table::word`).
+/// (`for_gcra` keeps a TAT below 2^63 until 2189, and a debt stops short
+/// of it: `TatMap::debit`).
 pub(crate) const HELD: u64 = 1 << 63;
 
 /// GCRA on one atomic TAT in nanoseconds (a scale of 1): the same
@@ -113,9 +113,10 @@ impl AtomicGcra {
     ) -> Result<Raw, CheckError> {
         let increment = self.increment(cost)?;
         let mut current = tat.load(Ordering::Acquire);
+        let mut spins = 0;
         loop {
             if current & HELD != 0 {
-                crate::sync::spin();
+                crate::sync::spin(&mut spins);
                 current = tat.load(Ordering::Acquire);
                 continue;
             }

@@ -218,10 +218,11 @@ pub(crate) fn decide_pair_shared(
 /// holds it, then marks it held. Returns its TAT.
 #[inline]
 fn hold(word: &AtomicU64) -> Nanos {
+    let mut spins = 0;
     loop {
         let current = word.load(Ordering::Relaxed);
         if current & HELD != 0 {
-            crate::sync::spin();
+            crate::sync::spin(&mut spins);
             continue;
         }
         if word
@@ -311,8 +312,9 @@ fn state(tat: &AtomicU64) -> GcraState {
     GcraState::from_tat(u128::from(tat.load(Ordering::Acquire)))
 }
 
-/// GCRA's state as a TAT, below [`HELD`]: a debt that would run a TAT past
-/// 2^63 ns (the year 2262) stops there.
+/// GCRA's state as a TAT, below [`HELD`] whatever the state (a debit
+/// already stops short of it): no word written under the exclusive lock can
+/// look held.
 pub(crate) fn word(s: &GcraState) -> u64 {
     u64::try_from(s.tat()).map_or(HELD - 1, |t| t.min(HELD - 1))
 }
@@ -350,11 +352,11 @@ impl TatMap {
 
     /// Charges `amount` to a key at `now`, into debt up to `max_debt` (see
     /// [`Algorithm::debit`]); a key not held is taken in when anything is
-    /// charged, as a committed check takes it in. A debt that would run the
-    /// TAT to [`HELD`] charges what fits below it, the rest excess.
-    pub(crate) fn debit<A: Algorithm<State = GcraState>>(
+    /// charged, as a committed check takes it in. The debt stops short of
+    /// [`HELD`]: what would run the TAT to it is excess.
+    pub(crate) fn debit(
         &mut self,
-        alg: &A,
+        alg: &Gcra,
         key: KeyId,
         (now, cap): (Nanos, usize),
         amount: u64,
@@ -362,18 +364,11 @@ impl TatMap {
     ) -> Debited {
         let held = self.map.get(&key.low());
         let mut s = held.map_or_else(GcraState::default, state);
-        let base = s.tat().max(u128::from(now));
-        let mut debited = alg.debit(&mut s, now, amount, max_debt);
-        let (top, tat) = (u128::from(HELD - 1), s.tat());
-        if debited.charged > 0 && tat > top {
-            // Each unit moved the TAT by the same interval.
-            let interval = (tat - base) / u128::from(debited.charged);
-            let over = (tat - top).div_ceil(interval);
-            let over = u64::try_from(over).unwrap_or(debited.charged);
-            debited.charged -= over;
-            debited.excess += over;
-            s = GcraState::from_tat(tat - u128::from(over) * interval);
-        }
+        // A scale of 1: the TAT in nanoseconds, `interval` ns a unit.
+        let (_, interval) = alg.reduced_rate();
+        let full = u64::try_from(alg.tolerance()).map_or(u64::MAX, |t| now.saturating_add(t));
+        let room = (HELD - 1).saturating_sub(full) / interval.max(1);
+        let debited = alg.debit(&mut s, now, amount, max_debt.min(room));
         if debited.charged > 0 {
             match held {
                 Some(tat) => tat.store(word(&s), Ordering::Release),

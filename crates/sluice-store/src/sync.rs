@@ -23,12 +23,19 @@ pub(crate) use self::model::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 pub(crate) use shuttle::sync::atomic::AtomicU64;
 
 /// Waits a moment for a word that a pair's decision holds (a few
-/// instructions): a spin hint, or under shuttle a yield, so that the model
-/// check runs the holder.
+/// instructions), `spins` being how often this waiter has waited: a spin
+/// hint, then, should the holder have lost its core, a yield of this
+/// thread's time slice to it. Under shuttle always a yield, so that the
+/// model check runs the holder.
 #[inline]
-pub(crate) fn spin() {
+pub(crate) fn spin(spins: &mut u32) {
+    *spins = spins.saturating_add(1);
     #[cfg(not(shuttle))]
-    std::hint::spin_loop();
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
     #[cfg(shuttle)]
     shuttle::thread::yield_now();
 }
