@@ -6,8 +6,8 @@
 --          refused request would) or 'b' (debit: charge each check's cost
 --          whatever is left, into debt up to max_debt; see "Debt" below)
 -- ARGV[2]  now in microseconds, or '' for Redis's own TIME (tests only)
--- ARGV[3]  number of limits, then 12 fields per limit, precomputed in Rust
---          (see script.rs, `LimitParams`):
+-- ARGV[3]  the limits, packed: per limit 12 fields, each a little-endian
+--          double ('<d'), precomputed in Rust (see script.rs, `LimitParams`):
 --          alg B P M g a L L2 M2 queue R F
 --          F is 1 when debt is forgiven at the window reset (the window
 --          algorithms' `with_debt_forgiven`), else 0.
@@ -18,11 +18,12 @@
 --          can be decided with different reserves (priority classes), or
 --          with a larger limiter and a reserve equal to the difference (a
 --          delay limit's extended bucket, used as the plain one).
--- then     the checks, packed: per check '<BHd' (1 if it opens a group, its
---          limit's index, its cost)
--- then     in mode 'b' only: max_debt, the debt allowed beyond empty, in
+-- ARGV[4]  the checks, packed: per check '<BHHd' (1 if it opens a group, its
+--          limit's index, its key's index in KEYS, its cost)
+-- ARGV[5]  in mode 'b' only: max_debt, the debt allowed beyond empty, in
 --          units of cost (a decimal integer)
--- KEYS     one per check, in the order of the checks
+-- KEYS     the call's distinct keys (a key that several checks name is
+--          passed once, so its state is read once and kept up to date)
 --
 -- Units. With the rate reduced to a units of cost per p ns and
 -- g = gcd(1000 a, p), one "unit" is g/a ns: a microsecond is M = 1000 a / g
@@ -121,14 +122,24 @@ local function divmod(x, y)
   return q, r
 end
 
+-- ceil(x / y) and floor(x / y), as divmod's (one call on the hot path).
 local function ceil_div(x, y)
-  local q, r = divmod(x, y)
-  if r > 0 then q = q + 1 end
+  local q = floor(x / y)
+  local r = x - q * y
+  if r < 0 then
+    q, r = q - 1, r + y
+  elseif r >= y then
+    q, r = q + 1, r - y
+  end
+  if r > 0 then return q + 1 end
   return q
 end
 
 local function floor_div(x, y)
-  local q = divmod(x, y)
+  local q = floor(x / y)
+  local r = x - q * y
+  if r < 0 then return q - 1 end
+  if r >= y then return q + 1 end
   return q
 end
 
@@ -149,30 +160,6 @@ local function ttl_ms(us)
   return ms + margin
 end
 
--- The window holding time t, and the units elapsed in it.
-local function window_pos(lim, t)
-  local q, r = divmod(t, lim.L2)
-  local i2, e2 = divmod(r * lim.M2, lim.L2)
-  return q * lim.M2 + i2, e2 * lim.g2
-end
-
--- What is left of `count`, counted in one window, `windows` boundaries
--- later: each pays off one burst, the rest (debt) carries on; with debt
--- forgiven nothing does. At most a burst (no debt) is gone at the next.
-local function carried(lim, count, windows)
-  if windows <= 0 then return count end
-  if lim.F == 1 then return 0 end
-  local c = count - windows * lim.B
-  if c < 0 then c = 0 end
-  return c
-end
-
--- The window boundaries until `count` > 0 counted in one window is gone.
-local function to_clear(lim, count)
-  if lim.F == 1 then return 1 end
-  return ceil_div(count, lim.B)
-end
-
 -- At most `hi`, at least 0.
 local function clamp(x, hi)
   if x > hi then x = hi end
@@ -180,21 +167,23 @@ local function clamp(x, hi)
   return x
 end
 
--- Per check of this call, indexed by its position k: the limit, cost and
--- key, the decision, and the write an admission makes.
-local c_lim, c_cost = {}, {}
+-- Per check of a group of several, by its position k in the group (a
+-- group of one check uses k = 0): its decision, and the write an admission
+-- makes. Positions start again with each group, so these tables stay as
+-- small as the largest group.
 local d_ok, d_rem, d_rus, d_rns, d_tus, d_tns, d_dus, d_dns = {}, {}, {}, {}, {}, {}, {}, {}
 local w_x, w_y, w_z, w_need, w_exp = {}, {}, {}, {}, {}
 local w_val, w_ttl, w_drop, w_merge, w_full = {}, {}, {}, {}, {}
 
--- String states: fetched with one MGET for the whole call, then kept up
--- to date as groups write, so each check costs one call (its SET).
-local values = {}
-local function get(key)
-  local v = values[key]
+-- String states, by key index: fetched with one MGET for the whole call,
+-- then kept up to date as groups write, so each check costs one call (its
+-- SET). Keys are referred to by their index in KEYS (`ki`).
+local states = {}
+local function get(ki)
+  local v = states[ki]
   if v == nil then
-    v = call('GET', key)
-    values[key] = v
+    v = call('GET', KEYS[ki])
+    states[ki] = v
   end
   return v
 end
@@ -204,755 +193,818 @@ end
 -- (SET KEEPTTL costs half of SET PX); one that needs longer sets twice what
 -- it needs, so a busy key refreshes its TTL about once per replenishment
 -- time and an idle one lives at most twice that long.
-local function read(key)
-  local v = get(key)
+local function read(ki)
+  local v = states[ki]
+  if v == nil then v = get(ki) end
   if not v or #v ~= 32 then return nil end
   return unpack('<dddd', v)
 end
 
-local function store(key, x, y, z, need, old_exp)
+local function store(ki, x, y, z, need, old_exp)
   local until_us = now + need
   local v
   if old_exp and old_exp >= until_us then
     v = pack('<dddd', x, y, z, old_exp)
-    call('SET', key, v, 'KEEPTTL')
+    call('SET', KEYS[ki], v, 'KEEPTTL')
   else
     local exp = until_us + need
     v = pack('<dddd', x, y, z, exp)
-    call('SET', key, v, 'PX', ttl_ms(exp - now))
+    call('SET', KEYS[ki], v, 'PX', ttl_ms(exp - now))
   end
-  values[key] = v
+  states[ki] = v
 end
 
--- Token bucket (4), leaky bucket (5), GCRA (6): state (last_us, level),
--- the used capacity in units as of last (for GCRA the TAT is last + level).
-local function meter_state(lim, key)
-  local last, level, _, exp = read(key)
-  if not last then return nil, 0, 0, nil end
-  local used
-  if lim.alg == 6 then
-    used = (last - now) * lim.M + level
-  elseif now > last then
-    used = level - (now - last) * lim.M
-  else
-    used = level
-  end
-  if used < 0 then used = 0 end
-  return last, level, used, exp
+-- Each family of algorithms is made on first use in a call: a script's
+-- functions are made anew on every call, so a call makes only those of
+-- the algorithms it decides. A maker returns, per algorithm, its decide,
+-- write, refund and debit operations.
+
+-- A string state's pending write (see `store`).
+local function write_state(k, ki)
+  store(ki, w_x[k], w_y[k], w_z[k], w_need[k], w_exp[k])
 end
 
-local function meter(lim, k, key, cost)
-  local last, _, used, exp = meter_state(lim, key)
-  local P = lim.P
-  local cap = lim.L - lim.R * P
-  local need = cost * P
-  if used + need <= cap then
-    local new = used + need
-    local r_us, r_ns = dur(lim, new, 0)
-    local d_us, d_ns = 0, 0
-    if lim.queue == 1 then d_us, d_ns = dur(lim, used, 0) end
-    if cost > 0 then
+local function make_meter()
+
+  -- Token bucket (4), leaky bucket (5), GCRA (6): state (last_us, level),
+  -- the used capacity in units as of last (for GCRA the TAT is last + level).
+  local function meter_state(lim, ki)
+    local last, level, _, exp = read(ki)
+    if not last then return nil, 0, 0, nil end
+    local used
+    if lim.alg == 6 then
+      used = (last - now) * lim.M + level
+    elseif now > last then
+      used = level - (now - last) * lim.M
+    else
+      used = level
+    end
+    if used < 0 then used = 0 end
+    return last, level, used, exp
+  end
+
+  local function meter(lim, k, ki, cost)
+    local last, _, used, exp = meter_state(lim, ki)
+    local P = lim.P
+    local cap = lim.L - lim.R * P
+    local need = cost * P
+    if used + need <= cap then
+      local new = used + need
+      local r_us, r_ns = dur(lim, new, 0)
+      local d_us, d_ns = 0, 0
+      if lim.queue == 1 then d_us, d_ns = dur(lim, used, 0) end
+      if cost > 0 then
+        local stamp = now
+        if lim.alg ~= 6 and last and last > now then stamp = last end
+        w_x[k], w_y[k], w_z[k] = stamp, new, 0
+        w_need[k], w_exp[k] = stamp - now + ceil_div(new, lim.M), exp
+      end
+      return 1, floor_div(cap - new, P), r_us, r_ns, 0, 0, d_us, d_ns
+    end
+    local r_us, r_ns = dur(lim, used, 0)
+    local t_us, t_ns = dur(lim, used + need - cap, 0)
+    local free = cap - used
+    if free < 0 then free = 0 end
+    return 0, floor_div(free, P), r_us, r_ns, t_us, t_ns, 0, 0
+  end
+
+  -- Refunds: give back a committed cost, as closely as the state allows.
+  local function refund_meter(lim, ki, cost)
+    local last, _, used, exp = meter_state(lim, ki)
+    if not last then return end
+    -- A GCRA whose TAT is not ahead of now is full already: left as it is
+    -- (as sluice-core does), so that a clock that then steps back sees it
+    -- unchanged.
+    if lim.alg == 6 and used <= 0 then return end
+    used = used - cost * lim.P
+    if used < 0 then used = 0 end
+    local stamp = now
+    if lim.alg ~= 6 and last > now then stamp = last end
+    -- Written as a charge writes: the state moved to `stamp` must live at
+    -- least until it is replenished from there (`store` keeps the TTL when
+    -- it already covers that).
+    store(ki, stamp, used, 0, stamp - now + ceil_div(used, lim.M), exp)
+  end
+
+  -- Debits: charge `amount` whatever is left, into debt up to `max_debt`
+  -- units of cost beyond empty (sluice-core's `Algorithm::debit`). Each
+  -- returns the cost charged.
+  local function debit_meter(lim, ki, amount, max_debt)
+    local last, _, used, exp = meter_state(lim, ki)
+    local P = lim.P
+    local charged = clamp(floor((lim.L + max_debt * P - used) / P), amount)
+    if charged > 0 and lim.L + max_debt * P < 2 ^ 52 then
+      -- Exact where the floor above may not be.
+      charged = clamp(floor_div(lim.L + max_debt * P - used, P), amount)
+    end
+    if charged > 0 then
       local stamp = now
       if lim.alg ~= 6 and last and last > now then stamp = last end
-      w_x[k], w_y[k], w_z[k] = stamp, new, 0
-      w_need[k], w_exp[k] = stamp - now + ceil_div(new, lim.M), exp
+      local new = used + charged * P
+      store(ki, stamp, new, 0, stamp - now + ceil_div(new, lim.M), exp)
     end
-    return 1, floor_div(cap - new, P), r_us, r_ns, 0, 0, d_us, d_ns
+    return charged
   end
-  local r_us, r_ns = dur(lim, used, 0)
-  local t_us, t_ns = dur(lim, used + need - cap, 0)
-  local free = cap - used
-  if free < 0 then free = 0 end
-  return 0, floor_div(free, P), r_us, r_ns, t_us, t_ns, 0, 0
+  return { meter, write_state, refund_meter, debit_meter }
 end
 
--- Fixed window (1): state (window, count).
--- The window, the units elapsed in it and its count at now (debt carried
--- in included); a clock that stepped back stays at the stored window.
-local function fixed_view(lim, sw, sc, idx0, e0)
-  if not sw or sc <= 0 or sw == idx0 then return idx0, e0, sc or 0 end
-  if sw > idx0 then return sw, 0, sc end
-  return idx0, e0, carried(lim, sc, idx0 - sw)
-end
+local function make_windows()
 
-local function fixed(lim, k, key, cost)
-  local idx0, e0 = window_pos(lim, now)
-  local sw, sc, _, exp = read(key)
-  local idx, e, count = fixed_view(lim, sw, sc, idx0, e0)
-  if count < 0 then count = 0 end
-  local B, L = lim.B - lim.R, lim.L
-  local u_us, u_ns = dur(lim, L - e, 0)
-  if count + cost <= B then
-    local used = count + cost
-    if cost > 0 then
-      w_x[k], w_y[k], w_z[k] = idx, used, 0
-      w_need[k], w_exp[k] = ceil_div((idx - idx0 + 1) * L - e0, lim.M), exp
+  -- The window holding time t, and the units elapsed in it.
+  local function window_pos(lim, t)
+    local q, r = divmod(t, lim.L2)
+    local i2, e2 = divmod(r * lim.M2, lim.L2)
+    return q * lim.M2 + i2, e2 * lim.g2
+  end
+
+  -- What is left of `count`, counted in one window, `windows` boundaries
+  -- later: each pays off one burst, the rest (debt) carries on; with debt
+  -- forgiven nothing does. At most a burst (no debt) is gone at the next.
+  local function carried(lim, count, windows)
+    if windows <= 0 then return count end
+    if lim.F == 1 then return 0 end
+    local c = count - windows * lim.B
+    if c < 0 then c = 0 end
+    return c
+  end
+
+  -- The window boundaries until `count` > 0 counted in one window is gone.
+  local function to_clear(lim, count)
+    if lim.F == 1 then return 1 end
+    return ceil_div(count, lim.B)
+  end
+
+
+  -- Fixed window (1): state (window, count).
+  -- The window, the units elapsed in it and its count at now (debt carried
+  -- in included); a clock that stepped back stays at the stored window.
+  local function fixed_view(lim, sw, sc, idx0, e0)
+    if not sw or sc <= 0 or sw == idx0 then return idx0, e0, sc or 0 end
+    if sw > idx0 then return sw, 0, sc end
+    return idx0, e0, carried(lim, sc, idx0 - sw)
+  end
+
+  local function fixed(lim, k, ki, cost)
+    local idx0, e0 = window_pos(lim, now)
+    local sw, sc, _, exp = read(ki)
+    local idx, e, count = fixed_view(lim, sw, sc, idx0, e0)
+    if count < 0 then count = 0 end
+    local B, L = lim.B - lim.R, lim.L
+    local u_us, u_ns = dur(lim, L - e, 0)
+    if count + cost <= B then
+      local used = count + cost
+      if cost > 0 then
+        w_x[k], w_y[k], w_z[k] = idx, used, 0
+        w_need[k], w_exp[k] = ceil_div((idx - idx0 + 1) * L - e0, lim.M), exp
+      end
+      if used > 0 then
+        return 1, B - used, u_us, u_ns, 0, 0, 0, 0
+      end
+      return 1, B - used, 0, 0, 0, 0, 0, 0
     end
-    if used > 0 then
-      return 1, B - used, u_us, u_ns, 0, 0, 0, 0
+    if count > lim.B then
+      -- In debt: refused until the carried count leaves room for the cost.
+      local r_us, r_ns = dur(lim, to_clear(lim, count) * L - e, 0)
+      local fits = to_clear(lim, count + cost + lim.R - lim.B)
+      local t_us, t_ns = dur(lim, fits * L - e, 0)
+      return 0, 0, r_us, r_ns, t_us, t_ns, 0, 0
     end
-    return 1, B - used, 0, 0, 0, 0, 0, 0
+    local free = B - count
+    if free < 0 then free = 0 end
+    return 0, free, u_us, u_ns, u_us, u_ns, 0, 0
   end
-  if count > lim.B then
-    -- In debt: refused until the carried count leaves room for the cost.
-    local r_us, r_ns = dur(lim, to_clear(lim, count) * L - e, 0)
-    local fits = to_clear(lim, count + cost + lim.R - lim.B)
-    local t_us, t_ns = dur(lim, fits * L - e, 0)
-    return 0, 0, r_us, r_ns, t_us, t_ns, 0, 0
+
+  -- Sliding window counter (3): state (window, previous, current).
+  -- The window, the units elapsed in it, and its previous and current counts
+  -- at now: rolling on, the current count becomes the previous one (at most
+  -- a burst of it) and the rest (debt) carries on as the current count.
+  local function sliding_view(lim, sw, sp, sc, idx0, e0)
+    if not sw or (sp == 0 and sc == 0) then return idx0, e0, 0, 0 end
+    if sw == idx0 then return idx0, e0, sp, sc end
+    if sw > idx0 then return sw, 0, sp, sc end
+    local rolled = idx0 - sw
+    local prev = carried(lim, sc, rolled - 1)
+    if prev > lim.B then prev = lim.B end
+    return idx0, e0, prev, carried(lim, sc, rolled)
   end
-  local free = B - count
-  if free < 0 then free = 0 end
-  return 0, free, u_us, u_ns, u_us, u_ns, 0, 0
-end
 
--- Sliding window counter (3): state (window, previous, current).
--- The window, the units elapsed in it, and its previous and current counts
--- at now: rolling on, the current count becomes the previous one (at most
--- a burst of it) and the rest (debt) carries on as the current count.
-local function sliding_view(lim, sw, sp, sc, idx0, e0)
-  if not sw or (sp == 0 and sc == 0) then return idx0, e0, 0, 0 end
-  if sw == idx0 then return idx0, e0, sp, sc end
-  if sw > idx0 then return sw, 0, sp, sc end
-  local rolled = idx0 - sw
-  local prev = carried(lim, sc, rolled - 1)
-  if prev > lim.B then prev = lim.B end
-  return idx0, e0, prev, carried(lim, sc, rolled)
-end
+  -- The first instant the estimate leaves room, `base` units after the start
+  -- of this window, with `slack` and `div` as sluice-core has them, in its
+  -- own units (g times ours): e' = len - min(floor(g slack / div), len).
+  local function sliding_pass(lim, e, base, slack, div)
+    if div < 1 then div = 1 end
+    local qs, rs = divmod(slack, div)
+    if qs >= lim.L then return dur(lim, base - e, 0) end
+    local f = floor_div(lim.g * rs, div)
+    local y = base + lim.L - e - qs
+    if y <= 0 then return 0, 0 end
+    return dur(lim, y - 1, lim.g - f)
+  end
 
--- The first instant the estimate leaves room, `base` units after the start
--- of this window, with `slack` and `div` as sluice-core has them, in its
--- own units (g times ours): e' = len - min(floor(g slack / div), len).
-local function sliding_pass(lim, e, base, slack, div)
-  if div < 1 then div = 1 end
-  local qs, rs = divmod(slack, div)
-  if qs >= lim.L then return dur(lim, base - e, 0) end
-  local f = floor_div(lim.g * rs, div)
-  local y = base + lim.L - e - qs
-  if y <= 0 then return 0, 0 end
-  return dur(lim, y - 1, lim.g - f)
-end
-
-local function sliding(lim, k, key, cost)
-  local idx0, e0 = window_pos(lim, now)
-  local sw, sp, sc, exp = read(key)
-  local idx, e, prev, cur = sliding_view(lim, sw, sp, sc, idx0, e0)
-  local B, L = lim.B - lim.R, lim.L
-  local capacity = B * L
-  local used = cur + cost
-  local weighted = prev * (L - e) + used * L
-  if weighted <= capacity then
+  local function sliding(lim, k, ki, cost)
+    local idx0, e0 = window_pos(lim, now)
+    local sw, sp, sc, exp = read(ki)
+    local idx, e, prev, cur = sliding_view(lim, sw, sp, sc, idx0, e0)
+    local B, L = lim.B - lim.R, lim.L
+    local capacity = B * L
+    local used = cur + cost
+    local weighted = prev * (L - e) + used * L
+    if weighted <= capacity then
+      local r_us, r_ns = 0, 0
+      if used > 0 then
+        r_us, r_ns = dur(lim, 2 * L - e, 0)
+      elseif prev > 0 then
+        r_us, r_ns = dur(lim, L - e, 0)
+      end
+      if cost > 0 then
+        w_x[k], w_y[k], w_z[k] = idx, prev, used
+        w_need[k], w_exp[k] = ceil_div((idx - idx0 + 2) * L - e0, lim.M), exp
+      end
+      return 1, floor_div(capacity - weighted, L), r_us, r_ns, 0, 0, 0, 0
+    end
+    local t_us, t_ns
+    if cur + cost <= B then
+      t_us, t_ns = sliding_pass(lim, e, 0, (B - cur - cost) * L, prev)
+    elseif cur <= lim.B then
+      t_us, t_ns = sliding_pass(lim, e, L, (B - cost) * L, cur)
+    else
+      -- In debt: in the first later window whose carried count leaves room.
+      local j = to_clear(lim, cur + cost + lim.R - lim.B)
+      local pj = carried(lim, cur, j - 1)
+      if pj > lim.B then pj = lim.B end
+      local cj = carried(lim, cur, j)
+      t_us, t_ns = sliding_pass(lim, e, j * L, (B - cj - cost) * L, pj)
+    end
+    if cost > B then
+      -- Above the burst less the reserve: it never fits; answer the time
+      -- until both windows have passed.
+      t_us, t_ns = dur(lim, 2 * L - e, 0)
+    end
+    if t_us == 0 and t_ns == 0 then t_ns = 1 end
+    local free = capacity - prev * (L - e) - cur * L
+    if free < 0 then free = 0 end
     local r_us, r_ns = 0, 0
-    if used > 0 then
-      r_us, r_ns = dur(lim, 2 * L - e, 0)
+    if cur > 0 then
+      r_us, r_ns = dur(lim, (to_clear(lim, cur) + 1) * L - e, 0)
     elseif prev > 0 then
       r_us, r_ns = dur(lim, L - e, 0)
     end
-    if cost > 0 then
-      w_x[k], w_y[k], w_z[k] = idx, prev, used
-      w_need[k], w_exp[k] = ceil_div((idx - idx0 + 2) * L - e0, lim.M), exp
+    return 0, floor_div(free, L), r_us, r_ns, t_us, t_ns, 0, 0
+  end
+
+  local function refund_fixed(lim, ki, cost)
+    local idx = window_pos(lim, now)
+    local sw, sc, _, exp = read(ki)
+    if not sw then return end
+    if sw < idx then
+      -- Only debt carried into this window is left to give back; the state
+      -- moves to this window even for nothing given back, as sluice-core's.
+      sc = carried(lim, sc, idx - sw)
+      if sc <= 0 then return end
+      sw = idx
+    elseif cost <= 0 then
+      return
     end
-    return 1, floor_div(capacity - weighted, L), r_us, r_ns, 0, 0, 0, 0
+    sc = sc - cost
+    if sc < 0 then sc = 0 end
+    states[ki] = pack('<dddd', sw, sc, 0, exp)
+    call('SET', KEYS[ki], states[ki], 'KEEPTTL')
   end
-  local t_us, t_ns
-  if cur + cost <= B then
-    t_us, t_ns = sliding_pass(lim, e, 0, (B - cur - cost) * L, prev)
-  elseif cur <= lim.B then
-    t_us, t_ns = sliding_pass(lim, e, L, (B - cost) * L, cur)
-  else
-    -- In debt: in the first later window whose carried count leaves room.
-    local j = to_clear(lim, cur + cost + lim.R - lim.B)
-    local pj = carried(lim, cur, j - 1)
-    if pj > lim.B then pj = lim.B end
-    local cj = carried(lim, cur, j)
-    t_us, t_ns = sliding_pass(lim, e, j * L, (B - cj - cost) * L, pj)
-  end
-  if cost > B then
-    -- Above the burst less the reserve: it never fits; answer the time
-    -- until both windows have passed.
-    t_us, t_ns = dur(lim, 2 * L - e, 0)
-  end
-  if t_us == 0 and t_ns == 0 then t_ns = 1 end
-  local free = capacity - prev * (L - e) - cur * L
-  if free < 0 then free = 0 end
-  local r_us, r_ns = 0, 0
-  if cur > 0 then
-    r_us, r_ns = dur(lim, (to_clear(lim, cur) + 1) * L - e, 0)
-  elseif prev > 0 then
-    r_us, r_ns = dur(lim, L - e, 0)
-  end
-  return 0, floor_div(free, L), r_us, r_ns, t_us, t_ns, 0, 0
-end
 
--- Sliding log (2): a list of (at_us, cost), oldest first, at most B entries,
--- after its debt ('<d') while it has some.
-local function read_log(key)
-  local raw = call('LRANGE', key, 0, -1)
-  local ats, cs = {}, {}
-  local debt, from = 0, 1
-  if #raw > 0 and #raw[1] == 8 then
-    debt = unpack('<d', raw[1])
-    from = 2
+  local function refund_sliding(lim, ki, cost)
+    local idx = window_pos(lim, now)
+    local sw, sp, sc, exp = read(ki)
+    if not sw then return end
+    -- While the stored window weighs, or debt carried from it does.
+    if sw + 1 < idx and carried(lim, sc, idx - sw - 1) <= 0 then return end
+    sc = sc - cost
+    if sc < 0 then sc = 0 end
+    states[ki] = pack('<dddd', sw, sp, sc, exp)
+    call('SET', KEYS[ki], states[ki], 'KEEPTTL')
   end
-  local n = 0
-  for j = from, #raw do
-    n = n + 1
-    ats[n], cs[n] = unpack('<dd', raw[j])
-  end
-  return ats, cs, n, debt
-end
 
--- The log with the debt due by t logged (sluice-core's log_debt.rs): every
--- entry leaving the window is logged again when it leaves (a window, a
--- whole number of microseconds, after its time), for as much of its cost
--- as there is debt. t = math.huge: once all of the debt is logged. Returns
--- new entries and the debt left.
-local function renew(lim, ats, cs, n, debt, t)
-  if debt <= 0 or n == 0 then return ats, cs, debt end
-  local period = lim.L / lim.M
-  if t < ats[1] + period then return ats, cs, debt end
-  if lim.F == 1 then return ats, cs, 0 end
-  local total = 0
-  for j = 1, n do total = total + cs[j] end
-  if total <= 0 then return ats, cs, debt end
-  local full, extra
-  local rounds = math.huge
-  if t ~= math.huge then rounds = floor_div(t - ats[1], period) end
-  local due = 0
-  for j = 1, n do
-    if ats[j] + rounds * period > t then break end
-    due = due + cs[j]
-  end
-  local needed = (rounds - 1) * total + due
-  if debt >= needed then
-    debt, full, extra = debt - needed, rounds - 1, due
-  else
-    full, extra = divmod(debt, total)
-    debt = 0
-  end
-  -- Each entry is logged again `full` times, the oldest once more for
-  -- `extra` of their cost; those are then the newest.
-  local left, moved = extra, 0
-  local mats, mcs = {}, {}
-  for j = 1, n do
-    local times, c = full, cs[j]
-    if left > 0 then
-      times = times + 1
-      moved = moved + 1
-      if c > left then c = left end
-      left = left - c
+  local MAX_COUNT = 4294967295
+
+  local function debit_fixed(lim, ki, amount, max_debt)
+    local idx0, e0 = window_pos(lim, now)
+    local sw, sc, _, exp = read(ki)
+    local idx, _, count = fixed_view(lim, sw, sc, idx0, e0)
+    local charged = clamp(clamp(lim.B + max_debt, MAX_COUNT) - count, amount)
+    if charged > 0 then
+      local c = count + charged
+      local need = ceil_div((idx - idx0 + to_clear(lim, c)) * lim.L - e0, lim.M)
+      store(ki, idx, c, 0, need, exp)
     end
-    mats[j], mcs[j] = ats[j] + times * period, c
+    return charged
   end
-  local nats, ncs = {}, {}
-  for j = 1, n do
-    local from = (j + moved - 1) % n + 1
-    nats[j], ncs[j] = mats[from], mcs[from]
-  end
-  return nats, ncs, debt
-end
 
--- The list holding `vals` (packed), living `ttl` ms.
-local function put_log(key, vals, ttl)
-  call('DEL', key)
-  if #vals == 0 then return end
-  for from = 1, #vals, 1000 do
-    call('RPUSH', key, unpack_list(vals, from, math.min(from + 999, #vals)))
-  end
-  call('PEXPIRE', key, ttl)
-end
-
--- Writes a log in full, its debt first: it lives until its newest entry,
--- once the debt is all logged, has left the window.
-local function rewrite_log(lim, key, ats, cs, n, debt)
-  if n == 0 then debt = 0 end
-  local vals = {}
-  if debt > 0 then vals[1] = pack('<d', debt) end
-  for j = 1, n do vals[#vals + 1] = pack('<dd', ats[j], cs[j]) end
-  local newest = ats[n]
-  if debt > 0 then
-    local pats = renew(lim, ats, cs, n, debt, math.huge)
-    newest = pats[n]
-  end
-  if newest then newest = newest - now + ceil_div(lim.L, lim.M) end
-  put_log(key, vals, ttl_ms(newest or 0))
-end
-
--- A log still in debt at t (renewed to t): refused, nothing remaining; the
--- retry waits until the debt is all logged, then until the cost fits.
-local function log_in_debt(lim, ats, cs, n, debt, t, cost)
-  local L, M = lim.L, lim.M
-  local pats, pcs, pdebt = renew(lim, ats, cs, n, debt, math.huge)
-  local far = 2 ^ 62
-  local paid, cleared = far, far
-  if pdebt <= 0 and lim.F == 1 then
-    paid, cleared = (pats[1] - t) * M + L, (pats[n] - t) * M + L
-  elseif pdebt <= 0 then
-    paid, cleared = (pats[n] - t) * M, (pats[n] - t) * M + L
-  end
-  local used = 0
-  for j = 1, n do
-    if (t - pats[j]) * M < L then used = used + pcs[j] end
-  end
-  local to_free = used + cost - (lim.B - lim.R)
-  local pass = 0
-  for j = 1, n do
-    if to_free <= 0 then break end
-    if (t - pats[j]) * M < L then
-      pass = (pats[j] - t) * M + L
-      to_free = to_free - pcs[j]
+  local function debit_sliding(lim, ki, amount, max_debt)
+    local idx0, e0 = window_pos(lim, now)
+    local sw, sp, sc, exp = read(ki)
+    local idx, e, prev, cur = sliding_view(lim, sw, sp, sc, idx0, e0)
+    local L = lim.L
+    -- estimate + x <= B + max_debt, for whole x: x <= B + max_debt - ceil(estimate).
+    local estimate = ceil_div(prev * (L - e) + cur * L, L)
+    local charged = clamp(clamp(lim.B + max_debt - estimate, MAX_COUNT - cur), amount)
+    if charged > 0 then
+      local c = cur + charged
+      local need = ceil_div((idx - idx0 + to_clear(lim, c) + 1) * L - e0, lim.M)
+      store(ki, idx, prev, c, need, exp)
     end
+    return charged
   end
-  if paid > pass then pass = paid end
-  local r_us, r_ns = dur(lim, cleared, 0)
-  local t_us, t_ns = dur(lim, pass, 0)
-  return 0, 0, r_us, r_ns, t_us, t_ns, 0, 0
+  return {
+    { fixed, write_state, refund_fixed, debit_fixed },
+    { sliding, write_state, refund_sliding, debit_sliding },
+  }
 end
 
-local function log(lim, k, key, cost)
-  local ats, cs, n, debt = read_log(key)
-  local t = now
-  if n > 0 and ats[n] > t then t = ats[n] end
-  local renewed = debt > 0
-  if renewed then
-    ats, cs, debt = renew(lim, ats, cs, n, debt, t)
-    if debt > 0 then return log_in_debt(lim, ats, cs, n, debt, t, cost) end
-  end
-  local B, L, M = lim.B - lim.R, lim.L, lim.M
-  local first = n + 1
-  for j = 1, n do
-    if (t - ats[j]) * M < L then
-      first = j
-      break
-    end
-  end
-  local used = 0
-  for j = first, n do used = used + cs[j] end
-  local newest = 0
-  if first <= n then newest = L - (t - ats[n]) * M end
-  if used + cost <= B then
-    local r_us, r_ns
-    if cost > 0 then
-      r_us, r_ns = dur(lim, L, 0)
-      local merge = n > 0 and ats[n] == t
-      if merge then
-        w_val[k] = pack('<dd', t, cs[n] + cost)
-      else
-        w_val[k] = pack('<dd', t, cost)
-      end
-      w_ttl[k] = ttl_ms(t - now + ceil_div(L, M))
-      w_drop[k] = first - 1
-      w_merge[k] = merge
-      if renewed then
-        -- Its debt is all logged: the list is written again, without it.
-        local vals = {}
-        for j = first, n do vals[#vals + 1] = pack('<dd', ats[j], cs[j]) end
-        if merge then vals[#vals] = w_val[k] else vals[#vals + 1] = w_val[k] end
-        w_full[k] = vals
-      end
-    else
-      r_us, r_ns = dur(lim, newest, 0)
-    end
-    return 1, B - used - cost, r_us, r_ns, 0, 0, 0, 0
-  end
-  local to_free = used + cost - B
-  local pass = 0
-  for j = first, n do
-    pass = L - (t - ats[j]) * M
-    to_free = to_free - cs[j]
-    if to_free <= 0 then break end
-  end
-  -- Above the burst less the reserve: it never fits; answer a window.
-  if to_free > 0 then pass = L end
-  local r_us, r_ns = dur(lim, newest, 0)
-  local t_us, t_ns = dur(lim, pass, 0)
-  local free = B - used
-  if free < 0 then free = 0 end
-  return 0, free, r_us, r_ns, t_us, t_ns, 0, 0
-end
+local function make_log()
 
--- Concurrency (7): the entries of a slots state, live (expiry > now) ones
--- only; the slots they hold; and the caller's index among them (or nil).
-local function slots_read(lim, key)
-  local v = get(key)
-  local ids, held, exps, n, total, mine = {}, {}, {}, 0, 0, nil
-  if not v or #v % 24 ~= 0 then return ids, held, exps, 0, 0, nil end
-  local pos = 1
-  while pos <= #v do
-    local id, h, exp
-    id, h, exp, pos = unpack('<ddd', v, pos)
-    if exp > now and h > 0 then
+  -- Sliding log (2): a list of (at_us, cost), oldest first, at most B entries,
+  -- after its debt ('<d') while it has some.
+  local function read_log(ki)
+    local raw = call('LRANGE', KEYS[ki], 0, -1)
+    local ats, cs = {}, {}
+    local debt, from = 0, 1
+    if #raw > 0 and #raw[1] == 8 then
+      debt = unpack('<d', raw[1])
+      from = 2
+    end
+    local n = 0
+    for j = from, #raw do
       n = n + 1
-      ids[n], held[n], exps[n] = id, h, exp
-      total = total + h
-      if id == lim.L2 then mine = n end
+      ats[n], cs[n] = unpack('<dd', raw[j])
+    end
+    return ats, cs, n, debt
+  end
+
+  -- The log with the debt due by t logged (sluice-core's log_debt.rs): every
+  -- entry leaving the window is logged again when it leaves (a window, a
+  -- whole number of microseconds, after its time), for as much of its cost
+  -- as there is debt. t = math.huge: once all of the debt is logged. Returns
+  -- new entries and the debt left.
+  local function renew(lim, ats, cs, n, debt, t)
+    if debt <= 0 or n == 0 then return ats, cs, debt end
+    local period = lim.L / lim.M
+    if t < ats[1] + period then return ats, cs, debt end
+    if lim.F == 1 then return ats, cs, 0 end
+    local total = 0
+    for j = 1, n do total = total + cs[j] end
+    if total <= 0 then return ats, cs, debt end
+    local full, extra
+    local rounds = math.huge
+    if t ~= math.huge then rounds = floor_div(t - ats[1], period) end
+    local due = 0
+    for j = 1, n do
+      if ats[j] + rounds * period > t then break end
+      due = due + cs[j]
+    end
+    local needed = (rounds - 1) * total + due
+    if debt >= needed then
+      debt, full, extra = debt - needed, rounds - 1, due
+    else
+      full, extra = divmod(debt, total)
+      debt = 0
+    end
+    -- Each entry is logged again `full` times, the oldest once more for
+    -- `extra` of their cost; those are then the newest.
+    local left, moved = extra, 0
+    local mats, mcs = {}, {}
+    for j = 1, n do
+      local times, c = full, cs[j]
+      if left > 0 then
+        times = times + 1
+        moved = moved + 1
+        if c > left then c = left end
+        left = left - c
+      end
+      mats[j], mcs[j] = ats[j] + times * period, c
+    end
+    local nats, ncs = {}, {}
+    for j = 1, n do
+      local from = (j + moved - 1) % n + 1
+      nats[j], ncs[j] = mats[from], mcs[from]
+    end
+    return nats, ncs, debt
+  end
+
+  -- The list holding `vals` (packed), living `ttl` ms.
+  local function put_log(ki, vals, ttl)
+    call('DEL', KEYS[ki])
+    if #vals == 0 then return end
+    for from = 1, #vals, 1000 do
+      call('RPUSH', KEYS[ki], unpack_list(vals, from, math.min(from + 999, #vals)))
+    end
+    call('PEXPIRE', KEYS[ki], ttl)
+  end
+
+  -- Writes a log in full, its debt first: it lives until its newest entry,
+  -- once the debt is all logged, has left the window.
+  local function rewrite_log(lim, ki, ats, cs, n, debt)
+    if n == 0 then debt = 0 end
+    local vals = {}
+    if debt > 0 then vals[1] = pack('<d', debt) end
+    for j = 1, n do vals[#vals + 1] = pack('<dd', ats[j], cs[j]) end
+    local newest = ats[n]
+    if debt > 0 then
+      local pats = renew(lim, ats, cs, n, debt, math.huge)
+      newest = pats[n]
+    end
+    if newest then newest = newest - now + ceil_div(lim.L, lim.M) end
+    put_log(ki, vals, ttl_ms(newest or 0))
+  end
+
+  -- A log still in debt at t (renewed to t): refused, nothing remaining; the
+  -- retry waits until the debt is all logged, then until the cost fits.
+  local function log_in_debt(lim, ats, cs, n, debt, t, cost)
+    local L, M = lim.L, lim.M
+    local pats, pcs, pdebt = renew(lim, ats, cs, n, debt, math.huge)
+    local far = 2 ^ 62
+    local paid, cleared = far, far
+    if pdebt <= 0 and lim.F == 1 then
+      paid, cleared = (pats[1] - t) * M + L, (pats[n] - t) * M + L
+    elseif pdebt <= 0 then
+      paid, cleared = (pats[n] - t) * M, (pats[n] - t) * M + L
+    end
+    local used = 0
+    for j = 1, n do
+      if (t - pats[j]) * M < L then used = used + pcs[j] end
+    end
+    local to_free = used + cost - (lim.B - lim.R)
+    local pass = 0
+    for j = 1, n do
+      if to_free <= 0 then break end
+      if (t - pats[j]) * M < L then
+        pass = (pats[j] - t) * M + L
+        to_free = to_free - pcs[j]
+      end
+    end
+    if paid > pass then pass = paid end
+    local r_us, r_ns = dur(lim, cleared, 0)
+    local t_us, t_ns = dur(lim, pass, 0)
+    return 0, 0, r_us, r_ns, t_us, t_ns, 0, 0
+  end
+
+  local function log(lim, k, ki, cost)
+    local ats, cs, n, debt = read_log(ki)
+    local t = now
+    if n > 0 and ats[n] > t then t = ats[n] end
+    local renewed = debt > 0
+    if renewed then
+      ats, cs, debt = renew(lim, ats, cs, n, debt, t)
+      if debt > 0 then return log_in_debt(lim, ats, cs, n, debt, t, cost) end
+    end
+    local B, L, M = lim.B - lim.R, lim.L, lim.M
+    local first = n + 1
+    for j = 1, n do
+      if (t - ats[j]) * M < L then
+        first = j
+        break
+      end
+    end
+    local used = 0
+    for j = first, n do used = used + cs[j] end
+    local newest = 0
+    if first <= n then newest = L - (t - ats[n]) * M end
+    if used + cost <= B then
+      local r_us, r_ns
+      if cost > 0 then
+        r_us, r_ns = dur(lim, L, 0)
+        local merge = n > 0 and ats[n] == t
+        if merge then
+          w_val[k] = pack('<dd', t, cs[n] + cost)
+        else
+          w_val[k] = pack('<dd', t, cost)
+        end
+        w_ttl[k] = ttl_ms(t - now + ceil_div(L, M))
+        w_drop[k] = first - 1
+        w_merge[k] = merge
+        if renewed then
+          -- Its debt is all logged: the list is written again, without it.
+          local vals = {}
+          for j = first, n do vals[#vals + 1] = pack('<dd', ats[j], cs[j]) end
+          if merge then vals[#vals] = w_val[k] else vals[#vals + 1] = w_val[k] end
+          w_full[k] = vals
+        end
+      else
+        r_us, r_ns = dur(lim, newest, 0)
+      end
+      return 1, B - used - cost, r_us, r_ns, 0, 0, 0, 0
+    end
+    local to_free = used + cost - B
+    local pass = 0
+    for j = first, n do
+      pass = L - (t - ats[j]) * M
+      to_free = to_free - cs[j]
+      if to_free <= 0 then break end
+    end
+    -- Above the burst less the reserve: it never fits; answer a window.
+    if to_free > 0 then pass = L end
+    local r_us, r_ns = dur(lim, newest, 0)
+    local t_us, t_ns = dur(lim, pass, 0)
+    local free = B - used
+    if free < 0 then free = 0 end
+    return 0, free, r_us, r_ns, t_us, t_ns, 0, 0
+  end
+
+  local function refund_log(lim, ki, cost)
+    local ats, cs, n, debt = read_log(ki)
+    if debt > 0 then
+      -- From the debt first, then the newest entries.
+      local t = now
+      if ats[n] and ats[n] > t then t = ats[n] end
+      ats, cs, debt = renew(lim, ats, cs, n, debt, t)
+      local from_debt = cost
+      if from_debt > debt then from_debt = debt end
+      debt = debt - from_debt
+      local left = clamp(cost - from_debt, lim.B)
+      while left > 0 and n > 0 do
+        if cs[n] > left then
+          cs[n] = cs[n] - left
+          left = 0
+        else
+          left = left - cs[n]
+          ats[n], cs[n] = nil, nil
+          n = n - 1
+        end
+      end
+      rewrite_log(lim, ki, ats, cs, n, debt)
+      return
+    end
+    local left = clamp(cost, lim.B)
+    local j = n
+    while j >= 1 and left > 0 do
+      if cs[j] <= left then
+        left = left - cs[j]
+        call('RPOP', KEYS[ki])
+      else
+        call('LSET', KEYS[ki], j - 1, pack('<dd', ats[j], cs[j] - left))
+        left = 0
+      end
+      j = j - 1
     end
   end
-  return ids, held, exps, n, total, mine
-end
 
--- The state of `n` entries, packed, and how long it must live (ms); nil
--- when no entry holds a slot.
-local function slots_pack(ids, held, exps, n)
-  local parts, latest = {}, 0
-  for j = 1, n do
-    if held[j] > 0 then
-      parts[#parts + 1] = pack('<ddd', ids[j], held[j], exps[j])
-      if exps[j] > latest then latest = exps[j] end
+  local function debit_log(lim, ki, amount, max_debt)
+    if amount <= 0 then return 0 end
+    local ats, cs, n, debt = read_log(ki)
+    local had_debt = debt > 0
+    local t = now
+    if n > 0 and ats[n] > t then t = ats[n] end
+    ats, cs, debt = renew(lim, ats, cs, n, debt, t)
+    -- Only what weighs stays: it is what the debt is logged behind.
+    local kats, kcs, m, logged = {}, {}, 0, 0
+    for j = 1, n do
+      if (t - ats[j]) * lim.M < lim.L then
+        m = m + 1
+        kats[m], kcs[m] = ats[j], cs[j]
+        logged = logged + cs[j]
+      end
     end
-  end
-  if #parts == 0 then return nil, 0 end
-  return table.concat(parts), ttl_ms(latest - now)
-end
-
-local function slots_put(key, v, ttl)
-  if v then
-    call('SET', key, v, 'PX', ttl)
-  else
-    call('DEL', key)
-  end
-  values[key] = v or false
-end
-
--- The caller's entry gains `cost` slots (created if need be), leased anew.
-local function slots_take(lim, ids, held, exps, n, mine, cost)
-  if not mine then
-    n = n + 1
-    mine = n
-    ids[n], held[n] = lim.L2, 0
-  end
-  held[mine] = held[mine] + cost
-  -- A lease is never shortened (a test clock may step back).
-  if not exps[mine] or exps[mine] < now + lim.L then exps[mine] = now + lim.L end
-  return slots_pack(ids, held, exps, n)
-end
-
-local function slots(lim, k, key, cost)
-  local ids, held, exps, n, total, mine = slots_read(lim, key)
-  local B = lim.B - lim.R
-  local r_us, r_ns = 0, 0
-  if total + cost <= B then
-    if total + cost > 0 then r_us, r_ns = lim.P, lim.g end
-    if cost > 0 then
-      w_val[k], w_ttl[k] = slots_take(lim, ids, held, exps, n, mine, cost)
-    elseif mine and mode == 'c' then
-      slots_put(key, slots_take(lim, ids, held, exps, n, mine, 0))
+    local used = logged + debt
+    local charged = clamp(lim.B + max_debt - used, amount)
+    local now_logged = clamp(lim.B - used, charged)
+    if now_logged > 0 then
+      if m > 0 and kats[m] == t then
+        kcs[m] = kcs[m] + now_logged
+      else
+        m = m + 1
+        kats[m], kcs[m] = t, now_logged
+      end
     end
-    return 1, B - total - cost, r_us, r_ns, 0, 0, 0, 0
+    debt = debt + charged - now_logged
+    if charged > 0 or had_debt then rewrite_log(lim, ki, kats, kcs, m, debt) end
+    return charged
   end
-  if cost == 0 and mine and mode == 'c' then
-    slots_put(key, slots_take(lim, ids, held, exps, n, mine, 0))
+
+  local function write_log(k, ki)
+    if w_full[k] then
+      put_log(ki, w_full[k], w_ttl[k])
+      return
+    end
+    if w_drop[k] > 0 then call('LTRIM', KEYS[ki], w_drop[k], -1) end
+    if w_merge[k] then call('LSET', KEYS[ki], -1, w_val[k]) else call('RPUSH', KEYS[ki], w_val[k]) end
+    call('PEXPIRE', KEYS[ki], w_ttl[k])
   end
-  if total > 0 then r_us, r_ns = lim.P, lim.g end
-  local t_us, t_ns = lim.P, lim.g
-  if t_us >= 1000000 then t_us, t_ns = 1000000, 0 end
-  local free = B - total
-  if free < 0 then free = 0 end
-  return 0, free, r_us, r_ns, t_us, t_ns, 0, 0
+  return { log, write_log, refund_log, debit_log }
 end
 
-local deciders = { fixed, log, sliding, meter, meter, meter, slots }
+local function make_slots()
 
-local function decide(k, cost)
-  local lim = c_lim[k]
+  -- Concurrency (7): the entries of a slots state, live (expiry > now) ones
+  -- only; the slots they hold; and the caller's index among them (or nil).
+  local function slots_read(lim, ki)
+    local v = get(ki)
+    local ids, held, exps, n, total, mine = {}, {}, {}, 0, 0, nil
+    if not v or #v % 24 ~= 0 then return ids, held, exps, 0, 0, nil end
+    local pos = 1
+    while pos <= #v do
+      local id, h, exp
+      id, h, exp, pos = unpack('<ddd', v, pos)
+      if exp > now and h > 0 then
+        n = n + 1
+        ids[n], held[n], exps[n] = id, h, exp
+        total = total + h
+        if id == lim.L2 then mine = n end
+      end
+    end
+    return ids, held, exps, n, total, mine
+  end
+
+  -- The state of `n` entries, packed, and how long it must live (ms); nil
+  -- when no entry holds a slot.
+  local function slots_pack(ids, held, exps, n)
+    local parts, latest = {}, 0
+    for j = 1, n do
+      if held[j] > 0 then
+        parts[#parts + 1] = pack('<ddd', ids[j], held[j], exps[j])
+        if exps[j] > latest then latest = exps[j] end
+      end
+    end
+    if #parts == 0 then return nil, 0 end
+    return table.concat(parts), ttl_ms(latest - now)
+  end
+
+  local function slots_put(ki, v, ttl)
+    if v then
+      call('SET', KEYS[ki], v, 'PX', ttl)
+    else
+      call('DEL', KEYS[ki])
+    end
+    states[ki] = v or false
+  end
+
+  -- The caller's entry gains `cost` slots (created if need be), leased anew.
+  local function slots_take(lim, ids, held, exps, n, mine, cost)
+    if not mine then
+      n = n + 1
+      mine = n
+      ids[n], held[n] = lim.L2, 0
+    end
+    held[mine] = held[mine] + cost
+    -- A lease is never shortened (a test clock may step back).
+    if not exps[mine] or exps[mine] < now + lim.L then exps[mine] = now + lim.L end
+    return slots_pack(ids, held, exps, n)
+  end
+
+  local function slots(lim, k, ki, cost)
+    local ids, held, exps, n, total, mine = slots_read(lim, ki)
+    local B = lim.B - lim.R
+    local r_us, r_ns = 0, 0
+    if total + cost <= B then
+      if total + cost > 0 then r_us, r_ns = lim.P, lim.g end
+      if cost > 0 then
+        w_val[k], w_ttl[k] = slots_take(lim, ids, held, exps, n, mine, cost)
+      elseif mine and mode == 'c' then
+        slots_put(ki, slots_take(lim, ids, held, exps, n, mine, 0))
+      end
+      return 1, B - total - cost, r_us, r_ns, 0, 0, 0, 0
+    end
+    if cost == 0 and mine and mode == 'c' then
+      slots_put(ki, slots_take(lim, ids, held, exps, n, mine, 0))
+    end
+    if total > 0 then r_us, r_ns = lim.P, lim.g end
+    local t_us, t_ns = lim.P, lim.g
+    if t_us >= 1000000 then t_us, t_ns = 1000000, 0 end
+    local free = B - total
+    if free < 0 then free = 0 end
+    return 0, free, r_us, r_ns, t_us, t_ns, 0, 0
+  end
+
+  -- Holder ids at least this are leases (below it, instances).
+  local LEASES = 4503599627370496
+
+  -- A release: the cost comes off the caller's entry first; what an
+  -- instance does not hold comes off the other live entries, the one whose
+  -- lease ends soonest first (ties: the first in the state), none below 0.
+  -- A lease frees nothing beyond its own entry.
+  local function refund_slots(lim, ki, cost)
+    local ids, held, exps, n, _, mine = slots_read(lim, ki)
+    if n == 0 then return end
+    local left = cost
+    if mine then
+      local c = clamp(left, held[mine])
+      held[mine], left = held[mine] - c, left - c
+    end
+    -- A lease frees its own slots only.
+    if lim.L2 >= LEASES then left = 0 end
+    while left > 0 do
+      local pick = nil
+      for j = 1, n do
+        if held[j] > 0 and (not pick or exps[j] < exps[pick]) then pick = j end
+      end
+      if not pick then break end
+      local c = clamp(left, held[pick])
+      held[pick], left = held[pick] - c, left - c
+    end
+    slots_put(ki, slots_pack(ids, held, exps, n))
+  end
+
+  local function debit_slots(lim, ki, amount, max_debt)
+    local ids, held, exps, n, total, mine = slots_read(lim, ki)
+    local charged = clamp(lim.B + max_debt - total, amount)
+    if charged > 0 then
+      slots_put(ki, slots_take(lim, ids, held, exps, n, mine, charged))
+    end
+    return charged
+  end
+
+  local function write_slots(k, ki)
+    slots_put(ki, w_val[k], w_ttl[k])
+  end
+  return { slots, write_slots, refund_slots, debit_slots }
+end
+
+-- Per algorithm, its operations once made.
+local ops = {}
+local function make(alg)
+  if not alg or ops[alg] then return ops[alg] ~= nil end
+  if alg == 1 or alg == 3 then
+    local w = make_windows()
+    ops[1], ops[3] = w[1], w[2]
+  elseif alg >= 4 and alg <= 6 then
+    local m = make_meter()
+    ops[4], ops[5], ops[6] = m, m, m
+  elseif alg == 2 then
+    ops[2] = make_log()
+  elseif alg == 7 then
+    ops[7] = make_slots()
+  end
+  return ops[alg] ~= nil
+end
+
+
+-- Check k of a group of several: its decision, kept until the group's.
+local function decide(k, lim, ki, cost)
   w_val[k] = nil
   w_need[k] = nil
   w_full[k] = nil
   d_ok[k], d_rem[k], d_rus[k], d_rns[k], d_tus[k], d_tns[k], d_dus[k], d_dns[k] =
-    deciders[lim.alg](lim, k, KEYS[k], cost)
+    ops[lim.alg][1](lim, k, ki, cost)
 end
 
-local function write(k)
-  local key = KEYS[k]
-  if c_lim[k].alg == 7 then
-    slots_put(key, w_val[k], w_ttl[k])
-  elseif c_lim[k].alg ~= 2 then
-    store(key, w_x[k], w_y[k], w_z[k], w_need[k], w_exp[k])
-  elseif w_full[k] then
-    put_log(key, w_full[k], w_ttl[k])
-  else
-    if w_drop[k] > 0 then call('LTRIM', key, w_drop[k], -1) end
-    if w_merge[k] then call('LSET', key, -1, w_val[k]) else call('RPUSH', key, w_val[k]) end
-    call('PEXPIRE', key, w_ttl[k])
-  end
-end
-
--- Refunds: give back a committed cost, as closely as the state allows.
-local function refund_meter(lim, key, cost)
-  local last, _, used, exp = meter_state(lim, key)
-  if not last then return end
-  -- A GCRA whose TAT is not ahead of now is full already: left as it is
-  -- (as sluice-core does), so that a clock that then steps back sees it
-  -- unchanged.
-  if lim.alg == 6 and used <= 0 then return end
-  used = used - cost * lim.P
-  if used < 0 then used = 0 end
-  local stamp = now
-  if lim.alg ~= 6 and last > now then stamp = last end
-  -- Written as a charge writes: the state moved to `stamp` must live at
-  -- least until it is replenished from there (`store` keeps the TTL when
-  -- it already covers that).
-  store(key, stamp, used, 0, stamp - now + ceil_div(used, lim.M), exp)
-end
-
-local function refund_fixed(lim, key, cost)
-  local idx = window_pos(lim, now)
-  local sw, sc, _, exp = read(key)
-  if not sw then return end
-  if sw < idx then
-    -- Only debt carried into this window is left to give back; the state
-    -- moves to this window even for nothing given back, as sluice-core's.
-    sc = carried(lim, sc, idx - sw)
-    if sc <= 0 then return end
-    sw = idx
-  elseif cost <= 0 then
-    return
-  end
-  sc = sc - cost
-  if sc < 0 then sc = 0 end
-  values[key] = pack('<dddd', sw, sc, 0, exp)
-  call('SET', key, values[key], 'KEEPTTL')
-end
-
-local function refund_sliding(lim, key, cost)
-  local idx = window_pos(lim, now)
-  local sw, sp, sc, exp = read(key)
-  if not sw then return end
-  -- While the stored window weighs, or debt carried from it does.
-  if sw + 1 < idx and carried(lim, sc, idx - sw - 1) <= 0 then return end
-  sc = sc - cost
-  if sc < 0 then sc = 0 end
-  values[key] = pack('<dddd', sw, sp, sc, exp)
-  call('SET', key, values[key], 'KEEPTTL')
-end
-
-local function refund_log(lim, key, cost)
-  local ats, cs, n, debt = read_log(key)
-  if debt > 0 then
-    -- From the debt first, then the newest entries.
-    local t = now
-    if ats[n] and ats[n] > t then t = ats[n] end
-    ats, cs, debt = renew(lim, ats, cs, n, debt, t)
-    local from_debt = cost
-    if from_debt > debt then from_debt = debt end
-    debt = debt - from_debt
-    local left = clamp(cost - from_debt, lim.B)
-    while left > 0 and n > 0 do
-      if cs[n] > left then
-        cs[n] = cs[n] - left
-        left = 0
-      else
-        left = left - cs[n]
-        ats[n], cs[n] = nil, nil
-        n = n - 1
-      end
-    end
-    rewrite_log(lim, key, ats, cs, n, debt)
-    return
-  end
-  local left = clamp(cost, lim.B)
-  local j = n
-  while j >= 1 and left > 0 do
-    if cs[j] <= left then
-      left = left - cs[j]
-      call('RPOP', key)
-    else
-      call('LSET', key, j - 1, pack('<dd', ats[j], cs[j] - left))
-      left = 0
-    end
-    j = j - 1
-  end
-end
-
--- Holder ids at least this are leases (below it, instances).
-local LEASES = 4503599627370496
-
--- A release: the cost comes off the caller's entry first; what an
--- instance does not hold comes off the other live entries, the one whose
--- lease ends soonest first (ties: the first in the state), none below 0.
--- A lease frees nothing beyond its own entry.
-local function refund_slots(lim, key, cost)
-  local ids, held, exps, n, _, mine = slots_read(lim, key)
-  if n == 0 then return end
-  local left = cost
-  if mine then
-    local c = clamp(left, held[mine])
-    held[mine], left = held[mine] - c, left - c
-  end
-  -- A lease frees its own slots only.
-  if lim.L2 >= LEASES then left = 0 end
-  while left > 0 do
-    local pick = nil
-    for j = 1, n do
-      if held[j] > 0 and (not pick or exps[j] < exps[pick]) then pick = j end
-    end
-    if not pick then break end
-    local c = clamp(left, held[pick])
-    held[pick], left = held[pick] - c, left - c
-  end
-  slots_put(key, slots_pack(ids, held, exps, n))
-end
-
-local refunders = {
-  refund_fixed, refund_log, refund_sliding, refund_meter, refund_meter, refund_meter, refund_slots,
-}
-
--- Debits: charge `amount` whatever is left, into debt up to `max_debt`
--- units of cost beyond empty (sluice-core's `Algorithm::debit`). Each
--- returns the cost charged.
-local function debit_meter(lim, key, amount, max_debt)
-  local last, _, used, exp = meter_state(lim, key)
-  local P = lim.P
-  local charged = clamp(floor((lim.L + max_debt * P - used) / P), amount)
-  if charged > 0 and lim.L + max_debt * P < 2 ^ 52 then
-    -- Exact where the floor above may not be.
-    charged = clamp(floor_div(lim.L + max_debt * P - used, P), amount)
-  end
-  if charged > 0 then
-    local stamp = now
-    if lim.alg ~= 6 and last and last > now then stamp = last end
-    local new = used + charged * P
-    store(key, stamp, new, 0, stamp - now + ceil_div(new, lim.M), exp)
-  end
-  return charged
-end
-
-local MAX_COUNT = 4294967295
-
-local function debit_fixed(lim, key, amount, max_debt)
-  local idx0, e0 = window_pos(lim, now)
-  local sw, sc, _, exp = read(key)
-  local idx, _, count = fixed_view(lim, sw, sc, idx0, e0)
-  local charged = clamp(clamp(lim.B + max_debt, MAX_COUNT) - count, amount)
-  if charged > 0 then
-    local c = count + charged
-    local need = ceil_div((idx - idx0 + to_clear(lim, c)) * lim.L - e0, lim.M)
-    store(key, idx, c, 0, need, exp)
-  end
-  return charged
-end
-
-local function debit_sliding(lim, key, amount, max_debt)
-  local idx0, e0 = window_pos(lim, now)
-  local sw, sp, sc, exp = read(key)
-  local idx, e, prev, cur = sliding_view(lim, sw, sp, sc, idx0, e0)
-  local L = lim.L
-  -- estimate + x <= B + max_debt, for whole x: x <= B + max_debt - ceil(estimate).
-  local estimate = ceil_div(prev * (L - e) + cur * L, L)
-  local charged = clamp(clamp(lim.B + max_debt - estimate, MAX_COUNT - cur), amount)
-  if charged > 0 then
-    local c = cur + charged
-    local need = ceil_div((idx - idx0 + to_clear(lim, c) + 1) * L - e0, lim.M)
-    store(key, idx, prev, c, need, exp)
-  end
-  return charged
-end
-
-local function debit_log(lim, key, amount, max_debt)
-  if amount <= 0 then return 0 end
-  local ats, cs, n, debt = read_log(key)
-  local had_debt = debt > 0
-  local t = now
-  if n > 0 and ats[n] > t then t = ats[n] end
-  ats, cs, debt = renew(lim, ats, cs, n, debt, t)
-  -- Only what weighs stays: it is what the debt is logged behind.
-  local kats, kcs, m, logged = {}, {}, 0, 0
-  for j = 1, n do
-    if (t - ats[j]) * lim.M < lim.L then
-      m = m + 1
-      kats[m], kcs[m] = ats[j], cs[j]
-      logged = logged + cs[j]
-    end
-  end
-  local used = logged + debt
-  local charged = clamp(lim.B + max_debt - used, amount)
-  local now_logged = clamp(lim.B - used, charged)
-  if now_logged > 0 then
-    if m > 0 and kats[m] == t then
-      kcs[m] = kcs[m] + now_logged
-    else
-      m = m + 1
-      kats[m], kcs[m] = t, now_logged
-    end
-  end
-  debt = debt + charged - now_logged
-  if charged > 0 or had_debt then rewrite_log(lim, key, kats, kcs, m, debt) end
-  return charged
-end
-
-local function debit_slots(lim, key, amount, max_debt)
-  local ids, held, exps, n, total, mine = slots_read(lim, key)
-  local charged = clamp(lim.B + max_debt - total, amount)
-  if charged > 0 then
-    slots_put(key, slots_take(lim, ids, held, exps, n, mine, charged))
-  end
-  return charged
-end
-
-local debiters = {
-  debit_fixed, debit_log, debit_sliding, debit_meter, debit_meter, debit_meter, debit_slots,
-}
-
--- Parse the limits and the groups before touching anything.
+-- Parse the limits and the checks before touching anything.
 local lims = {}
-local nl = tonumber(ARGV[3])
-local ai = 4
-for j = 1, nl do
-  local l = {
-    alg = tonumber(ARGV[ai]), B = tonumber(ARGV[ai + 1]), P = tonumber(ARGV[ai + 2]),
-    M = tonumber(ARGV[ai + 3]), g = tonumber(ARGV[ai + 4]), a = tonumber(ARGV[ai + 5]),
-    L = tonumber(ARGV[ai + 6]), L2 = tonumber(ARGV[ai + 7]), M2 = tonumber(ARGV[ai + 8]),
-    queue = tonumber(ARGV[ai + 9]), R = tonumber(ARGV[ai + 10]),
-    F = tonumber(ARGV[ai + 11]),
-  }
-  if not l.R or l.R < 0 or l.R > l.B or (l.F ~= 0 and l.F ~= 1) then
+local lp = ARGV[3]
+if not lp or #lp % 96 ~= 0 then
+  return redis.error_reply('ERR sluice: malformed arguments')
+end
+local lpos = 1
+for j = 1, #lp / 96 do
+  local l = {}
+  l.alg, l.B, l.P, l.M, l.g, l.a, l.L, l.L2, l.M2, l.queue, l.R, l.F, lpos =
+    unpack('<dddddddddddd', lp, lpos)
+  if l.R < 0 or l.R > l.B or (l.F ~= 0 and l.F ~= 1) or not make(l.alg) then
     return redis.error_reply('ERR sluice: malformed arguments')
   end
   l.g2 = l.M / l.M2
   lims[j] = l
-  ai = ai + 12
 end
 
--- The checks: one packed record per check, '<BHd': 1 if it opens a group,
--- its limit (1-based), its cost.
-local packed = ARGV[ai]
-if not packed or #packed % 11 ~= 0 or #packed / 11 ~= #KEYS then
+-- The checks: one packed record per check, '<BHHd': 1 if it opens a group,
+-- its limit (1-based), its key (1-based), its cost; unpacked at most 1000
+-- records per struct.unpack. Check c's fields are recs[4c - 3 .. 4c].
+local packed = ARGV[4]
+if not packed or #packed % 13 ~= 0 then
   return redis.error_reply('ERR sluice: malformed arguments')
 end
-local ng = 0
-local g_size = {}
-local k = 0
+local n = #packed / 13
+local recs = {}
 local pos = 1
-while pos <= #packed do
-  local opens, li, cost
-  opens, li, cost, pos = unpack('<BHd', packed, pos)
-  k = k + 1
-  if opens == 1 or ng == 0 then
-    ng = ng + 1
-    g_size[ng] = 0
+for from = 1, n, 1000 do
+  local m = math.min(n - from + 1, 1000)
+  local part = { unpack('<' .. string.rep('BHHd', m), packed, pos) }
+  pos = part[4 * m + 1]
+  if from == 1 then
+    recs = part
+  else
+    for j = 1, 4 * m do recs[4 * (from - 1) + j] = part[j] end
   end
-  g_size[ng] = g_size[ng] + 1
-  local lim = lims[li]
-  if not lim or cost < 0 then
+end
+for c = 1, n do
+  local b = 4 * c - 4
+  local lim, cost = lims[recs[b + 2]], recs[b + 4]
+  if not lim or not KEYS[recs[b + 3]] or cost < 0 then
     return redis.error_reply('ERR sluice: malformed arguments')
   end
   -- A refund or a debit may be larger than the burst (debt).
   if cost > lim.B and (mode == 'c' or mode == 'd') then
     return redis.error_reply('ERR sluice: cost exceeds capacity')
   end
-  c_lim[k] = lim
-  c_cost[k] = cost
 end
 
 -- Debit mode charges each check's cost and answers what it charged.
 if mode == 'b' then
-  local max_debt = tonumber(ARGV[ai + 1])
+  local max_debt = tonumber(ARGV[5])
   if not max_debt or max_debt < 0 then
     return redis.error_reply('ERR sluice: malformed arguments')
   end
   local charged = {}
-  for j = 1, k do
-    local lim = c_lim[j]
-    charged[j] = debiters[lim.alg](lim, KEYS[j], c_cost[j], max_debt)
+  for c = 1, n do
+    local b = 4 * c - 4
+    local lim = lims[recs[b + 2]]
+    charged[c] = ops[lim.alg][4](lim, recs[b + 3], recs[b + 4], max_debt)
   end
   return charged
 end
@@ -960,28 +1012,29 @@ end
 -- Refund mode gives the costs back, then answers peeks (cost 0): the
 -- state as it now stands.
 if mode == 'r' then
-  for j = 1, k do
-    local lim = c_lim[j]
+  for c = 1, n do
+    local b = 4 * c - 4
+    local lim = lims[recs[b + 2]]
     -- Nothing given back changes nothing, but for debt: a fixed window
     -- moves debt carried into this window, and a log logs debt due, as
     -- sluice-core's refunds do (a clock that steps back then sees it).
-    if c_cost[j] > 0 or lim.alg <= 2 then refunders[lim.alg](lim, KEYS[j], c_cost[j]) end
-    c_cost[j] = 0
+    if recs[b + 4] > 0 or lim.alg <= 2 then ops[lim.alg][3](lim, recs[b + 3], recs[b + 4]) end
+    recs[b + 4] = 0
   end
 end
 
--- Prefetch every string state (lists answer nil to MGET and are read
--- with LRANGE). A key may appear in several groups: `values` follows
--- the writes.
-if k > 0 then
-  local ks = {}
-  for j = 1, k do
-    if c_lim[j].alg ~= 2 then ks[#ks + 1] = KEYS[j] end
-  end
-  for from = 1, #ks, 1000 do
-    local to = math.min(from + 999, #ks)
-    local vs = call('MGET', unpack_list(ks, from, to))
-    for j = from, to do values[ks[j]] = vs[j - from + 1] end
+-- Prefetch every key's string state (lists answer false to MGET and are
+-- read with LRANGE).
+local nk = #KEYS
+if n > 0 and nk > 0 then
+  if nk <= 1000 then
+    states = call('MGET', unpack_list(KEYS))
+  else
+    for from = 1, nk, 1000 do
+      local to = math.min(from + 999, nk)
+      local vs = call('MGET', unpack_list(KEYS, from, to))
+      for j = from, to do states[j] = vs[j - from + 1] end
+    end
   end
 end
 
@@ -1000,54 +1053,57 @@ local function push_dur(us, ns)
 end
 
 local first = 1
-for gi = 1, ng do
-  local last = first + g_size[gi] - 1
+while first <= n do
+  -- The group: checks first .. last (the next one opens a group).
+  local last = first
+  while last < n and recs[4 * last + 1] ~= 1 do last = last + 1 end
   if first == last and mode == 'c' then
     -- A group of one check (the common case): its own decision is the
     -- group's, so nothing needs keeping for a second pass.
-    local lim = c_lim[first]
-    w_val[first] = nil
-    w_need[first] = nil
-    w_full[first] = nil
-    local ok, rem, rus, rns, tus, tns, dus, dns =
-      deciders[lim.alg](lim, first, KEYS[first], c_cost[first])
-    if ok == 1 and (w_val[first] or w_need[first]) then write(first) end
+    local b = 4 * first - 4
+    local lim, ki = lims[recs[b + 2]], recs[b + 3]
+    local alg = ops[lim.alg]
+    w_val[0], w_need[0], w_full[0] = nil, nil, nil
+    local ok, rem, rus, rns, tus, tns, dus, dns = alg[1](lim, 0, ki, recs[b + 4])
+    if ok == 1 and (w_val[0] or w_need[0]) then alg[2](0, ki) end
     out[o + 1] = ok
     out[o + 2] = rem * 2 + ok
     o = o + 2
     push_dur(rus, rns)
     if ok == 0 then push_dur(tus, tns) end
     if lim.queue == 1 then push_dur(dus, dns) end
-    first = last + 1
   else
     local ok = true
-    for j = first, last do
-      decide(j, c_cost[j])
-      if d_ok[j] == 0 then ok = false end
+    for c = first, last do
+      local b = 4 * c - 4
+      local k = c - first + 1
+      decide(k, lims[recs[b + 2]], recs[b + 3], recs[b + 4])
+      if d_ok[k] == 0 then ok = false end
     end
     local group_ok = ok
     if mode == 'd' then ok = false end
-    if ok then
-      for j = first, last do
-        if w_val[j] or w_need[j] then write(j) end
-      end
-    else
-      -- Refused: nothing is written; the limits that would have allowed it
-      -- report their state as it stands.
-      for j = first, last do
-        if d_ok[j] == 1 then decide(j, 0) end
+    for c = first, last do
+      local b = 4 * c - 4
+      local k, lim, ki = c - first + 1, lims[recs[b + 2]], recs[b + 3]
+      if ok then
+        if w_val[k] or w_need[k] then ops[lim.alg][2](k, ki) end
+      elseif d_ok[k] == 1 then
+        -- Refused: nothing is written; the limits that would have allowed
+        -- it report their state as it stands.
+        decide(k, lim, ki, 0)
       end
     end
     o = o + 1
     if group_ok then out[o] = 1 else out[o] = 0 end
-    for j = first, last do
+    for c = first, last do
+      local k, lim = c - first + 1, lims[recs[4 * c - 2]]
       o = o + 1
-      out[o] = d_rem[j] * 2 + d_ok[j]
-      push_dur(d_rus[j], d_rns[j])
-      if d_ok[j] == 0 then push_dur(d_tus[j], d_tns[j]) end
-      if c_lim[j].queue == 1 then push_dur(d_dus[j], d_dns[j]) end
+      out[o] = d_rem[k] * 2 + d_ok[k]
+      push_dur(d_rus[k], d_rns[k])
+      if d_ok[k] == 0 then push_dur(d_tus[k], d_tns[k]) end
+      if lim.queue == 1 then push_dur(d_dus[k], d_dns[k]) end
     end
-    first = last + 1
   end
+  first = last + 1
 end
 return out

@@ -165,9 +165,9 @@ mod tests {
                     Some(Arg::Simple(bytes)) => bytes.to_vec(),
                     _ => Vec::new(),
                 };
-                // One record of 11 bytes per check; the first byte opens a group.
+                // One record of 13 bytes per check; the first byte opens a group.
                 let mut sizes: Vec<usize> = Vec::new();
-                for record in packed.chunks(11) {
+                for record in packed.chunks(13) {
                     if record[0] == 1 {
                         sizes.push(0);
                     }

@@ -108,6 +108,8 @@
 //! counts the rest. Beyond that (a debt of more than a hundred years),
 //! each operation is rounded to a double, like the limits above.
 
+use std::collections::HashMap;
+
 use redis::aio::ConnectionLike;
 use sluice_core::{Decision, Limiter};
 
@@ -432,36 +434,48 @@ impl DecisionScript {
             Some(t) => inv.arg(t),
             None => inv.arg(""),
         };
-        // The distinct limits, then per check its limit's index (1-based).
+        // The distinct limits and the distinct keys; per check, its
+        // limit's and its key's index (1-based).
         let mut limits: Vec<LimitParams> = Vec::new();
-        let mut refs: Vec<usize> = Vec::new();
+        let mut keys: HashMap<&str, u16> = HashMap::new();
+        let mut refs: Vec<(u16, u16)> = Vec::new();
         for check in groups.iter().flat_map(|g| g.iter()) {
-            let i = match limits.iter().position(|l| *l == check.params) {
+            let limit = match limits.iter().position(|l| *l == check.params) {
                 Some(i) => i,
                 None => {
                     limits.push(check.params);
                     limits.len() - 1
                 }
             };
-            refs.push(i + 1);
-            inv.key(&check.key);
+            let limit =
+                u16::try_from(limit + 1).map_err(|_| bad("more than 65535 limits in one call"))?;
+            let next = u16::try_from(keys.len() + 1)
+                .map_err(|_| bad("more than 65535 keys in one call"))?;
+            let key = *keys.entry(check.key.as_str()).or_insert_with(|| {
+                inv.key(&check.key);
+                next
+            });
+            refs.push((limit, key));
         }
-        inv.arg(limits.len());
+        // Per limit its 12 fields, each a little-endian f64 (the script's
+        // numbers are doubles; no decimal text to parse).
+        let mut fields = Vec::with_capacity(96 * limits.len());
         for l in &limits {
             for f in l.fields(self.instance) {
-                inv.arg(f);
+                fields.extend_from_slice(&(f as f64).to_le_bytes());
             }
         }
-        // Per check 11 bytes: opens a group (u8), limit (u16), cost (f64),
-        // little-endian; one argument instead of three per check.
-        let mut packed = Vec::with_capacity(11 * refs.len());
+        inv.arg(fields);
+        // Per check 13 bytes: opens a group (u8), limit (u16), key (u16),
+        // cost (f64), little-endian; one argument instead of four per check.
+        let mut packed = Vec::with_capacity(13 * refs.len());
         let mut refs = refs.into_iter();
         for group in groups {
             for (i, check) in group.iter().enumerate() {
+                let (limit, key) = refs.next().unwrap_or((1, 1));
                 packed.push(u8::from(i == 0));
-                let limit = u16::try_from(refs.next().unwrap_or(1))
-                    .map_err(|_| bad("more than 65535 limits in one call"))?;
                 packed.extend_from_slice(&limit.to_le_bytes());
+                packed.extend_from_slice(&key.to_le_bytes());
                 // Exact: costs are at most the burst, below 2^53 in the
                 // exact domain; refunds and debits at most MAX_AMOUNT.
                 let cost = check.cost.min(MAX_AMOUNT);
