@@ -952,14 +952,15 @@ if not lp or #lp % 96 ~= 0 then
 end
 local lpos = 1
 for j = 1, #lp / 96 do
-  local l = {}
-  l.alg, l.B, l.P, l.M, l.g, l.a, l.L, l.L2, l.M2, l.queue, l.R, l.F, lpos =
-    unpack('<dddddddddddd', lp, lpos)
-  if l.R < 0 or l.R > l.B or (l.F ~= 0 and l.F ~= 1) or not make(l.alg) then
+  local alg, B, P, M, g, a, L, L2, M2, queue, R, F
+  alg, B, P, M, g, a, L, L2, M2, queue, R, F, lpos = unpack('<dddddddddddd', lp, lpos)
+  if R < 0 or R > B or (F ~= 0 and F ~= 1) or not make(alg) then
     return redis.error_reply('ERR sluice: malformed arguments')
   end
-  l.g2 = l.M / l.M2
-  lims[j] = l
+  lims[j] = {
+    alg = alg, B = B, P = P, M = M, g = g, a = a, L = L, L2 = L2, M2 = M2,
+    queue = queue, R = R, F = F, g2 = M / M2,
+  }
 end
 
 -- The checks: one packed record per check, '<BHHd': 1 if it opens a group,
