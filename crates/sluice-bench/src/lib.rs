@@ -14,6 +14,19 @@ pub mod layer_configs {
     rate = "100000000/s"
 "#;
 
+    /// [`ONE_LIMIT`] with the rate-limit fields sent on refusals only
+    /// (`[headers] on_admitted = false`), as tower_governor sends its own
+    /// by default.
+    pub const ONE_LIMIT_REFUSALS_ONLY: &str = r#"
+    [headers]
+    on_admitted = false
+
+    [[limits]]
+    name = "per-ip"
+    key = "ip"
+    rate = "100000000/s"
+"#;
+
     /// Two limits: per client IP and per API key.
     pub const TWO_LIMITS: &str = r#"
     [[limits]]

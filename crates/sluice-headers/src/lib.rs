@@ -367,6 +367,12 @@ impl Fields {
         if let Some(f) = verdict.fallback {
             more.push((SLUICE_FALLBACK, HeaderValue::from_static(f.name())));
         }
+        if verdict.allowed && !style.on_admitted {
+            return Self {
+                more,
+                ..Self::default()
+            };
+        }
         if !verdict.allowed {
             let retry = verdict
                 .violated()
@@ -427,6 +433,7 @@ mod tests {
     use super::*;
     use sluice_core::{AlgorithmKind, Decision, Rate};
     use sluice_policy::HeadersConfig;
+    use sluice_store::seam::Fallback;
 
     fn result(name: &str, rate: &str, burst: u64, decision: Decision) -> LimitResult {
         LimitResult {
@@ -476,6 +483,7 @@ mod tests {
             style: HeadersConfig {
                 legacy: true,
                 x_ratelimit: true,
+                on_admitted: true,
             },
             fallback: None,
         };
@@ -485,6 +493,47 @@ mod tests {
         assert_eq!(h["ratelimit-limit"], "2");
         assert_eq!(h["x-ratelimit-remaining"], "0");
         assert_eq!(h["x-ratelimit-reset"], "30");
+    }
+
+    #[test]
+    fn without_on_admitted_only_refusals_carry_the_fields() {
+        let refused = Decision {
+            allowed: false,
+            limit: 2,
+            remaining: 0,
+            reset_after: 60_000_000_000,
+            retry_after: Some(29_000_000_001),
+            delay: 0,
+        };
+        let verdict = |allowed: bool, fallback| Verdict {
+            allowed,
+            results: vec![result(
+                "free",
+                "2/min",
+                2,
+                if allowed { Decision::full(2) } else { refused },
+            )]
+            .into(),
+            shadow: Default::default(),
+            style: HeadersConfig {
+                x_ratelimit: true,
+                on_admitted: false,
+                ..HeadersConfig::default()
+            },
+            fallback,
+        };
+        let mut h = HeaderMap::new();
+        add_headers(&verdict(true, None), &mut h);
+        assert!(h.is_empty(), "{h:?}");
+        add_headers(&verdict(true, Some(Fallback::Local)), &mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h[SLUICE_FALLBACK], Fallback::Local.name());
+        let mut h = HeaderMap::new();
+        add_headers(&verdict(false, None), &mut h);
+        assert_eq!(h["retry-after"], "30");
+        assert_eq!(h["ratelimit"], r#""free";r=0;t=30"#);
+        assert_eq!(h["x-ratelimit-remaining"], "0");
+        assert!(h.contains_key("ratelimit-policy"));
     }
 
     /// What `sfv`'s own serializer makes of the same list.

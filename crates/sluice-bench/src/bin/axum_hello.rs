@@ -6,6 +6,8 @@
 //! - `bare` (the default): the app alone;
 //! - `one-limit`: `Router::layer` with the example app's limit (per client
 //!   IP), as `examples/axum-app` applies it;
+//! - `one-limit-refusals-only`: the same, with the rate-limit fields sent on
+//!   refusals only (`[headers] on_admitted = false`);
 //! - `two-limits`: the same with two limits (per client IP and per API key);
 //! - `global-and-ip`: the same with a global cap (one key for every
 //!   request) beside the per-IP limit;
@@ -26,7 +28,7 @@ use std::net::SocketAddr;
 
 use axum::http::HeaderValue;
 use axum::{Router, ServiceExt, routing::get};
-use sluice_bench::layer_configs::{GLOBAL_AND_IP, ONE_LIMIT, TWO_LIMITS};
+use sluice_bench::layer_configs::{GLOBAL_AND_IP, ONE_LIMIT, ONE_LIMIT_REFUSALS_ONLY, TWO_LIMITS};
 use sluice_http::RateLimitLayer;
 use tower_layer::Layer;
 
@@ -51,6 +53,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let app = match mode.as_str() {
             "bare" => app,
             "one-limit" => app.layer(RateLimitLayer::from_toml(ONE_LIMIT)?),
+            "one-limit-refusals-only" => {
+                app.layer(RateLimitLayer::from_toml(ONE_LIMIT_REFUSALS_ONLY)?)
+            }
             "two-limits" => app.layer(RateLimitLayer::from_toml(TWO_LIMITS)?),
             "global-and-ip" => app.layer(RateLimitLayer::from_toml(GLOBAL_AND_IP)?),
             "tower-governor" => app.layer(tower_governor::GovernorLayer::new(

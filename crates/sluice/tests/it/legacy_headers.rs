@@ -1,7 +1,7 @@
 //! Opt-in older header fields: `[headers] legacy = true` adds
 //! `RateLimit-Limit/-Remaining/-Reset` and `x_ratelimit = true` adds
 //! `X-RateLimit-*`, for the most restrictive limit; by default neither is
-//! sent.
+//! sent. `on_admitted = false` sends the fields with refusals only.
 
 use crate::common;
 
@@ -115,4 +115,37 @@ async fn each_older_form_is_opted_into_on_its_own() {
         assert_eq!(reply.int_header(&format!("{prefix}-limit")), 20);
         assert_eq!(reply.int_header(&format!("{prefix}-remaining")), 19);
     }
+}
+
+#[tokio::test]
+async fn with_on_admitted_false_only_refusals_carry_the_fields() {
+    let text = replace_once(
+        &config(false, true),
+        "on_admitted = true",
+        "on_admitted = false",
+    );
+    let sluice = Sluice::start_with("on-admitted", &text);
+    let client = client();
+    let export = || client.get(sluice.url("/export")).header("X-Api-Key", "e");
+    let mut replies = Vec::new();
+    for _ in 0..3 {
+        replies.push(send(export()).await);
+    }
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200, 429]);
+    for reply in &replies[..2] {
+        for name in [
+            "ratelimit-policy",
+            "ratelimit",
+            "retry-after",
+            "x-ratelimit-limit",
+        ] {
+            assert!(!reply.has(name), "`{name}` sent on an admitted response");
+        }
+    }
+    let refused = &replies[2];
+    refused.policy();
+    refused.ratelimit();
+    assert_eq!(refused.int_header("x-ratelimit-remaining"), 0);
+    assert!(refused.int_header("retry-after") >= 29);
 }
