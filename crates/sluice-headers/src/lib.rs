@@ -449,6 +449,18 @@ mod tests {
         }
     }
 
+    /// `export` (2/min, burst 2) refusing: retry in 29 s and a bit.
+    fn export_refused() -> Decision {
+        Decision {
+            allowed: false,
+            limit: 2,
+            remaining: 0,
+            reset_after: 60_000_000_000,
+            retry_after: Some(29_000_000_001),
+            delay: 0,
+        }
+    }
+
     #[test]
     fn fields_follow_draft_10() {
         let allowed = Decision {
@@ -456,14 +468,7 @@ mod tests {
             reset_after: 500_000_000,
             ..Decision::full(20)
         };
-        let refused = Decision {
-            allowed: false,
-            limit: 2,
-            remaining: 0,
-            reset_after: 60_000_000_000,
-            retry_after: Some(29_000_000_001),
-            delay: 0,
-        };
+        let refused = export_refused();
         let results = vec![
             result("free", "10/s", 20, allowed),
             result("export", "2/min", 2, refused),
@@ -497,14 +502,7 @@ mod tests {
 
     #[test]
     fn without_on_admitted_only_refusals_carry_the_fields() {
-        let refused = Decision {
-            allowed: false,
-            limit: 2,
-            remaining: 0,
-            reset_after: 60_000_000_000,
-            retry_after: Some(29_000_000_001),
-            delay: 0,
-        };
+        let refused = export_refused();
         let verdict = |allowed: bool, fallback| Verdict {
             allowed,
             results: vec![result(

@@ -46,6 +46,19 @@ fn legacy_fields(reply: &Reply) -> (u64, u64, u64) {
     draft
 }
 
+/// Three requests to `/export` (2/min) with one key: two admitted, then
+/// a refusal.
+async fn exports_until_refused(sluice: &Sluice) -> Vec<Reply> {
+    let client = client();
+    let mut replies = Vec::new();
+    for _ in 0..3 {
+        replies.push(send(client.get(sluice.url("/export")).header("X-Api-Key", "e")).await);
+    }
+    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [200, 200, 429]);
+    replies
+}
+
 #[tokio::test]
 async fn opted_in_older_fields_describe_the_tightest_limit() {
     let sluice = Sluice::start_with("legacy", &config(true, true));
@@ -60,13 +73,7 @@ async fn opted_in_older_fields_describe_the_tightest_limit() {
     reply.ratelimit();
 
     // On a refusal, the refusing limit: export, 2/min.
-    let export = || client.get(sluice.url("/export")).header("X-Api-Key", "e");
-    let mut replies = Vec::new();
-    for _ in 0..3 {
-        replies.push(send(export()).await);
-    }
-    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
-    assert_eq!(statuses, [200, 200, 429]);
+    let replies = exports_until_refused(&sluice).await;
     assert_eq!(legacy_fields(&replies[1]).0, 2, "export has the least left");
     assert_eq!(legacy_fields(&replies[1]).1, 0);
     let (limit, remaining, reset) = legacy_fields(&replies[2]);
@@ -125,14 +132,7 @@ async fn with_on_admitted_false_only_refusals_carry_the_fields() {
         "on_admitted = false",
     );
     let sluice = Sluice::start_with("on-admitted", &text);
-    let client = client();
-    let export = || client.get(sluice.url("/export")).header("X-Api-Key", "e");
-    let mut replies = Vec::new();
-    for _ in 0..3 {
-        replies.push(send(export()).await);
-    }
-    let statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
-    assert_eq!(statuses, [200, 200, 429]);
+    let replies = exports_until_refused(&sluice).await;
     for reply in &replies[..2] {
         for name in [
             "ratelimit-policy",
