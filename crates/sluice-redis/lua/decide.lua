@@ -92,6 +92,8 @@
 
 local floor = math.floor
 local call = redis.call
+-- Locals, not globals: each use is then an upvalue, not a lookup by name.
+local KEYS, ARGV = KEYS, ARGV
 local unpack_list = unpack
 local pack = struct.pack
 local unpack = struct.unpack
@@ -108,9 +110,11 @@ else
   margin = 3600000
 end
 
--- Exact x = q y + r for integers 0 <= x, 0 < y below 2^52.
+-- Exact x = q y + r for integers 0 <= x, 0 < y below 2^52. (In these
+-- three, q - q % 1 is floor(q) without a call to a C function.)
 local function divmod(x, y)
-  local q = floor(x / y)
+  local q = x / y
+  q = q - q % 1
   local r = x - q * y
   if r < 0 then
     q = q - 1
@@ -124,7 +128,8 @@ end
 
 -- ceil(x / y) and floor(x / y), as divmod's (one call on the hot path).
 local function ceil_div(x, y)
-  local q = floor(x / y)
+  local q = x / y
+  q = q - q % 1
   local r = x - q * y
   if r < 0 then
     q, r = q - 1, r + y
@@ -136,7 +141,8 @@ local function ceil_div(x, y)
 end
 
 local function floor_div(x, y)
-  local q = floor(x / y)
+  local q = x / y
+  q = q - q % 1
   local r = x - q * y
   if r < 0 then return q - 1 end
   if r >= y then return q + 1 end
@@ -1069,8 +1075,13 @@ while first <= n do
     if ok == 1 and (w_val[0] or w_need[0]) then alg[2](0, ki) end
     out[o + 1] = ok
     out[o + 2] = rem * 2 + ok
-    o = o + 2
-    push_dur(rus, rns)
+    if rus < 9000000000000 then
+      out[o + 3] = rus * 1000 + rns
+      o = o + 3
+    else
+      o = o + 2
+      push_dur(rus, rns)
+    end
     if ok == 0 then push_dur(tus, tns) end
     if lim.queue == 1 then push_dur(dus, dns) end
   else
