@@ -437,7 +437,7 @@ impl DecisionScript {
         // The distinct limits and the distinct keys; per check, its
         // limit's and its key's index (1-based).
         let mut limits: Vec<LimitParams> = Vec::new();
-        let mut keys: HashMap<&str, u16> = HashMap::new();
+        let mut keys: HashMap<&str, u16, foldhash::fast::RandomState> = HashMap::default();
         let mut refs: Vec<(u16, u16)> = Vec::new();
         for check in groups.iter().flat_map(|g| g.iter()) {
             let limit = match limits.iter().position(|l| *l == check.params) {
