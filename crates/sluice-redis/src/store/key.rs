@@ -15,7 +15,8 @@ pub fn key_name(limit_id: &str, key: KeyId) -> String {
 pub(crate) fn tagged_key_name(tag: u64, key: KeyId) -> String {
     // Made in place (one of these per check sent to Redis): the formatting
     // machinery took several times as long for the two hex numbers.
-    let mut name = *b"sluice:{________________________________}:________________";
+    let mut name: [u8; KEY_NAME_LEN] =
+        *b"sluice:{________________________________}:________________";
     // Each slice is exactly twice as long as the bytes it receives, so
     // neither call can fail.
     let _ = hex::encode_to_slice(key.0.to_be_bytes(), &mut name[8..40]);
