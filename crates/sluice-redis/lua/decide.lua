@@ -230,6 +230,17 @@ local function write_state(k, ki)
   store(ki, w_x[k], w_y[k], w_z[k], w_need[k], w_exp[k])
 end
 
+-- What an admission writes to a string state: at once for a group of one
+-- (k = 0: its decision is the group's), else kept until the group's
+-- decision.
+local function admit(k, ki, x, y, z, need, exp)
+  if k == 0 then
+    store(ki, x, y, z, need, exp)
+  else
+    w_x[k], w_y[k], w_z[k], w_need[k], w_exp[k] = x, y, z, need, exp
+  end
+end
+
 local function make_meter()
 
   -- Token bucket (4), leaky bucket (5), GCRA (6): state (last_us, level),
@@ -262,8 +273,7 @@ local function make_meter()
       if cost > 0 then
         local stamp = now
         if lim.alg ~= 6 and last and last > now then stamp = last end
-        w_x[k], w_y[k], w_z[k] = stamp, new, 0
-        w_need[k], w_exp[k] = stamp - now + ceil_div(new, lim.M), exp
+        admit(k, ki, stamp, new, 0, stamp - now + ceil_div(new, lim.M), exp)
       end
       return 1, floor_div(cap - new, P), r_us, r_ns, 0, 0, d_us, d_ns
     end
@@ -360,8 +370,7 @@ local function make_windows()
     if count + cost <= B then
       local used = count + cost
       if cost > 0 then
-        w_x[k], w_y[k], w_z[k] = idx, used, 0
-        w_need[k], w_exp[k] = ceil_div((idx - idx0 + 1) * L - e0, lim.M), exp
+        admit(k, ki, idx, used, 0, ceil_div((idx - idx0 + 1) * L - e0, lim.M), exp)
       end
       if used > 0 then
         return 1, B - used, u_us, u_ns, 0, 0, 0, 0
@@ -423,8 +432,7 @@ local function make_windows()
         r_us, r_ns = dur(lim, L - e, 0)
       end
       if cost > 0 then
-        w_x[k], w_y[k], w_z[k] = idx, prev, used
-        w_need[k], w_exp[k] = ceil_div((idx - idx0 + 2) * L - e0, lim.M), exp
+        admit(k, ki, idx, prev, used, ceil_div((idx - idx0 + 2) * L - e0, lim.M), exp)
       end
       return 1, floor_div(capacity - weighted, L), r_us, r_ns, 0, 0, 0, 0
     end
@@ -1070,9 +1078,11 @@ while first <= n do
     local b = 4 * first - 4
     local lim, ki = lims[recs[b + 2]], recs[b + 3]
     local alg = ops[lim.alg]
-    w_val[0], w_need[0], w_full[0] = nil, nil, nil
+    -- String states are written as they are decided (see `admit`); a
+    -- log's or slots' write is kept at position 0, made here.
+    w_val[0], w_full[0] = nil, nil
     local ok, rem, rus, rns, tus, tns, dus, dns = alg[1](lim, 0, ki, recs[b + 4])
-    if ok == 1 and (w_val[0] or w_need[0]) then alg[2](0, ki) end
+    if ok == 1 and w_val[0] then alg[2](0, ki) end
     out[o + 1] = ok
     out[o + 2] = rem * 2 + ok
     if rus < 9000000000000 then
