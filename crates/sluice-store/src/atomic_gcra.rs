@@ -113,10 +113,10 @@ impl AtomicGcra {
     ) -> Result<Raw, CheckError> {
         let increment = self.increment(cost)?;
         let mut current = tat.load(Ordering::Acquire);
-        let mut spins = 0;
+        let backoff = crossbeam_utils::Backoff::new();
         loop {
             if current & HELD != 0 {
-                crate::sync::spin(&mut spins);
+                crate::sync::spin(&backoff);
                 current = tat.load(Ordering::Acquire);
                 continue;
             }

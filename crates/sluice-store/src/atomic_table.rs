@@ -218,11 +218,11 @@ pub(crate) fn decide_pair_shared(
 /// holds it, then marks it held. Returns its TAT.
 #[inline]
 fn hold(word: &AtomicU64) -> Nanos {
-    let mut spins = 0;
+    let backoff = crossbeam_utils::Backoff::new();
     loop {
         let current = word.load(Ordering::Relaxed);
         if current & HELD != 0 {
-            crate::sync::spin(&mut spins);
+            crate::sync::spin(&backoff);
             continue;
         }
         if word

@@ -23,21 +23,19 @@ pub(crate) use self::model::{Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 pub(crate) use shuttle::sync::atomic::AtomicU64;
 
 /// Waits a moment for a word that a pair's decision holds (a few
-/// instructions), `spins` being how often this waiter has waited: a spin
-/// hint, then, should the holder have lost its core, a yield of this
-/// thread's time slice to it. Under shuttle always a yield, so that the
-/// model check runs the holder.
+/// instructions), `backoff` being this waiter's: spin hints, then, should
+/// the holder have lost its core, yields of this thread's time slice to it
+/// (crossbeam's `Backoff::snooze`). Under shuttle always a yield, so that
+/// the model check runs the holder.
 #[inline]
-pub(crate) fn spin(spins: &mut u32) {
-    *spins = spins.saturating_add(1);
+pub(crate) fn spin(backoff: &crossbeam_utils::Backoff) {
     #[cfg(not(shuttle))]
-    if *spins < 64 {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
-    }
+    backoff.snooze();
     #[cfg(shuttle)]
-    shuttle::thread::yield_now();
+    {
+        let _ = backoff;
+        shuttle::thread::yield_now();
+    }
 }
 
 /// A word holding a TAT, as [`AtomicGcra`](crate::atomic_gcra::AtomicGcra)
