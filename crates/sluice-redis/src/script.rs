@@ -109,6 +109,7 @@
 //! each operation is rounded to a double, like the limits above.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 
 use redis::aio::ConnectionLike;
 use sluice_core::{Decision, Limiter};
@@ -449,12 +450,16 @@ impl DecisionScript {
             };
             let limit =
                 u16::try_from(limit + 1).map_err(|_| bad("more than 65535 limits in one call"))?;
-            let next = u16::try_from(keys.len() + 1)
-                .map_err(|_| bad("more than 65535 keys in one call"))?;
-            let key = *keys.entry(check.key.as_str()).or_insert_with(|| {
-                inv.key(&check.key);
-                next
-            });
+            let distinct = keys.len();
+            let key = match keys.entry(check.key.as_str()) {
+                Entry::Occupied(e) => *e.get(),
+                Entry::Vacant(e) => {
+                    let index = u16::try_from(distinct + 1)
+                        .map_err(|_| bad("more than 65535 keys in one call"))?;
+                    inv.key(&check.key);
+                    *e.insert(index)
+                }
+            };
             refs.push((limit, key));
         }
         // Per limit its 12 fields, each a little-endian f64 (the script's
