@@ -68,7 +68,10 @@ async fn the_status_page_renders_live_data_without_console_errors() {
     for _ in 0..30 {
         send(client.get(sluice.url("/")).header("X-Api-Key", "noisy")).await;
     }
-    // Steady traffic while the page is open, so the chart has rates.
+    // Steady traffic while the page is open, so the chart has rates: a
+    // request every few milliseconds, so that one lands between two polls
+    // even when the browser's virtual time runs them close together on a
+    // loaded machine (at one every 20 ms, a CI run once saw none).
     let stop = Arc::new(AtomicBool::new(false));
     let traffic = {
         let (client, url, stop) = (client.clone(), sluice.url("/"), stop.clone());
@@ -82,7 +85,7 @@ async fn the_status_page_renders_live_data_without_console_errors() {
                     "steady"
                 };
                 send(client.get(&url).header("X-Api-Key", key)).await;
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
             }
         })
     };
