@@ -83,6 +83,19 @@ fn every_written_key_expires_when_its_limit_is_full_again() {
             pttl <= 2 * idle_ms + 1,
             "{kind:?}: {pttl} ms > 2 x {idle_ms} ms"
         );
+        // A second charge that the expiry already covers rewrites the state
+        // in place: the key keeps its TTL.
+        let again = env
+            .rt
+            .block_on(store.check(&[check(&id, &l, key, 1)]))
+            .unwrap();
+        assert!(again.allowed);
+        assert_eq!(again.decisions[0].remaining, 8, "{kind:?}");
+        let kept: i64 = env.rt.block_on(conn.pttl(key_name(&id, key))).unwrap();
+        assert!(
+            kept > 0 && kept <= pttl,
+            "{kind:?}: {kept} ms after {pttl} ms"
+        );
     }
 }
 
