@@ -173,13 +173,20 @@ local function clamp(x, hi)
   return x
 end
 
--- Per check of a group of several, by its position k in the group (a
--- group of one check uses k = 0): its decision, and the write an admission
--- makes. Positions start again with each group, so these tables stay as
--- small as the largest group.
-local d_ok, d_rem, d_rus, d_rns, d_tus, d_tns, d_dus, d_dns = {}, {}, {}, {}, {}, {}, {}, {}
-local w_x, w_y, w_z, w_need, w_exp = {}, {}, {}, {}, {}
-local w_val, w_ttl, w_drop, w_merge, w_full = {}, {}, {}, {}, {}
+-- Per check of a group of several, by its position k in the group: its
+-- decision, and the write an admission makes, kept until the group's
+-- decision. Positions start again with each group, so these tables stay as
+-- small as the largest group. A check in a group of one (k = 0) writes as
+-- it is decided and needs none of them: they are made for a call's first
+-- group of several (`group_tables`).
+local d_ok, d_rem, d_rus, d_rns, d_tus, d_tns, d_dus, d_dns
+local w_x, w_y, w_z, w_need, w_exp
+local w_val, w_ttl, w_drop, w_merge, w_full
+local function group_tables()
+  d_ok, d_rem, d_rus, d_rns, d_tus, d_tns, d_dus, d_dns = {}, {}, {}, {}, {}, {}, {}, {}
+  w_x, w_y, w_z, w_need, w_exp = {}, {}, {}, {}, {}
+  w_val, w_ttl, w_drop, w_merge, w_full = {}, {}, {}, {}, {}
+end
 
 -- String states, by key index: fetched with one MGET for the whole call,
 -- then kept up to date as groups write, so each check costs one call (its
@@ -240,11 +247,8 @@ end
 -- (k = 0: its decision is the group's), else kept until the group's
 -- decision.
 local function admit(k, ki, x, y, z, need, exp)
-  if k == 0 then
-    store(ki, x, y, z, need, exp)
-  else
-    w_x[k], w_y[k], w_z[k], w_need[k], w_exp[k] = x, y, z, need, exp
-  end
+  if k == 0 then return store(ki, x, y, z, need, exp) end
+  w_x[k], w_y[k], w_z[k], w_need[k], w_exp[k] = x, y, z, need, exp
 end
 
 local function make_meter()
@@ -252,8 +256,10 @@ local function make_meter()
   -- Token bucket (4), leaky bucket (5), GCRA (6): state (last_us, level),
   -- the used capacity in units as of last (for GCRA the TAT is last + level).
   local function meter_state(lim, ki)
-    local last, level, _, exp = read(ki)
-    if not last then return nil, 0, 0, nil end
+    local v = states[ki]
+    if v == nil then v = get(ki) end
+    if not v or #v ~= 32 then return nil, 0, 0, nil end
+    local last, level, _, exp = unpack('<dddd', v)
     local used
     if lim.alg == 6 then
       used = (last - now) * lim.M + level
@@ -273,13 +279,19 @@ local function make_meter()
     local need = cost * P
     if used + need <= cap then
       local new = used + need
-      local r_us, r_ns = dur(lim, new, 0)
+      -- With M = 1 (a unit is a microsecond) a duration of x units is
+      -- (x, 0), as dur has it, without a call.
+      local M = lim.M
+      local r_us, r_ns = new, 0
+      if M ~= 1 then r_us, r_ns = dur(lim, new, 0) end
       local d_us, d_ns = 0, 0
       if lim.queue == 1 then d_us, d_ns = dur(lim, used, 0) end
       if cost > 0 then
         local stamp = now
         if lim.alg ~= 6 and last and last > now then stamp = last end
-        admit(k, ki, stamp, new, 0, stamp - now + ceil_div(new, lim.M), exp)
+        local drain = new
+        if M ~= 1 then drain = ceil_div(new, M) end
+        admit(k, ki, stamp, new, 0, stamp - now + drain, exp)
       end
       return 1, floor_div(cap - new, P), r_us, r_ns, 0, 0, d_us, d_ns
     end
@@ -619,6 +631,16 @@ local function make_log()
     call('PEXPIRE', KEYS[ki], ttl)
   end
 
+  -- An admission's write: the new entry `val` (merged into the newest
+  -- entry if `merge`) after dropping the `drop` oldest, or the whole list
+  -- `full` where it is written again; the list lives `ttl` ms.
+  local function put_entry(ki, val, ttl, drop, merge, full)
+    if full then return put_log(ki, full, ttl) end
+    if drop > 0 then call('LTRIM', KEYS[ki], drop, -1) end
+    if merge then call('LSET', KEYS[ki], -1, val) else call('RPUSH', KEYS[ki], val) end
+    call('PEXPIRE', KEYS[ki], ttl)
+  end
+
   -- Writes a log in full, its debt first: it lives until its newest entry,
   -- once the debt is all logged, has left the window.
   local function rewrite_log(lim, ki, ats, cs, n, debt)
@@ -692,20 +714,24 @@ local function make_log()
       if cost > 0 then
         r_us, r_ns = dur(lim, L, 0)
         local merge = n > 0 and ats[n] == t
+        local val
         if merge then
-          w_val[k] = pack('<dd', t, cs[n] + cost)
+          val = pack('<dd', t, cs[n] + cost)
         else
-          w_val[k] = pack('<dd', t, cost)
+          val = pack('<dd', t, cost)
         end
-        w_ttl[k] = ttl_ms(t - now + ceil_div(L, M))
-        w_drop[k] = first - 1
-        w_merge[k] = merge
+        local full
         if renewed then
           -- Its debt is all logged: the list is written again, without it.
-          local vals = {}
-          for j = first, n do vals[#vals + 1] = pack('<dd', ats[j], cs[j]) end
-          if merge then vals[#vals] = w_val[k] else vals[#vals + 1] = w_val[k] end
-          w_full[k] = vals
+          full = {}
+          for j = first, n do full[#full + 1] = pack('<dd', ats[j], cs[j]) end
+          if merge then full[#full] = val else full[#full + 1] = val end
+        end
+        local ttl = ttl_ms(t - now + ceil_div(L, M))
+        if k == 0 then
+          put_entry(ki, val, ttl, first - 1, merge, full)
+        else
+          w_val[k], w_ttl[k], w_drop[k], w_merge[k], w_full[k] = val, ttl, first - 1, merge, full
         end
       else
         r_us, r_ns = dur(lim, newest, 0)
@@ -799,13 +825,7 @@ local function make_log()
   end
 
   local function write_log(k, ki)
-    if w_full[k] then
-      put_log(ki, w_full[k], w_ttl[k])
-      return
-    end
-    if w_drop[k] > 0 then call('LTRIM', KEYS[ki], w_drop[k], -1) end
-    if w_merge[k] then call('LSET', KEYS[ki], -1, w_val[k]) else call('RPUSH', KEYS[ki], w_val[k]) end
-    call('PEXPIRE', KEYS[ki], w_ttl[k])
+    put_entry(ki, w_val[k], w_ttl[k], w_drop[k], w_merge[k], w_full[k])
   end
   return { log, write_log, refund_log, debit_log }
 end
@@ -875,7 +895,8 @@ local function make_slots()
     if total + cost <= B then
       if total + cost > 0 then r_us, r_ns = lim.P, lim.g end
       if cost > 0 then
-        w_val[k], w_ttl[k] = slots_take(lim, ids, held, exps, n, mine, cost)
+        local v, ttl = slots_take(lim, ids, held, exps, n, mine, cost)
+        if k == 0 then slots_put(ki, v, ttl) else w_val[k], w_ttl[k] = v, ttl end
       elseif mine and mode == 'c' then
         slots_put(ki, slots_take(lim, ids, held, exps, n, mine, 0))
       end
@@ -1003,14 +1024,15 @@ for from = 1, n, 1000 do
     for j = 1, 4 * m do recs[4 * (from - 1) + j] = part[j] end
   end
 end
-for c = 1, n do
-  local b = 4 * c - 4
-  local lim, cost = lims[recs[b + 2]], recs[b + 4]
-  if not lim or not KEYS[recs[b + 3]] or cost < 0 then
+-- A refund or a debit may be larger than the burst (debt).
+local capped = mode == 'c' or mode == 'd'
+local nk = #KEYS
+for b = 0, 4 * n - 4, 4 do
+  local lim, ki, cost = lims[recs[b + 2]], recs[b + 3], recs[b + 4]
+  if not lim or ki < 1 or ki > nk or cost < 0 then
     return redis.error_reply('ERR sluice: malformed arguments')
   end
-  -- A refund or a debit may be larger than the burst (debt).
-  if cost > lim.B and (mode == 'c' or mode == 'd') then
+  if capped and cost > lim.B then
     return redis.error_reply('ERR sluice: cost exceeds capacity')
   end
 end
@@ -1046,7 +1068,6 @@ end
 
 -- Prefetch every key's string state (lists answer false to MGET and are
 -- read with LRANGE).
-local nk = #KEYS
 if n > 0 and nk > 0 then
   if nk <= 1000 then
     states = call('MGET', unpack_list(KEYS))
@@ -1073,22 +1094,19 @@ local function push_dur(us, ns)
   end
 end
 
+local single = mode == 'c'
 local first = 1
 while first <= n do
   -- The group: checks first .. last (the next one opens a group).
   local last = first
   while last < n and recs[4 * last + 1] ~= 1 do last = last + 1 end
-  if first == last and mode == 'c' then
+  if first == last and single then
     -- A group of one check (the common case): its own decision is the
-    -- group's, so nothing needs keeping for a second pass.
+    -- group's, so it writes as it is decided (k = 0) and nothing needs
+    -- keeping for a second pass.
     local b = 4 * first - 4
-    local lim, ki = lims[recs[b + 2]], recs[b + 3]
-    local alg = ops[lim.alg]
-    -- String states are written as they are decided (see `admit`); a
-    -- log's or slots' write is kept at position 0, made here.
-    w_val[0], w_full[0] = nil, nil
-    local ok, rem, rus, rns, tus, tns, dus, dns = alg[1](lim, 0, ki, recs[b + 4])
-    if ok == 1 and w_val[0] then alg[2](0, ki) end
+    local lim = lims[recs[b + 2]]
+    local ok, rem, rus, rns, tus, tns, dus, dns = ops[lim.alg][1](lim, 0, recs[b + 3], recs[b + 4])
     out[o + 1] = ok
     out[o + 2] = rem * 2 + ok
     if rus < 9000000000000 then
@@ -1103,6 +1121,7 @@ while first <= n do
     if ok == 0 then push_dur(tus, tns) end
     if lim.queue == 1 then push_dur(dus, dns) end
   else
+    if not d_ok then group_tables() end
     local ok = true
     for c = first, last do
       local b = 4 * c - 4
