@@ -180,7 +180,9 @@ mod tests {
                 self.release.acquire().await.unwrap().forget();
                 let mut reply = Vec::new();
                 for n in sizes {
-                    reply.push(Value::Int(1));
+                    if n > 1 {
+                        reply.push(Value::Int(1));
+                    }
                     for _ in 0..n {
                         reply.push(Value::Int(2 * 7 + 1)); // allowed, 7 remaining
                         reply.push(Value::Int(0)); // reset_after

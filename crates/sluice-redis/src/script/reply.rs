@@ -42,7 +42,12 @@ pub(super) fn parse_reply(
     let mut r = Reader { reply, at: 0 };
     let mut out = Vec::with_capacity(groups.len());
     for group in groups {
-        let allowed = r.next()? == 1;
+        // A group of one has no flag: its check's decision is the group's.
+        let flag = if group.len() > 1 {
+            Some(r.next()? == 1)
+        } else {
+            None
+        };
         let mut decisions = Vec::with_capacity(group.len());
         for check in group.iter() {
             let packed = u64::try_from(r.next()?).map_err(|_| bad("negative remaining"))?;
@@ -59,6 +64,7 @@ pub(super) fn parse_reply(
                 delay,
             });
         }
+        let allowed = flag.unwrap_or_else(|| decisions.iter().all(|d| d.allowed));
         out.push(GroupReply { allowed, decisions });
     }
     if r.at != reply.len() {
