@@ -95,7 +95,8 @@ async fn dispatch<C>(
 ) where
     C: ConnectionLike + Clone + Send + 'static,
 {
-    let permits = Arc::new(Semaphore::new(config.max_in_flight.max(1)));
+    let max_in_flight = config.max_in_flight.max(1);
+    let permits = Arc::new(Semaphore::new(max_in_flight));
     let max_groups = config.max_groups.max(1);
     loop {
         let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -104,6 +105,11 @@ async fn dispatch<C>(
         let Some(first) = rx.recv().await else {
             return;
         };
+        // Busy (another call is in flight, so Redis is at work anyway): the
+        // tasks that are ready run first and their groups join this call.
+        if permits.available_permits() + 1 < max_in_flight {
+            tokio::task::yield_now().await;
+        }
         let mut jobs = Vec::with_capacity(max_groups.min(64));
         jobs.push(first);
         while jobs.len() < max_groups {
