@@ -274,24 +274,7 @@ local function make_meter()
   end
 
   local function meter(lim, k, ki, cost)
-    -- meter_state, inline: its call was 1.5 % of Redis's instructions per
-    -- decision (docs/benchmarks.md).
-    local v = states[ki]
-    if v == nil then v = get(ki) end
-    local last, level, used, exp, _
-    if v and #v == 32 then
-      last, level, _, exp = unpack('<dddd', v)
-      if lim.alg == 6 then
-        used = (last - now) * lim.M + level
-      elseif now > last then
-        used = level - (now - last) * lim.M
-      else
-        used = level
-      end
-      if used < 0 then used = 0 end
-    else
-      used = 0
-    end
+    local last, _, used, exp = meter_state(lim, ki)
     local P = lim.P
     local cap = lim.L - lim.R * P
     local need = cost * P
