@@ -204,9 +204,10 @@ end
 
 -- A string state is four packed doubles: three fields and the time (us)
 -- at which the key expires. A write that the current expiry covers keeps it
--- (an overwrite in place costs a fraction of SET PX); one that needs longer sets twice what
--- it needs, so a busy key refreshes its TTL about once per replenishment
--- time and an idle one lives at most twice that long.
+-- (an overwrite in place costs a fraction of SET PX); one that needs
+-- longer sets twice what it needs, so a busy key refreshes its TTL about
+-- once per replenishment time and an idle one lives at most twice that
+-- long.
 local function read(ki)
   local v = states[ki]
   if v == nil then v = get(ki) end
