@@ -72,3 +72,71 @@ pub(super) fn parse_reply(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+
+    use super::*;
+    use crate::script::LimitParams;
+
+    fn check(key: &str) -> ScriptCheck {
+        let limiter = LimitSpec {
+            algorithm: AlgorithmKind::Gcra,
+            rate: Rate::per_second(10),
+            burst: 10,
+            nodelay: true,
+        }
+        .build()
+        .unwrap();
+        ScriptCheck {
+            key: key.into(),
+            params: LimitParams::compute(&limiter).unwrap(),
+            cost: 1,
+        }
+    }
+
+    #[test]
+    fn a_group_of_one_has_no_flag_and_a_group_of_several_has_one() {
+        let (a, b, c, d) = (check("a"), check("b"), check("c"), check("d"));
+        let groups: [&[ScriptCheck]; 3] = [&[a], &[b, c], std::slice::from_ref(&d)];
+        let reply = [
+            // a: admitted, 7 left, reset in 300 ns.
+            7 * 2 + 1,
+            300,
+            // b and c: the group's flag (refused), then b admitted (b's
+            // decision stands as it was), c refused with retry in 50 ns.
+            0,
+            4 * 2 + 1,
+            100,
+            0,
+            200,
+            50,
+            // d: refused, a duration in two parts (2 us + 5 ns), retry 9 ns.
+            0,
+            -3,
+            5,
+            9,
+        ];
+        let groups = parse_reply(&reply, &groups).unwrap();
+        assert_eq!(groups.len(), 3);
+        assert!(groups[0].allowed);
+        assert_eq!(groups[0].decisions[0].remaining, 7);
+        assert_eq!(groups[0].decisions[0].reset_after, 300);
+        assert!(!groups[1].allowed);
+        assert!(groups[1].decisions[0].allowed);
+        assert_eq!(groups[1].decisions[0].remaining, 4);
+        assert!(!groups[1].decisions[1].allowed);
+        assert_eq!(groups[1].decisions[1].retry_after, Some(50));
+        assert!(!groups[2].allowed);
+        assert_eq!(groups[2].decisions[0].reset_after, 2005);
+        assert_eq!(groups[2].decisions[0].retry_after, Some(9));
+        // One integer short or long is an error, not a misread.
+        let x = [check("x")];
+        assert!(parse_reply(&[0, 100], &[&x]).is_err());
+        assert!(parse_reply(&[15, 300, 0], &[&x]).is_err());
+        assert!(parse_reply(&[15, 300], &[&x]).is_ok());
+    }
+}
