@@ -268,4 +268,48 @@ mod tests {
         }
         assert_eq!(*node.calls.lock().unwrap(), vec![1, 32, 8]);
     }
+
+    #[tokio::test]
+    async fn while_a_call_is_in_flight_the_ready_requests_join_the_next() {
+        let node = HeldNode {
+            calls: Arc::default(),
+            started: Arc::new(Notify::new()),
+            release: Arc::new(Semaphore::new(0)),
+        };
+        let config = BatchConfig {
+            max_groups: 32,
+            max_in_flight: 2,
+        };
+        let batcher = Batcher::start(node.clone(), DecisionScript::default(), config).unwrap();
+        let send = |batcher: &Batcher| {
+            let (reply, answer) = oneshot::channel();
+            batcher
+                .tx
+                .send(Job {
+                    group: group(),
+                    reply,
+                })
+                .ok()
+                .unwrap();
+            answer
+        };
+        // The first call leaves at once, alone, and stays in flight.
+        let mut answers = vec![send(&batcher)];
+        node.started.notified().await;
+        // A request wakes the dispatcher; another task, ready behind it,
+        // sends one more before the dispatcher drains its queue.
+        answers.push(send(&batcher));
+        let late = {
+            let batcher = batcher.clone();
+            tokio::spawn(async move { send(&batcher).await })
+        };
+        // Enough for any number of calls, so that a wrong split fails the
+        // assertion below rather than hanging.
+        node.release.add_permits(3);
+        for answer in answers {
+            assert!(answer.await.unwrap().unwrap().allowed);
+        }
+        assert!(late.await.unwrap().unwrap().unwrap().allowed);
+        assert_eq!(*node.calls.lock().unwrap(), vec![1, 2]);
+    }
 }
