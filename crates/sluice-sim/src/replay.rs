@@ -359,16 +359,15 @@ fn decide_with(
     engine: &Engine<ManualClock>,
     req: &RequestInfo<'_>,
 ) -> (Result<Verdict, DecideError>, Option<Reservation>) {
-    let not_at_once =
-        || DecideError::Internal("the simulator needs a store in this process".into());
-    if !engine.settles() {
-        let decided = engine.decide_now(req).unwrap_or_else(|| Err(not_at_once()));
-        return (decided, None);
-    }
     match sluice_store::seam::now_or_never(engine.decide_reserving(req)) {
         Some(Ok((verdict, reservation))) => (Ok(verdict), reservation),
         Some(Err(e)) => (Err(e), None),
-        None => (Err(not_at_once()), None),
+        None => (
+            Err(DecideError::Internal(
+                "the simulator needs a store in this process".into(),
+            )),
+            None,
+        ),
     }
 }
 

@@ -22,6 +22,10 @@ pub(super) struct Compiled {
     /// The policy's limits, when every request meets them alike
     /// ([`alike`](super::alike)).
     pub(super) alike: Option<super::alike::Alike>,
+    /// Whether a limit settles its cost after the response: a decision
+    /// then keeps a reservation, which only
+    /// [`decide_reserving`](super::Engine::decide_reserving) returns.
+    pub(super) settles: bool,
     /// The identities of limits an earlier policy of this engine had and a
     /// later one dropped (at most [`RETIRED`]): one brought back starts
     /// fresh.
@@ -69,6 +73,7 @@ impl Compiled {
             .collect();
         Self {
             alike: super::alike::Alike::of(&policy, hasher),
+            settles: policy.settles(),
             policy: Arc::new(policy),
             counters,
             gates,

@@ -286,11 +286,13 @@ impl<C: Clock> Engine<C> {
     }
 
     /// [`decide`](Self::decide), done now, when the store answers at once
-    /// (the memory store): `None` when it does not, and nothing was
-    /// decided. For callers that avoid a future where they can (the tower
-    /// layer), and synchronous ones (the simulator). The same steps as
-    /// `decide`, without a future; a policy of one limit that every request
-    /// meets alike takes them without a plan (`alike.rs`).
+    /// (the memory store): `None` when it does not, or when a limit of the
+    /// policy in force settles its cost after the response (its decision
+    /// keeps a reservation: [`decide_reserving`](Self::decide_reserving)),
+    /// and nothing was decided. For callers that avoid a future where they
+    /// can (the tower layer); `decide_reserving` starts with it. The same
+    /// steps as `decide`, without a future; a policy of one limit that
+    /// every request meets alike takes them without a plan (`alike.rs`).
     #[inline]
     pub fn decide_now(&self, req: &RequestInfo<'_>) -> Option<Result<Verdict, DecideError>> {
         if !self.at_once {
@@ -298,6 +300,9 @@ impl<C: Clock> Engine<C> {
         }
         // A guarded load: nothing here outlives this call.
         let current = self.current.load();
+        if current.settles {
+            return None;
+        }
         if let Some(alike::Alike::One(met)) = &current.alike {
             // A limit met alike has no `match`: the path is only checked,
             // not rewritten.

@@ -191,6 +191,11 @@ impl<C: Clock> Engine<C> {
         &self,
         req: &RequestInfo<'_>,
     ) -> Result<(Verdict, Option<Reservation>), DecideError> {
+        // A store in this process, and no limit that settles: decided now,
+        // on the path the tower layer takes.
+        if let Some(decided) = self.decide_now(req) {
+            return decided.map(|verdict| (verdict, None));
+        }
         let path = crate::path::canonical(req.path)?;
         let req = &RequestInfo {
             path: &path,

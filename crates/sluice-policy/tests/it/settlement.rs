@@ -65,6 +65,33 @@ fn a_policy_without_settle_rules_reserves_nothing() {
     assert!(e.settles());
 }
 
+/// `decide_now` (the tower layer's call, and where `decide_reserving`
+/// starts) returns no reservation: under a policy that settles, it
+/// declines, and `decide_reserving` decides with one. It used to decide,
+/// charging the estimate with nothing to settle it, when the layer asked
+/// as a reload brought such a policy in.
+#[test]
+fn a_policy_that_settles_is_not_decided_now() {
+    let e = engine("{ from = \"reported\" }");
+    let mut headers = HeaderMap::new();
+    headers.insert("x-api-key", "k1".parse().unwrap());
+    let req = RequestInfo {
+        method: &Method::POST,
+        path: "/v1/chat/completions",
+        headers: &headers,
+        peer: None,
+        cost: None,
+        body: None,
+    };
+    assert!(e.decide_now(&req).is_none(), "decided with no reservation");
+    let (v, r) = decide(&e, &[]);
+    assert!(v.allowed && r.is_some());
+    assert_eq!(
+        v.results[0].decision.remaining, 90,
+        "charged once, by decide_reserving"
+    );
+}
+
 #[test]
 fn what_was_not_used_is_given_back_and_what_was_is_charged() {
     let e = engine("{ from = \"reported\" }");
