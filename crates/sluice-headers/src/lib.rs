@@ -359,8 +359,19 @@ pub struct Fields {
 
 impl Fields {
     /// The fields of a verdict (and `Retry-After` when it refuses), in the
-    /// header style of the config that decided it.
-    pub fn of(verdict: &Verdict) -> Self {
+    /// header style of the config that decided it: `None` when it has none
+    /// (an admitted request under `on_admitted = false`, decided without a
+    /// fallback), so that an adapter carries nothing to its response.
+    #[inline]
+    pub fn of(verdict: &Verdict) -> Option<Self> {
+        if verdict.allowed && !verdict.style.on_admitted && verdict.fallback.is_none() {
+            return None;
+        }
+        Some(Self::made(verdict))
+    }
+
+    /// [`of`](Self::of) a verdict that has fields.
+    fn made(verdict: &Verdict) -> Self {
         let style = verdict.style;
         let results = &verdict.results;
         let mut more = Vec::new();
@@ -425,7 +436,9 @@ impl Fields {
 /// Adds the rate-limit fields of a verdict to `headers` (and `Retry-After`
 /// when it refuses), in the header style of the config that decided it.
 pub fn add_headers(verdict: &Verdict, headers: &mut HeaderMap) {
-    Fields::of(verdict).apply(headers);
+    if let Some(fields) = Fields::of(verdict) {
+        fields.apply(headers);
+    }
 }
 
 #[cfg(test)]
@@ -520,6 +533,7 @@ mod tests {
             },
             fallback,
         };
+        assert!(Fields::of(&verdict(true, None)).is_none());
         let mut h = HeaderMap::new();
         add_headers(&verdict(true, None), &mut h);
         assert!(h.is_empty(), "{h:?}");

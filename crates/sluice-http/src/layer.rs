@@ -308,7 +308,7 @@ where
             if let Some(m) = &shared.metrics {
                 m.record_result(&decided);
             }
-            return ResponseFuture::refused(refused(decided));
+            return ResponseFuture::refused(refused(&decided));
         }
         // The inner service (an upstream, a router) sees the canonical path
         // that was limited. A path with none is refused by the engine.
@@ -317,33 +317,35 @@ where
         }
         // A store in this process decides without waiting: no future. (A
         // policy that settles costs after the response takes the path that
-        // keeps the request's reservation.)
-        if !shared.engine.settles()
-            && let Some(decided) = shared.engine.decide_now(&request_info(&req, peer))
-        {
+        // keeps the request's reservation: `decide_now` answers `None`.)
+        let decided = shared
+            .engine
+            .decide_now(&request_info(&req, peer, &shared.engine));
+        if let Some(d) = &decided {
             if let Some(m) = &shared.metrics {
-                m.record_result(&decided);
+                m.record_result(d);
             }
-            return match decided {
-                Ok(v) if v.allowed => {
-                    let (fields, delay) = (Fields::of(&v), v.delay());
-                    if shared.verdict {
-                        req.extensions_mut().insert(v);
-                    }
-                    if delay == 0 {
-                        // The service that was polled ready is called now.
-                        ResponseFuture {
-                            kind: Kind::Forward {
-                                inner: self.inner.call(req),
-                                fields: Some(fields),
-                            },
-                        }
-                    } else {
-                        let inner = self.take_inner();
-                        ResponseFuture::waiting(Box::pin(forward(inner, req, fields, delay)))
-                    }
-                }
-                other => ResponseFuture::refused(refused(other)),
+            // Read where it was returned: the verdict is moved only to the
+            // handler.
+            let (fields, delay) = match d {
+                Ok(v) if v.allowed => (Fields::of(v), v.delay()),
+                _ => return ResponseFuture::refused(refused(d)),
+            };
+            if shared.verdict
+                && let Some(Ok(v)) = decided
+            {
+                req.extensions_mut().insert(v);
+            }
+            if delay > 0 {
+                let inner = self.take_inner();
+                return ResponseFuture::waiting(Box::pin(forward(inner, req, fields, delay)));
+            }
+            // The service that was polled ready is called now.
+            return ResponseFuture {
+                kind: Kind::Forward {
+                    inner: self.inner.call(req),
+                    fields,
+                },
             };
         }
         let inner = self.take_inner();
@@ -419,22 +421,31 @@ fn set_path(uri: &mut http::Uri, path: &str) {
     }
 }
 
-fn request_info<B>(req: &Request<B>, peer: Option<IpAddr>) -> RequestInfo<'_> {
+fn request_info<'r, B>(
+    req: &'r Request<B>,
+    peer: Option<IpAddr>,
+    engine: &Engine,
+) -> RequestInfo<'r> {
     RequestInfo {
         method: req.method(),
         path: req.uri().path(),
         headers: req.headers(),
         peer,
         cost: None,
-        // Read before the layer, where a rule asks (`request_fields`).
-        body: req.extensions().get(),
+        // Read before the layer, where a rule asks (`request_fields`); a
+        // policy that reads no body is not given one to look up.
+        body: if engine.reads_request_body() {
+            req.extensions().get()
+        } else {
+            None
+        },
     }
 }
 
 /// The response to a request that may not pass.
-fn refused(decided: Result<Verdict, DecideError>) -> Response<Body> {
+fn refused(decided: &Result<Verdict, DecideError>) -> Response<Body> {
     match decided {
-        Err(e) => decide_error_response(&e),
-        Ok(v) => refusal_response(&v),
+        Err(e) => decide_error_response(e),
+        Ok(v) => refusal_response(v),
     }
 }

@@ -32,7 +32,7 @@ where
 {
     let (decided, reservation) = match shared
         .engine
-        .decide_reserving(&request_info(&req, peer))
+        .decide_reserving(&request_info(&req, peer, &shared.engine))
         .await
     {
         Ok((v, r)) => (Ok(v), r),
@@ -74,7 +74,7 @@ where
                 None => response,
             })
         }
-        other => Ok(refused(other)),
+        other => Ok(refused(&other)),
     }
 }
 
@@ -85,7 +85,7 @@ where
 pub(super) async fn forward<S, ReqBody, ResBody>(
     mut inner: S,
     req: Request<ReqBody>,
-    fields: Fields,
+    fields: Option<Fields>,
     delay: u64,
 ) -> Result<Response<Body>, S::Error>
 where
@@ -97,6 +97,8 @@ where
         tokio::time::sleep(Duration::from_nanos(delay)).await;
     }
     let mut response = inner.call(req).await?.map(Body::new);
-    fields.apply(response.headers_mut());
+    if let Some(fields) = fields {
+        fields.apply(response.headers_mut());
+    }
     Ok(response)
 }
