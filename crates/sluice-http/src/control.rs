@@ -40,7 +40,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Extension, State};
+use axum::extract::{Extension, FromRef, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
@@ -105,7 +105,13 @@ impl CheckRequest {
     /// header fields and the path without its query; or why it cannot be
     /// (the `detail` of a 400).
     pub fn parts(&self) -> Result<(Method, HeaderMap, &str), String> {
-        let Ok(method) = Method::from_bytes(self.method.to_ascii_uppercase().as_bytes()) else {
+        // Any case is taken; the usual one without a copy.
+        let method = if self.method.bytes().any(|b| b.is_ascii_lowercase()) {
+            Method::from_bytes(self.method.to_ascii_uppercase().as_bytes())
+        } else {
+            Method::from_bytes(self.method.as_bytes())
+        };
+        let Ok(method) = method else {
             return Err(format!("`{}` is not an HTTP method", self.method));
         };
         let mut headers = HeaderMap::new();
@@ -207,14 +213,45 @@ pub fn router_with(
         .route("/v1/settle", post(crate::settle_api::settle))
         .route("/v1/release", post(crate::settle_api::settle))
         .route("/v1/renew", post(crate::settle_api::renew))
-        .layer(Extension(reservations))
         .route("/v1/auth", get(crate::nginx_auth::auth))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(serve_metrics))
         .route("/openapi.yaml", get(crate::openapi::document))
-        .layer(Extension(metrics))
-        .with_state(engine)
+        .with_state(Shared {
+            engine,
+            metrics,
+            reservations,
+        })
+}
+
+/// What the control API's handlers share: the router's state, from which
+/// each takes the parts it names (`State<Arc<Engine>>`, say). Reading a
+/// part clones its `Arc`; an `Extension` layer would put each in every
+/// request's extensions, and the handler would look it up there.
+#[derive(Clone)]
+struct Shared {
+    engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
+    reservations: Arc<Reservations>,
+}
+
+impl FromRef<Shared> for Arc<Engine> {
+    fn from_ref(shared: &Shared) -> Self {
+        shared.engine.clone()
+    }
+}
+
+impl FromRef<Shared> for Arc<Metrics> {
+    fn from_ref(shared: &Shared) -> Self {
+        shared.metrics.clone()
+    }
+}
+
+impl FromRef<Shared> for Arc<Reservations> {
+    fn from_ref(shared: &Shared) -> Self {
+        shared.reservations.clone()
+    }
 }
 
 /// Settles, every second, the reservations that expired unsettled, with
@@ -245,7 +282,7 @@ fn settle_expired(engine: &Arc<Engine>, metrics: &Arc<Metrics>, reservations: &A
     });
 }
 
-async fn serve_metrics(Extension(metrics): Extension<Arc<Metrics>>) -> Response {
+async fn serve_metrics(State(metrics): State<Arc<Metrics>>) -> Response {
     (
         [(
             http::header::CONTENT_TYPE,
@@ -270,8 +307,8 @@ fn bad_request(detail: String) -> Response {
 
 async fn check(
     State(engine): State<Arc<Engine>>,
-    Extension(metrics): Extension<Arc<Metrics>>,
-    Extension(reservations): Extension<Arc<Reservations>>,
+    State(metrics): State<Arc<Metrics>>,
+    State(reservations): State<Arc<Reservations>>,
     Body(body): Body,
 ) -> Response {
     let req: CheckRequest = match serde_json::from_slice(&body) {
@@ -322,7 +359,8 @@ async fn check(
             }
         }
     }
-    let mut response = (status, Json(json)).into_response();
+    let mut response = json.into_response();
+    *response.status_mut() = status;
     add_headers(&verdict, response.headers_mut());
     response
 }

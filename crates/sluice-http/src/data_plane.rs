@@ -10,10 +10,10 @@
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::{Json, Router};
 use http::{Request, StatusCode};
 use sluice_policy::host::HostError;
 use sluice_policy::{DecideError, Engine, Verdict};
@@ -95,7 +95,7 @@ async fn at_the_edge(mut req: Request<Body>, proxied: bool) -> Result<Request<Bo
 /// The verdict as JSON (read in place: the layer puts it there).
 async fn echo(req: Request<Body>) -> Response {
     match req.extensions().get::<Verdict>() {
-        Some(verdict) => Json(VerdictJson::new(verdict)).into_response(),
+        Some(verdict) => VerdictJson::new(verdict).into_response(),
         None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }

@@ -30,7 +30,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Extension, State};
+use axum::extract::{ConnectInfo, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use sluice_policy::{Engine, RequestInfo};
@@ -49,7 +49,7 @@ pub const SLUICE_STATUS: HeaderName = HeaderName::from_static("sluice-status");
 /// The handler of `GET /v1/auth`.
 pub async fn auth(
     State(engine): State<Arc<Engine>>,
-    Extension(metrics): Extension<Arc<crate::metrics::Metrics>>,
+    State(metrics): State<Arc<crate::metrics::Metrics>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Response {

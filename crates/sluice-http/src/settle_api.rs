@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Extension, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -111,7 +111,7 @@ pub struct RenewRequest {
 /// 404 and 409 as for a settlement.
 pub async fn renew(
     State(engine): State<Arc<Engine>>,
-    Extension(reservations): Extension<Arc<Reservations>>,
+    State(reservations): State<Arc<Reservations>>,
     Body(body): Body,
 ) -> Response {
     let req: RenewRequest = match serde_json::from_slice(&body) {
@@ -146,8 +146,8 @@ pub async fn renew(
 /// `POST /v1/settle`.
 pub async fn settle(
     State(engine): State<Arc<Engine>>,
-    Extension(metrics): Extension<Arc<Metrics>>,
-    Extension(reservations): Extension<Arc<Reservations>>,
+    State(metrics): State<Arc<Metrics>>,
+    State(reservations): State<Arc<Reservations>>,
     Body(body): Body,
 ) -> Response {
     let req: SettleRequest = match serde_json::from_slice(&body) {

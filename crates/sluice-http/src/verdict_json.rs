@@ -17,7 +17,7 @@ pub struct LimitJson<'a> {
     pub algorithm: &'static str,
     /// Its rate, as written in configs (none for a concurrency limit).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rate: Option<String>,
+    pub rate: Option<sluice_core::Rate>,
     /// Whether this limit allowed the request.
     pub allowed: bool,
     /// Its capacity (burst).
@@ -51,6 +51,23 @@ pub struct VerdictJson<'a> {
     pub reservation: Option<crate::settle_api::ReservationJson>,
 }
 
+/// The body as `application/json`, with status 200 (a caller with another
+/// sets it): written into one buffer sized for a verdict of a limit or
+/// two, where axum's `Json` starts smaller and grows.
+impl IntoResponse for VerdictJson<'_> {
+    fn into_response(self) -> Response {
+        let mut body = Vec::with_capacity(256);
+        // Strings, numbers and booleans into a `Vec`: nothing can fail.
+        let _ = serde_json::to_writer(&mut body, &self);
+        let mut response = Response::new(axum::body::Body::from(body));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -76,8 +93,7 @@ fn limit_json(r: &LimitResult) -> LimitJson<'_> {
     LimitJson {
         name: r.name(),
         algorithm: r.spec.algorithm.name(),
-        rate: (r.spec.algorithm != sluice_core::AlgorithmKind::Concurrency)
-            .then(|| r.spec.rate.to_string()),
+        rate: (r.spec.algorithm != sluice_core::AlgorithmKind::Concurrency).then_some(r.spec.rate),
         allowed: r.decision.allowed,
         limit: r.decision.limit,
         remaining: r.decision.remaining,
