@@ -203,10 +203,57 @@ impl FromStr for Rate {
 
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match largest_unit(self.period) {
-            (1, unit, _) => write!(f, "{}/{unit}", self.amount),
-            (n, unit, _) => write!(f, "{} per {n}{unit}", self.amount),
+        f.write_str(self.text().as_str())
+    }
+}
+
+impl Rate {
+    /// The rate as written in configs (`100/min`, `50 per 10s`), made on
+    /// the stack: what [`Display`](fmt::Display) writes and a serializer
+    /// takes as one string (JSON answers carry a limit's rate on every
+    /// decision).
+    fn text(&self) -> RateText {
+        let mut text = RateText::default();
+        let (n, unit, _) = largest_unit(self.period);
+        text.push(itoa::Buffer::new().format(self.amount));
+        if n == 1 {
+            text.push("/");
+        } else {
+            text.push(" per ");
+            text.push(itoa::Buffer::new().format(n));
         }
+        text.push(unit);
+        text
+    }
+}
+
+/// A rate's text: at most 20 digits, ` per `, 20 digits and a unit.
+struct RateText {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+impl Default for RateText {
+    fn default() -> Self {
+        Self {
+            bytes: [0; 64],
+            len: 0,
+        }
+    }
+}
+
+impl RateText {
+    fn push(&mut self, s: &str) {
+        let end = self.len + s.len();
+        if let Some(room) = self.bytes.get_mut(self.len..end) {
+            room.copy_from_slice(s.as_bytes());
+            self.len = end;
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only whole `str`s are pushed.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
     }
 }
 
@@ -241,7 +288,7 @@ impl<'de> serde::Deserialize<'de> for Rate {
 #[cfg(feature = "serde")]
 impl serde::Serialize for Rate {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        s.serialize_str(self.text().as_str())
     }
 }
 
@@ -296,6 +343,29 @@ mod tests {
             let rate: Rate = text.parse().unwrap();
             assert_eq!(rate.to_string().parse::<Rate>().unwrap(), rate);
         }
+    }
+
+    proptest::proptest! {
+        /// The text made on the stack is the one `format!` makes, for every
+        /// amount and period, the longest included.
+        #[test]
+        fn the_text_is_the_formatted_one(amount in 1..=u64::MAX, period in 1..=u64::MAX) {
+            let rate = Rate::new(amount, period).unwrap();
+            let expected = match largest_unit(period) {
+                (1, unit, _) => format!("{amount}/{unit}"),
+                (n, unit, _) => format!("{amount} per {n}{unit}"),
+            };
+            proptest::prop_assert_eq!(rate.to_string(), expected);
+        }
+    }
+
+    #[test]
+    fn the_longest_text_fits() {
+        let rate = Rate::new(u64::MAX, u64::MAX).unwrap();
+        assert_eq!(
+            rate.to_string(),
+            "18446744073709551615 per 18446744073709551615ns"
+        );
     }
 
     #[test]
