@@ -173,9 +173,11 @@ impl Labels {
         }
     }
 
-    /// Whether these are kept labels: a handle that owns nothing.
+    /// Whether these are kept labels: a handle that owns nothing, to
+    /// labels that live as long as the process (so that their
+    /// [`addr`](Self::addr) names them for as long).
     #[inline]
-    pub(crate) fn is_kept(&self) -> bool {
+    pub fn is_kept(&self) -> bool {
         matches!(self.0, Handle::Kept(_))
     }
 

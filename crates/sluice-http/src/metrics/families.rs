@@ -24,6 +24,8 @@ pub(super) struct Families {
     pub(super) retry_after: Family<LimitNameLabels, Histogram>,
     /// `sluice_queue_wait_seconds`.
     pub(super) queue_wait: Histogram,
+    /// The series of `requests` and `decisions` found so far.
+    pub(super) series: super::series::Series,
 }
 
 /// A histogram of seconds, from 1 ms to about 18 h.
@@ -75,6 +77,7 @@ impl Families {
             within_plan,
             retry_after,
             queue_wait,
+            series: super::series::Series::default(),
         }
     }
 }

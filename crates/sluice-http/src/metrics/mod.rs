@@ -65,6 +65,7 @@ mod listener_gauges;
 mod live_state;
 mod overload_gauges;
 mod record;
+mod series;
 mod settlements;
 mod store_gauges;
 

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use sluice_policy::{DecideError, LimitLabels, Outcome, Verdict};
+use sluice_policy::{DecideError, Labels, Outcome, Verdict};
 
 use super::Metrics;
-use super::labels::{DecisionLabels, LimitNameLabels, LimitOutcome, RequestLabels, RequestOutcome};
+use super::labels::{LimitNameLabels, LimitOutcome, RequestOutcome};
 
 impl Metrics {
     /// Records a decided request.
@@ -43,10 +43,8 @@ impl Metrics {
 
     /// Counts a request with `outcome`.
     fn count_request(&self, outcome: RequestOutcome) {
-        self.families
-            .requests
-            .get_or_create(&RequestLabels { outcome })
-            .inc();
+        let f = &self.families;
+        f.series.request(&f.requests, outcome);
     }
 
     /// Counts each applied limit's decision and observes the retry-after of
@@ -102,15 +100,8 @@ impl Metrics {
     }
 
     /// Counts one limit's decision.
-    fn count(&self, labels: &LimitLabels, outcome: LimitOutcome) {
-        self.families
-            .decisions
-            .get_or_create(&DecisionLabels {
-                limit: labels.limit.clone(),
-                plan: labels.plan.clone(),
-                endpoint: labels.endpoint.clone(),
-                outcome,
-            })
-            .inc();
+    fn count(&self, labels: &Labels, outcome: LimitOutcome) {
+        let f = &self.families;
+        f.series.decision(&f.decisions, labels, outcome);
     }
 }
