@@ -16,52 +16,59 @@
 
 use std::net::IpAddr;
 
-use http::header::HOST;
-use http::{HeaderMap, HeaderValue};
+use http::header::{FORWARDED, HOST};
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// Fields that name the client, or the host, scheme, port or path it asked
-/// for, which only a proxy may write.
-const PROXY_WRITTEN: [&str; 9] = [
-    "forwarded",
-    "x-forwarded-for",
-    "x-real-ip",
-    "x-forwarded-host",
-    "x-forwarded-proto",
-    "x-forwarded-port",
-    "x-forwarded-prefix",
-    "x-original-url",
-    "x-rewrite-url",
+/// for, which only a proxy may write. Names, not text: a map looks a name
+/// up as it is, where text is parsed into a name at every call.
+static PROXY_WRITTEN: [HeaderName; 9] = [
+    FORWARDED,
+    X_FORWARDED_FOR,
+    HeaderName::from_static("x-real-ip"),
+    X_FORWARDED_HOST,
+    X_FORWARDED_PROTO,
+    HeaderName::from_static("x-forwarded-port"),
+    HeaderName::from_static("x-forwarded-prefix"),
+    HeaderName::from_static("x-original-url"),
+    HeaderName::from_static("x-rewrite-url"),
 ];
 
 /// Writes the forwarding fields for a request from `peer` (`trusted`: a
 /// trusted proxy) into `headers`, the request the upstream gets.
 pub fn write(headers: &mut HeaderMap, peer: IpAddr, trusted: bool) {
-    let peer_text = peer.to_string();
+    // Written on the stack, not through `core::fmt` (a fifth of this
+    // function's cost, on every proxied request).
+    let peer_text = sluice_policy::key_text::IpText::new(peer);
     if trusted {
         let chain: Vec<&str> = headers
-            .get_all("x-forwarded-for")
+            .get_all(&X_FORWARDED_FOR)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .collect();
         let joined = if chain.is_empty() {
-            peer_text
+            peer_text.as_str().to_owned()
         } else {
-            format!("{}, {peer_text}", chain.join(", "))
+            format!("{}, {}", chain.join(", "), peer_text.as_str())
         };
         if let Ok(v) = HeaderValue::from_str(&joined) {
-            headers.insert("x-forwarded-for", v);
+            headers.insert(X_FORWARDED_FOR, v);
         }
         return;
     }
-    for name in PROXY_WRITTEN {
+    for name in &PROXY_WRITTEN {
         headers.remove(name);
     }
-    if let Ok(v) = HeaderValue::from_str(&peer_text) {
-        headers.insert("x-forwarded-for", v);
+    if let Ok(v) = HeaderValue::from_bytes(peer_text.as_bytes()) {
+        headers.insert(X_FORWARDED_FOR, v);
     }
-    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     if let Some(host) = headers.get(HOST).cloned() {
-        headers.insert("x-forwarded-host", host);
+        headers.insert(X_FORWARDED_HOST, host);
     }
 }
 

@@ -73,15 +73,17 @@ impl std::fmt::Debug for Trusts {
     }
 }
 
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "upgrade",
+/// Names, not text: a map looks a name up as it is, where text is parsed
+/// into a name at every call (three times a request through the proxy).
+static HOP_BY_HOP: [HeaderName; 8] = [
+    CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    http::header::PROXY_AUTHENTICATE,
+    http::header::PROXY_AUTHORIZATION,
+    http::header::TE,
+    http::header::TRAILER,
+    http::header::UPGRADE,
 ];
 
 /// Removes hop-by-hop header fields (RFC 9110 §7.6.1), including those the
@@ -98,7 +100,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for n in named {
         headers.remove(n);
     }
-    for n in HOP_BY_HOP {
+    for n in &HOP_BY_HOP {
         headers.remove(n);
     }
 }
