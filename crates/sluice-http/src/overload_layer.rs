@@ -112,8 +112,8 @@ pub fn shed_response(shed: &Shed, class: &str) -> Response<Body> {
             shed.limit, shed.in_flight
         ),
     );
-    problem.kind = OVERLOADED.to_owned();
-    problem.title = "Overloaded".to_owned();
+    problem.kind = OVERLOADED.into();
+    problem.title = "Overloaded".into();
     problem.retry_after = Some(secs);
     let mut response = problem.into_response();
     response

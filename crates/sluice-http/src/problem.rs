@@ -1,5 +1,7 @@
 //! `application/problem+json` bodies (RFC 9457).
 
+use std::borrow::Cow;
+
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use serde::Serialize;
@@ -18,11 +20,12 @@ pub const OVERLOADED: &str = "urn:sluice:problem:overloaded";
 /// A problem detail.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct Problem {
-    /// A URI naming the problem type.
+    /// A URI naming the problem type (one of a few constants: borrowed,
+    /// not copied, for each refusal).
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: Cow<'static, str>,
     /// A short summary.
-    pub title: String,
+    pub title: Cow<'static, str>,
     /// The HTTP status.
     pub status: u16,
     /// What happened, for a person.
@@ -52,7 +55,12 @@ impl Problem {
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = serde_json::to_vec(&self).unwrap_or_default();
+        // Room for a refusal's body at once, which an empty `Vec` reached
+        // in several steps.
+        let mut body = Vec::with_capacity(512);
+        if serde_json::to_writer(&mut body, &self).is_err() {
+            body.clear();
+        }
         let mut response = (status, body).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
