@@ -61,11 +61,16 @@ impl IntoResponse for Problem {
         if serde_json::to_writer(&mut body, &self).is_err() {
             body.clear();
         }
-        let mut response = (status, body).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        response
+        problem_response(status, body)
     }
+}
+
+/// The response of a problem's JSON `body`, with `status`.
+pub(crate) fn problem_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
 }

@@ -2,11 +2,12 @@
 //! the control API.
 
 use axum::response::{IntoResponse, Response};
+use http::StatusCode;
 use serde::Serialize;
 use sluice_policy::{DecideError, LimitResult, Outcome, Verdict};
 
 use crate::headers::{add_headers, retry_after_secs};
-use crate::problem::{Problem, QUOTA_EXCEEDED, STORE_UNAVAILABLE};
+use crate::problem::{Problem, QUOTA_EXCEEDED, STORE_UNAVAILABLE, problem_response};
 
 /// One limit's decision, as JSON.
 #[derive(Debug, Serialize)]
@@ -120,7 +121,12 @@ pub fn refusal(verdict: &Verdict) -> Problem {
     }
     let violated: Vec<String> = verdict.violated().map(|r| r.name().to_string()).collect();
     let retry = retry_after_secs(verdict.retry_after().unwrap_or(0));
-    let first = verdict.violated().next();
+    quota_problem(verdict.violated().next(), violated, retry)
+}
+
+/// The problem of a refusal for quota: the `violated` limits' names, the
+/// `first` of them described, and the seconds until a `retry`.
+fn quota_problem(first: Option<&LimitResult>, violated: Vec<String>, retry: u64) -> Problem {
     let detail = match first {
         Some(r) if r.spec.algorithm == sluice_core::AlgorithmKind::Concurrency => format!(
             "Concurrency limit `{}` reached: at most {} requests in flight; retry in {retry} s.",
@@ -149,10 +155,69 @@ pub fn refusal(verdict: &Verdict) -> Problem {
 
 /// The 429 response for a refusal, with every header.
 pub fn refusal_response(verdict: &Verdict) -> Response {
-    let mut response = refusal(verdict).into_response();
+    let mut response = match kept_refusal(verdict) {
+        Some(body) => problem_response(StatusCode::TOO_MANY_REQUESTS, body),
+        None => refusal(verdict).into_response(),
+    };
     add_headers(verdict, response.headers_mut());
     response
 }
+
+/// The body of a refusal by one limit, [`refusal`]'s to the byte, from the
+/// pieces kept with the limit ([`HeaderItems::refusal`]): everything but
+/// the retry time, which the body holds twice, depends on the limit's
+/// definition alone. Serializing the problem and formatting its detail
+/// were a quarter of a refused request's cost through the proxy, which a
+/// flood of one client's refused requests pays on every one. `None` for
+/// any other refusal (several limits, the store's fallback), which
+/// [`refusal`] answers.
+///
+/// [`HeaderItems::refusal`]: sluice_policy::HeaderItems::refusal
+fn kept_refusal(verdict: &Verdict) -> Option<Vec<u8>> {
+    if Outcome::of_verdict(verdict) != Outcome::Limited {
+        return None;
+    }
+    let mut violated = verdict.violated();
+    let (r, None) = (violated.next()?, violated.next()) else {
+        return None;
+    };
+    let pieces = r
+        .labels
+        .header_items
+        .refusal(&r.spec, || refusal_pieces(r))?;
+    let mut retry = itoa::Buffer::new();
+    let retry = retry
+        .format(retry_after_secs(verdict.retry_after().unwrap_or(0)))
+        .as_bytes();
+    let [a, b, c] = pieces;
+    let mut body = Vec::with_capacity(a.len() + b.len() + c.len() + 2 * retry.len());
+    for piece in [a.as_bytes(), retry, b.as_bytes(), retry, c.as_bytes()] {
+        body.extend_from_slice(piece);
+    }
+    Some(body)
+}
+
+/// A retry time no refusal has ([`retry_after_secs`] stops near 2^34),
+/// where the pieces of a limit's refusal body are cut.
+const RETRY_MARK: u64 = u64::MAX;
+
+/// The body of a refusal by `r` alone, cut where its retry time goes:
+/// `None` if the mark is not found exactly twice (a limit whose name holds
+/// it), and such a limit's refusals are made whole each time.
+fn refusal_pieces(r: &LimitResult) -> Option<[Box<str>; 3]> {
+    let problem = quota_problem(Some(r), vec![r.name().to_owned()], RETRY_MARK);
+    let body = serde_json::to_string(&problem).ok()?;
+    let mut pieces = body.split(RETRY_MARK_TEXT);
+    let cut = [
+        pieces.next()?.into(),
+        pieces.next()?.into(),
+        pieces.next()?.into(),
+    ];
+    pieces.next().is_none().then_some(cut)
+}
+
+/// [`RETRY_MARK`] as text.
+const RETRY_MARK_TEXT: &str = "18446744073709551615";
 
 /// The problem for a request that could not be decided, with the engine's
 /// status for it ([`Outcome::http_status`]: 401 for a missing key, 403 for
@@ -179,4 +244,82 @@ pub fn decide_error(e: &DecideError) -> Problem {
 /// The response for a request that could not be decided.
 pub fn decide_error_response(e: &DecideError) -> Response {
     decide_error(e).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::{AlgorithmKind, Decision, LimitSpec, Rate};
+    use sluice_policy::{HeadersConfig, LimitLabels};
+
+    fn refused(name: &str, algorithm: AlgorithmKind, retry_ns: u64) -> Verdict {
+        let result = LimitResult {
+            spec: LimitSpec {
+                algorithm,
+                rate: Rate::new(5, 2_000_000_000).unwrap(),
+                burst: 3,
+                nodelay: false,
+            },
+            decision: Decision {
+                allowed: false,
+                limit: 3,
+                remaining: 0,
+                reset_after: retry_ns,
+                retry_after: Some(retry_ns),
+                delay: 0,
+            },
+            labels: LimitLabels::named(name.into(), "*"),
+            key: sluice_store::KeyId(0),
+        };
+        Verdict {
+            allowed: false,
+            results: vec![result].into(),
+            shadow: Default::default(),
+            style: HeadersConfig::default(),
+            fallback: None,
+        }
+    }
+
+    #[test]
+    fn the_mark_is_its_text() {
+        assert_eq!(RETRY_MARK.to_string(), RETRY_MARK_TEXT);
+    }
+
+    /// The body made from the kept pieces is the problem serialized, byte
+    /// for byte, whatever the limit's name holds, for each retry time.
+    #[test]
+    fn a_kept_refusal_is_the_serialized_problem() {
+        let names = [
+            "per-key",
+            "a \"quoted\" \\ name",
+            "caf\u{e9} \u{1f600}",
+            "tab\there",
+        ];
+        for name in names {
+            for algorithm in [AlgorithmKind::Gcra, AlgorithmKind::Concurrency] {
+                for retry_ns in [1, 999_999_999, 1_000_000_001, 86_400_000_000_000] {
+                    let v = refused(name, algorithm, retry_ns);
+                    let whole = serde_json::to_vec(&refusal(&v)).unwrap();
+                    // Made once, then kept: both bodies are checked.
+                    for _ in 0..2 {
+                        let kept = kept_refusal(&v).expect("one limit refused");
+                        assert_eq!(
+                            String::from_utf8(kept).unwrap(),
+                            String::from_utf8(whole.clone()).unwrap()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A name that holds the mark cannot be cut there: its refusals are
+    /// made whole.
+    #[test]
+    fn a_name_holding_the_mark_is_made_whole() {
+        let v = refused(&format!("limit-{RETRY_MARK_TEXT}"), AlgorithmKind::Gcra, 5);
+        assert!(kept_refusal(&v).is_none());
+        let response = refusal_response(&v);
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
 }

@@ -230,14 +230,16 @@ impl Hash for Labels {
     }
 }
 
-/// A limit's items in response header fields that depend only on its
-/// definition (its `RateLimit-Policy` item: name, quota, window): made the
-/// first time a response needs them, by the header crate, and kept with the
-/// limit for every response after, instead of being written per response.
-/// Labels compare and hash alike whatever this holds.
+/// A limit's items in responses that depend only on its definition (its
+/// `RateLimit-Policy` item: name, quota, window; its refusal's body, but
+/// for the retry time): made the first time a response needs them, by the
+/// adapters, and kept with the limit for every response after, instead of
+/// being written per response. Labels compare and hash alike whatever this
+/// holds.
 #[derive(Debug, Default)]
 pub struct HeaderItems {
     policy: OnceLock<(LimitSpec, http::HeaderValue)>,
+    refusal: OnceLock<(LimitSpec, Option<[Box<str>; 3]>)>,
 }
 
 impl HeaderItems {
@@ -276,6 +278,39 @@ impl HeaderItems {
         // Two first responses at once: the first kept wins; both are right.
         let _ = self.policy.set((*spec, value.clone()));
         Some(value)
+    }
+
+    /// The pieces of the limit's refusal body that go around its retry
+    /// time, under `spec`: `make`'s, made once and kept (`None` kept too,
+    /// for a limit whose body cannot be cut); `None` as well under another
+    /// spec than the one they were made for (a per-request override).
+    ///
+    /// ```
+    /// use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+    /// let items = sluice_policy::HeaderItems::default();
+    /// let spec = LimitSpec {
+    ///     algorithm: AlgorithmKind::Gcra,
+    ///     rate: Rate::per_second(10),
+    ///     burst: 10,
+    ///     nodelay: false,
+    /// };
+    /// let made = || Some(["a".into(), "b".into(), "c".into()]);
+    /// assert_eq!(items.refusal(&spec, made).unwrap()[1].as_ref(), "b");
+    /// // Kept: not made again.
+    /// assert!(items.refusal(&spec, || None).is_some());
+    /// let other = LimitSpec { burst: 20, ..spec };
+    /// assert!(items.refusal(&other, made).is_none());
+    /// ```
+    pub fn refusal(
+        &self,
+        spec: &LimitSpec,
+        make: impl FnOnce() -> Option<[Box<str>; 3]>,
+    ) -> Option<&[Box<str>; 3]> {
+        let (kept, pieces) = self.refusal.get_or_init(|| (*spec, make()));
+        if kept != spec {
+            return None;
+        }
+        pieces.as_ref()
     }
 }
 
