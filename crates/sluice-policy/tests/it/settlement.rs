@@ -29,20 +29,30 @@ fn decide(
     e: &Engine<ManualClock>,
     extra: &[(&'static str, &str)],
 ) -> (Verdict, Option<Reservation>) {
-    let mut headers = HeaderMap::new();
-    headers.insert("x-api-key", "k1".parse().unwrap());
+    let mut headers = client_k1();
     for (name, value) in extra {
         headers.insert(*name, value.parse().unwrap());
     }
-    now(e.decide_reserving(&RequestInfo {
+    now(e.decide_reserving(&completion(&headers))).unwrap()
+}
+
+/// The header fields of client `k1`.
+fn client_k1() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert("x-api-key", "k1".parse().unwrap());
+    headers
+}
+
+/// A `POST /v1/chat/completions` with `headers`.
+fn completion(headers: &HeaderMap) -> RequestInfo<'_> {
+    RequestInfo {
         method: &Method::POST,
         path: "/v1/chat/completions",
-        headers: &headers,
+        headers,
         peer: None,
         cost: None,
         body: None,
-    }))
-    .unwrap()
+    }
 }
 
 fn reported(cost: u64) -> Observed<'static> {
@@ -73,17 +83,11 @@ fn a_policy_without_settle_rules_reserves_nothing() {
 #[test]
 fn a_policy_that_settles_is_not_decided_now() {
     let e = engine("{ from = \"reported\" }");
-    let mut headers = HeaderMap::new();
-    headers.insert("x-api-key", "k1".parse().unwrap());
-    let req = RequestInfo {
-        method: &Method::POST,
-        path: "/v1/chat/completions",
-        headers: &headers,
-        peer: None,
-        cost: None,
-        body: None,
-    };
-    assert!(e.decide_now(&req).is_none(), "decided with no reservation");
+    let headers = client_k1();
+    assert!(
+        e.decide_now(&completion(&headers)).is_none(),
+        "decided with no reservation"
+    );
     let (v, r) = decide(&e, &[]);
     assert!(v.allowed && r.is_some());
     assert_eq!(
