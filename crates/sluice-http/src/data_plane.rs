@@ -13,10 +13,12 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
+use axum::handler::Handler;
 use axum::response::{IntoResponse, Response};
 use http::{Request, StatusCode};
 use sluice_policy::host::HostError;
 use sluice_policy::{DecideError, Engine, Verdict};
+use tower_layer::Layer;
 
 use crate::layer::RateLimitLayer;
 use crate::metrics::Metrics;
@@ -31,37 +33,53 @@ use crate::verdict_json::{VerdictJson, decide_error_response};
 /// limits (a pass-through while `[overload]` is off).
 pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) -> Router {
     let proxied = proxy.is_some();
-    let inner = match proxy {
+    let reads = engine.clone();
+    let limits = RateLimitLayer::new(engine.clone()).with_metrics(metrics.clone());
+    // The echo answers with the verdict; the proxy does not read it, and
+    // putting it in the extensions costs an allocation a request.
+    let limits = if proxied {
+        limits
+    } else {
+        limits.with_verdict()
+    };
+    match proxy {
         // Overload protection (off until `[overload]` says otherwise, a
         // reload included) inside the rate limits: only the requests they
         // admitted enter its gate.
         Some(proxy) => {
-            let overload = Arc::new(Overload::new(engine.clone()));
+            let overload = Arc::new(Overload::new(engine));
             metrics.watch_overload(overload.clone());
-            // Behind an `Arc`: axum clones a route's service, state and
-            // all, for every request, and the proxy's client is several.
-            Router::new()
-                .fallback(forward)
-                .with_state(Arc::new(proxy))
-                .layer(OverloadLayer::from_shared(overload))
+            // Behind an `Arc`: the stack is cloned for every request, and
+            // the proxy's client is several.
+            let forward = forward.with_state(Arc::new(proxy));
+            let inner = OverloadLayer::from_shared(overload).layer(forward);
+            at_the_edge_of(inner, limits, reads, proxied)
         }
-        None => Router::new().fallback(echo),
-    };
-    let reads = engine.clone();
-    inner
-        .layer(
-            RateLimitLayer::new(engine)
-                .with_metrics(metrics)
-                .with_verdict(),
-        )
-        // Before the limits: the body's fields, where a rule reads them (a
-        // settle estimate, a `match.json`; a pass-through otherwise).
-        .layer(axum::middleware::map_request(move |req| {
-            crate::request_fields::read_request_fields(reads.clone(), req)
-        }))
-        .layer(axum::middleware::map_request(move |req| {
-            at_the_edge(req, proxied)
-        }))
+        None => at_the_edge_of(echo.with_state(()), limits, reads, proxied),
+    }
+}
+
+/// The router of `inner` behind the limits, outermost first: what every
+/// request meets at the edge ([`at_the_edge`]), then (before the limits)
+/// the body's fields where a rule reads them (a settle estimate, a
+/// `match.json`; a pass-through otherwise), then `limits`. One stack under
+/// the router's fallback, which clones it once a request: layered route by
+/// route (`Router::layer`), each layer was a route of its own, cloned and
+/// boxed for every request.
+fn at_the_edge_of<S>(inner: S, limits: RateLimitLayer, reads: Arc<Engine>, proxied: bool) -> Router
+where
+    S: tower_service::Service<Request<Body>, Response = Response, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let fields = axum::middleware::map_request(move |req| {
+        crate::request_fields::read_request_fields(reads.clone(), req)
+    });
+    let edge = axum::middleware::map_request(move |req| at_the_edge(req, proxied));
+    Router::new().fallback_service(edge.layer(fields.layer(limits.layer(inner))))
 }
 
 /// What the data plane does to a request before any limit sees it, so that
