@@ -60,9 +60,7 @@ pub fn write(headers: &mut HeaderMap, peer: IpAddr, trusted: bool) {
         }
         return;
     }
-    for name in &PROXY_WRITTEN {
-        headers.remove(name);
-    }
+    crate::proxy::remove_each(headers, &PROXY_WRITTEN);
     if let Ok(v) = HeaderValue::from_bytes(peer_text.as_bytes()) {
         headers.insert(X_FORWARDED_FOR, v);
     }
