@@ -34,6 +34,7 @@ pub mod error;
 pub mod limiter;
 mod math;
 pub mod rate;
+mod stack_text;
 
 pub use algorithm::{Algorithm, Debited, Outcome};
 pub use algorithms::{
@@ -45,3 +46,4 @@ pub use decision::Decision;
 pub use error::{CheckError, LimitError};
 pub use limiter::{AlgorithmKind, LimitSpec, Limiter, State, Update};
 pub use rate::{Rate, RateParseError, parse_duration};
+pub use stack_text::StackText;

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use thiserror::Error;
 
 use crate::clock::{Nanos, SECOND};
+use crate::stack_text::StackText;
 
 /// A long-run rate: `amount` units of cost per `period` nanoseconds.
 ///
@@ -212,48 +213,20 @@ impl Rate {
     /// the stack: what [`Display`](fmt::Display) writes and a serializer
     /// takes as one string (JSON answers carry a limit's rate on every
     /// decision).
-    fn text(&self) -> RateText {
-        let mut text = RateText::default();
+    fn text(&self) -> StackText<64> {
+        // At most 20 digits, ` per `, 20 digits and a unit: it fits
+        // (`the_longest_text_fits`).
+        let mut text = StackText::new();
         let (n, unit, _) = largest_unit(self.period);
-        text.push(itoa::Buffer::new().format(self.amount));
+        let _ = text.push(itoa::Buffer::new().format(self.amount));
         if n == 1 {
-            text.push("/");
+            let _ = text.push("/");
         } else {
-            text.push(" per ");
-            text.push(itoa::Buffer::new().format(n));
+            let _ = text.push(" per ");
+            let _ = text.push(itoa::Buffer::new().format(n));
         }
-        text.push(unit);
+        let _ = text.push(unit);
         text
-    }
-}
-
-/// A rate's text: at most 20 digits, ` per `, 20 digits and a unit.
-struct RateText {
-    bytes: [u8; 64],
-    len: usize,
-}
-
-impl Default for RateText {
-    fn default() -> Self {
-        Self {
-            bytes: [0; 64],
-            len: 0,
-        }
-    }
-}
-
-impl RateText {
-    fn push(&mut self, s: &str) {
-        let end = self.len + s.len();
-        if let Some(room) = self.bytes.get_mut(self.len..end) {
-            room.copy_from_slice(s.as_bytes());
-            self.len = end;
-        }
-    }
-
-    fn as_str(&self) -> &str {
-        // Only whole `str`s are pushed.
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
     }
 }
 

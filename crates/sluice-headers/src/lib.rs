@@ -277,27 +277,6 @@ fn field_value(value: String) -> Option<HeaderValue> {
     HeaderValue::from_maybe_shared(bytes::Bytes::from(value)).ok()
 }
 
-/// A small buffer on the stack, for the `RateLimit` value of the usual few
-/// limits.
-struct StackText {
-    bytes: [u8; 192],
-    len: usize,
-}
-
-impl StackText {
-    /// Appends `text`; `None` when it does not fit.
-    fn push(&mut self, text: &[u8]) -> Option<()> {
-        let end = self.len.checked_add(text.len())?;
-        self.bytes.get_mut(self.len..end)?.copy_from_slice(text);
-        self.len = end;
-        Some(())
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
-    }
-}
-
 /// [`list_field`] as a header value: the same text, written on the stack
 /// and copied once into the value's own allocation (no length to work out
 /// beforehand, no intermediate list), or made by [`list_field`] when it
@@ -308,10 +287,8 @@ fn list_value(
     values: impl Fn(&LimitResult) -> [u64; 2],
 ) -> Option<HeaderValue> {
     let write = || {
-        let mut out = StackText {
-            bytes: [0; 192],
-            len: 0,
-        };
+        // The `RateLimit` value of the usual few limits.
+        let mut out = sluice_core::StackText::<192>::new();
         let mut number = itoa::Buffer::new();
         for (i, r) in results.iter().enumerate() {
             let name = r.name();
@@ -319,16 +296,16 @@ fn list_value(
                 return None;
             }
             if i > 0 {
-                out.push(b", ")?;
+                out.push(", ")?;
             }
-            out.push(b"\"")?;
-            out.push(name.as_bytes())?;
-            out.push(b"\"")?;
+            out.push("\"")?;
+            out.push(name)?;
+            out.push("\"")?;
             for (key, n) in keys.iter().zip(values(r)) {
-                out.push(b";")?;
-                out.push(key.as_bytes())?;
-                out.push(b"=")?;
-                out.push(number.format(n.min(SF_INTEGER_MAX)).as_bytes())?;
+                out.push(";")?;
+                out.push(key)?;
+                out.push("=")?;
+                out.push(number.format(n.min(SF_INTEGER_MAX)))?;
             }
         }
         HeaderValue::from_bytes(out.as_bytes()).ok()
