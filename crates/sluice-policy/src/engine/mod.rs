@@ -90,8 +90,6 @@ pub struct Engine<C: Clock = SystemClock> {
     /// Whether the policy in force reads the request's host (kept beside
     /// it, for adapters that ask before every request).
     reads_host: std::sync::atomic::AtomicBool,
-    /// Whether a limit of the policy in force settles after the response.
-    settles: std::sync::atomic::AtomicBool,
     /// Whether a settle rule of the policy in force takes its estimate
     /// from the request's JSON body.
     reads_body: std::sync::atomic::AtomicBool,
@@ -167,7 +165,6 @@ impl<C: Clock> Engine<C> {
             .map(|r| RuntimePlans::from_keys(&r.loaded, &hasher))
             .unwrap_or_default();
         let reads_host = std::sync::atomic::AtomicBool::new(policy.reads_host());
-        let settles = std::sync::atomic::AtomicBool::new(policy.settles());
         let reads_body = std::sync::atomic::AtomicBool::new(policy.reads_request_body());
         let compiled = Compiled::new(policy, store.as_ref(), &hasher, None);
         // A decision may spend credits: both stores must answer at once
@@ -182,7 +179,6 @@ impl<C: Clock> Engine<C> {
             clock,
             at_once,
             reads_host,
-            settles,
             reads_body,
             credit_wait: Duration::from_millis(10),
             shadow_lines: crate::log_budget::LogBudget::new(10, 20),
@@ -248,14 +244,11 @@ impl<C: Clock> Engine<C> {
     /// starts fresh.
     pub fn replace_policy(&self, policy: Policy) {
         let reads_host = policy.reads_host();
-        let settles = policy.settles();
         let reads_body = policy.reads_request_body();
         self.current
             .replace(|old| Compiled::new(policy, self.store.as_ref(), &self.hasher, Some(old)));
         self.reads_host
             .store(reads_host, std::sync::atomic::Ordering::Relaxed);
-        self.settles
-            .store(settles, std::sync::atomic::Ordering::Relaxed);
         self.reads_body
             .store(reads_body, std::sync::atomic::Ordering::Relaxed);
     }
@@ -269,11 +262,12 @@ impl<C: Clock> Engine<C> {
     }
 
     /// Whether a limit of the policy in force settles its cost after the
-    /// response: an adapter then decides with
-    /// [`decide_reserving`](Self::decide_reserving) and settles what it
-    /// gets back (one relaxed load).
+    /// response: its decisions keep a reservation
+    /// ([`decide_reserving`](Self::decide_reserving)), to be settled. Read
+    /// from the compiled policy, as [`decide_now`](Self::decide_now) reads
+    /// it.
     pub fn settles(&self) -> bool {
-        self.settles.load(std::sync::atomic::Ordering::Relaxed)
+        self.current.load().settles
     }
 
     /// Decides a request over every limit that applies to it.
