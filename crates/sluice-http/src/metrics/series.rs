@@ -78,3 +78,71 @@ fn decision_labels(labels: &Labels, outcome: LimitOutcome) -> DecisionLabels {
         outcome,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sluice_core::{AlgorithmKind, LimitSpec, Rate};
+    use sluice_policy::LimitLabels;
+
+    use super::*;
+
+    fn labels(name: &str) -> DecisionLabels {
+        DecisionLabels {
+            limit: name.into(),
+            plan: "".into(),
+            endpoint: "*".into(),
+            outcome: LimitOutcome::allowed,
+        }
+    }
+
+    /// Each limit and outcome counts in the family's own series, whether
+    /// it was found once (kept labels) or looked up each time (counted).
+    #[test]
+    fn the_counts_land_in_the_familys_series() {
+        let spec = LimitSpec {
+            algorithm: AlgorithmKind::Gcra,
+            rate: Rate::per_second(10),
+            burst: 10,
+            nodelay: false,
+        };
+        let kept = |name: &str| LimitLabels::plain(name.into(), "*").kept(Some(&spec));
+        let (a, b) = (kept("series-test-a"), kept("series-test-b"));
+        let counted = LimitLabels::named("series-test-c".into(), "*");
+        assert!(a.is_kept() && b.is_kept() && !counted.is_kept());
+        let (decisions, requests) = (Family::default(), Family::default());
+        let series = Series::default();
+        for (l, outcome, times) in [
+            (&a, LimitOutcome::allowed, 3),
+            (&b, LimitOutcome::allowed, 1),
+            (&a, LimitOutcome::limited, 2),
+            (&counted, LimitOutcome::allowed, 2),
+        ] {
+            for _ in 0..times {
+                series.decision(&decisions, l, outcome);
+            }
+        }
+        let count = |name: &str, outcome| {
+            decisions
+                .get_or_create(&DecisionLabels {
+                    outcome,
+                    ..labels(name)
+                })
+                .get()
+        };
+        assert_eq!(count("series-test-a", LimitOutcome::allowed), 3);
+        assert_eq!(count("series-test-a", LimitOutcome::limited), 2);
+        assert_eq!(count("series-test-b", LimitOutcome::allowed), 1);
+        assert_eq!(count("series-test-c", LimitOutcome::allowed), 2);
+        for outcome in [
+            RequestOutcome::allowed,
+            RequestOutcome::allowed,
+            RequestOutcome::internal,
+        ] {
+            series.request(&requests, outcome);
+        }
+        let count = |outcome| requests.get_or_create(&RequestLabels { outcome }).get();
+        assert_eq!(count(RequestOutcome::allowed), 2);
+        assert_eq!(count(RequestOutcome::internal), 1);
+        assert_eq!(count(RequestOutcome::limited), 0);
+    }
+}
