@@ -38,6 +38,7 @@ pub mod layer;
 pub mod layer_builder;
 pub mod listener;
 pub mod metrics;
+pub mod name_set;
 pub mod nginx_auth;
 pub mod openapi;
 pub mod overload;
@@ -56,6 +57,7 @@ pub mod settle_api;
 pub mod settling_body;
 pub mod status_page;
 pub mod top_keys;
+pub mod upstream;
 pub mod verdict_json;
 pub mod whole_number;
 

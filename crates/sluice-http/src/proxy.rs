@@ -16,22 +16,22 @@
 //!   body shorter than its `Content-Length`): 400.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
 use bytes::Bytes;
-use http::header::{CONNECTION, HeaderName};
-use http::{HeaderMap, Request, Response, Uri};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http::header::{CONNECTION, HOST, HeaderName};
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderValue, Request, Response, Uri};
 use pin_project_lite::pin_project;
 use sluice_policy::server_settings::UpstreamSettings;
 use tokio::sync::Semaphore;
 
 use crate::guarded_body::Guarded;
+use crate::name_set::NameSet;
+use crate::upstream::{Returning, Upstream, UpstreamError};
 
 /// Why a request could not be forwarded.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +41,7 @@ pub enum ProxyError {
     Uri(#[from] http::Error),
     /// The upstream could not be reached or failed mid-request.
     #[error("upstream request failed: {0}")]
-    Upstream(#[from] hyper_util::client::legacy::Error),
+    Upstream(#[from] UpstreamError),
     /// The upstream took too long to accept the connection or to answer.
     #[error("the upstream did not answer in time")]
     Timeout,
@@ -56,8 +56,12 @@ pub enum ProxyError {
 /// A reverse proxy to one upstream.
 #[derive(Debug, Clone)]
 pub struct Proxy {
-    client: Client<HttpConnector, Body>,
-    upstream: Uri,
+    upstream: Arc<Upstream>,
+    /// The upstream's path, without its trailing `/`: each request's path
+    /// is appended to it.
+    base: Box<str>,
+    /// The upstream's authority, for a request that has no `Host`.
+    host: HeaderValue,
     settings: UpstreamSettings,
     in_flight: Arc<Semaphore>,
     trusts: Trusts,
@@ -75,16 +79,18 @@ impl std::fmt::Debug for Trusts {
 
 /// Names, not text: a map looks a name up as it is, where text is parsed
 /// into a name at every call (three times a request through the proxy).
-static HOP_BY_HOP: [HeaderName; 8] = [
-    CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    http::header::PROXY_AUTHENTICATE,
-    http::header::PROXY_AUTHORIZATION,
-    http::header::TE,
-    http::header::TRAILER,
-    http::header::UPGRADE,
-];
+static HOP_BY_HOP: LazyLock<NameSet> = LazyLock::new(|| {
+    NameSet::new([
+        CONNECTION,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+        http::header::PROXY_AUTHENTICATE,
+        http::header::PROXY_AUTHORIZATION,
+        http::header::TE,
+        http::header::TRAILER,
+        http::header::UPGRADE,
+    ])
+});
 
 /// Removes hop-by-hop header fields (RFC 9110 §7.6.1), including those the
 /// `Connection` field names. `Transfer-Encoding` is left to hyper, which
@@ -100,37 +106,25 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for n in named {
         headers.remove(n);
     }
-    remove_each(headers, &HOP_BY_HOP);
-}
-
-/// Removes every field named in `names` from `headers`. Most requests
-/// carry none of them: one pass over the fields finds those there, where
-/// removing each name would look each up (a hash and a probe, about 200
-/// instructions a name).
-pub(crate) fn remove_each(headers: &mut HeaderMap, names: &[HeaderName]) {
-    let there: Vec<HeaderName> = headers
-        .keys()
-        .filter(|k| names.contains(k))
-        .cloned()
-        .collect();
-    for n in there {
-        headers.remove(n);
-    }
+    HOP_BY_HOP.remove_from(headers);
 }
 
 impl Proxy {
     /// A proxy to `upstream` (an `http://host:port[/base]` URI), with its
     /// timeouts and in-flight cap.
     pub fn new(upstream: Uri, settings: UpstreamSettings) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(settings.connect_timeout));
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(std::time::Duration::from_secs(30))
-            .build(connector);
+        let host = upstream
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            .unwrap_or_else(|| HeaderValue::from_static("localhost"));
         Self {
-            client,
-            upstream,
+            upstream: Arc::new(Upstream::new(
+                &upstream,
+                settings.connect_timeout,
+                settings.max_in_flight,
+            )),
+            base: upstream.path().trim_end_matches('/').into(),
+            host,
             settings,
             in_flight: Arc::new(Semaphore::new(settings.max_in_flight)),
             trusts: Trusts(Arc::new(|_| false)),
@@ -144,12 +138,21 @@ impl Proxy {
         self
     }
 
-    fn target(&self, uri: &Uri) -> Result<Uri, http::Error> {
-        let base = self.upstream.path().trim_end_matches('/');
+    /// The request's target on the upstream, in origin form: the base path
+    /// and the request's path and query.
+    fn target(&self, uri: Uri) -> Result<Uri, http::Error> {
+        if self.base.is_empty() {
+            if uri.scheme().is_none() && uri.authority().is_none() {
+                return Ok(uri);
+            }
+            let pq = uri
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/"));
+            return Ok(Uri::from(pq));
+        }
         let pq = uri.path_and_query().map_or("/", |pq| pq.as_str());
-        let mut parts = self.upstream.clone().into_parts();
-        parts.path_and_query = Some(format!("{base}{pq}").parse()?);
-        Uri::from_parts(parts).map_err(http::Error::from)
+        Ok(format!("{}{pq}", self.base).parse()?)
     }
 
     /// Forwards a request and returns the upstream's response, whose body
@@ -161,9 +164,12 @@ impl Proxy {
             .try_acquire_owned()
             .map_err(|_| ProxyError::Busy)?;
         let (mut parts, body) = req.into_parts();
-        parts.uri = self.target(&parts.uri)?;
+        parts.uri = self.target(std::mem::take(&mut parts.uri))?;
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
+        if !parts.headers.contains_key(HOST) {
+            parts.headers.insert(HOST, self.host.clone());
+        }
         // The proxy takes trailers (a limit may settle from one): an
         // HTTP/1.1 upstream sends them only to a request that says so
         // (RFC 9110 §10.1.4).
@@ -182,36 +188,24 @@ impl Proxy {
             body,
             failed: body_failed.clone(),
         });
-        let sent = self.client.request(Request::from_parts(parts, body));
-        let response = match tokio::time::timeout(self.settings.response_timeout, sent).await {
-            Err(_) => return Err(ProxyError::Timeout),
-            Ok(Err(e)) if body_failed.load(Ordering::Relaxed) => {
-                return Err(ProxyError::BadBody(source_text(&e)));
-            }
-            Ok(Err(e)) if timed_out(&e) => return Err(ProxyError::Timeout),
-            Ok(r) => r?,
-        };
+        let sent = self.upstream.send(Request::from_parts(parts, body));
+        let (response, lease) =
+            match tokio::time::timeout(self.settings.response_timeout, sent).await {
+                Err(_) | Ok(Err(UpstreamError::ConnectTimeout)) => {
+                    return Err(ProxyError::Timeout);
+                }
+                Ok(Err(e)) if body_failed.load(Ordering::Relaxed) => {
+                    return Err(ProxyError::BadBody(source_text(&e)));
+                }
+                Ok(r) => r?,
+            };
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         Ok(Response::from_parts(
             parts,
-            Body::new(Guarded::new(body, permit)),
+            Body::new(Guarded::new(Returning::new(body, lease), permit)),
         ))
     }
-}
-
-/// Whether an upstream error is a timeout (the connect timeout's).
-fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(e);
-    while let Some(e) = source {
-        if e.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-        {
-            return true;
-        }
-        source = e.source();
-    }
-    false
 }
 
 /// The innermost cause of an error, as text.

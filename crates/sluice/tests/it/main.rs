@@ -52,6 +52,7 @@ mod openapi;
 mod overload;
 mod policy_features;
 mod proxy_forwarding;
+mod proxy_keep_alive;
 mod proxy_settle_fields;
 mod proxy_upstream_down;
 mod quickstart_one_key;
