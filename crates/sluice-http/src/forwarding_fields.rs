@@ -15,9 +15,12 @@
 //!   to `X-Forwarded-For`, as each proxy on the way does.
 
 use std::net::IpAddr;
+use std::sync::LazyLock;
 
 use http::header::{FORWARDED, HOST};
 use http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::name_set::NameSet;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -26,17 +29,19 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 /// Fields that name the client, or the host, scheme, port or path it asked
 /// for, which only a proxy may write. Names, not text: a map looks a name
 /// up as it is, where text is parsed into a name at every call.
-static PROXY_WRITTEN: [HeaderName; 9] = [
-    FORWARDED,
-    X_FORWARDED_FOR,
-    HeaderName::from_static("x-real-ip"),
-    X_FORWARDED_HOST,
-    X_FORWARDED_PROTO,
-    HeaderName::from_static("x-forwarded-port"),
-    HeaderName::from_static("x-forwarded-prefix"),
-    HeaderName::from_static("x-original-url"),
-    HeaderName::from_static("x-rewrite-url"),
-];
+static PROXY_WRITTEN: LazyLock<NameSet> = LazyLock::new(|| {
+    NameSet::new([
+        FORWARDED,
+        X_FORWARDED_FOR,
+        HeaderName::from_static("x-real-ip"),
+        X_FORWARDED_HOST,
+        X_FORWARDED_PROTO,
+        HeaderName::from_static("x-forwarded-port"),
+        HeaderName::from_static("x-forwarded-prefix"),
+        HeaderName::from_static("x-original-url"),
+        HeaderName::from_static("x-rewrite-url"),
+    ])
+});
 
 /// Writes the forwarding fields for a request from `peer` (`trusted`: a
 /// trusted proxy) into `headers`, the request the upstream gets.
@@ -60,7 +65,7 @@ pub fn write(headers: &mut HeaderMap, peer: IpAddr, trusted: bool) {
         }
         return;
     }
-    crate::proxy::remove_each(headers, &PROXY_WRITTEN);
+    PROXY_WRITTEN.remove_from(headers);
     if let Ok(v) = HeaderValue::from_bytes(peer_text.as_bytes()) {
         headers.insert(X_FORWARDED_FOR, v);
     }
