@@ -15,17 +15,12 @@
 //! - the client's own body is malformed (a broken chunked encoding, a
 //!   body shorter than its `Content-Length`): 400.
 
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
-use std::task::{Context, Poll};
 
 use axum::body::Body;
-use bytes::Bytes;
 use http::header::{CONNECTION, HOST, HeaderName};
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Request, Response, Uri};
-use pin_project_lite::pin_project;
 use sluice_policy::server_settings::UpstreamSettings;
 use tokio::sync::Semaphore;
 
@@ -167,6 +162,10 @@ impl Proxy {
         parts.uri = self.target(std::mem::take(&mut parts.uri))?;
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
+        // Room for the fields written below (`TE`, `Host`, three forwarding
+        // fields) at once: hyper sizes a request's map to the fields it
+        // came with, and each growth moves them all.
+        parts.headers.reserve(5);
         if !parts.headers.contains_key(HOST) {
             parts.headers.insert(HOST, self.host.clone());
         }
@@ -183,18 +182,13 @@ impl Proxy {
             let peer = peer.ip();
             crate::forwarding_fields::write(&mut parts.headers, peer, (self.trusts.0)(peer));
         }
-        let body_failed = Arc::new(AtomicBool::new(false));
-        let body = Body::new(Watched {
-            body,
-            failed: body_failed.clone(),
-        });
         let sent = self.upstream.send(Request::from_parts(parts, body));
         let (response, lease) =
             match tokio::time::timeout(self.settings.response_timeout, sent).await {
                 Err(_) | Ok(Err(UpstreamError::ConnectTimeout)) => {
                     return Err(ProxyError::Timeout);
                 }
-                Ok(Err(e)) if body_failed.load(Ordering::Relaxed) => {
+                Ok(Err(e)) if the_clients_body_failed(&e) => {
                     return Err(ProxyError::BadBody(source_text(&e)));
                 }
                 Ok(r) => r?,
@@ -208,6 +202,20 @@ impl Proxy {
     }
 }
 
+/// Whether sending failed because the client's body did (a malformed
+/// body is the client's fault, not the upstream's): the body's own error,
+/// an `axum::Error`, is among the causes.
+fn the_clients_body_failed(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if e.is::<axum::Error>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 /// The innermost cause of an error, as text.
 fn source_text(e: &(dyn std::error::Error + 'static)) -> String {
     let mut inner = e;
@@ -215,41 +223,6 @@ fn source_text(e: &(dyn std::error::Error + 'static)) -> String {
         inner = next;
     }
     inner.to_string()
-}
-
-pin_project! {
-    /// The client's request body, noting whether reading it failed (so a
-    /// malformed body is the client's fault, not the upstream's).
-    struct Watched {
-        #[pin]
-        body: Body,
-        failed: Arc<AtomicBool>,
-    }
-}
-
-impl http_body::Body for Watched {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        let this = self.project();
-        let frame = std::task::ready!(this.body.poll_frame(cx));
-        if let Some(Err(_)) = &frame {
-            this.failed.store(true, Ordering::Relaxed);
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
 }
 
 #[cfg(test)]
