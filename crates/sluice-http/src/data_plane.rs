@@ -16,17 +16,17 @@ use axum::extract::State;
 use axum::handler::Handler;
 use axum::response::{IntoResponse, Response};
 use http::{Request, StatusCode};
-use sluice_policy::host::HostError;
-use sluice_policy::{DecideError, Engine, Verdict};
+use sluice_policy::{Engine, Verdict};
 use tower_layer::Layer;
 
+use crate::edge::Edge;
 use crate::layer::RateLimitLayer;
 use crate::metrics::Metrics;
 use crate::overload::Overload;
 use crate::overload_layer::OverloadLayer;
 use crate::problem::Problem;
-use crate::proxy::{Proxy, ProxyError, strip_hop_by_hop};
-use crate::verdict_json::{VerdictJson, decide_error_response};
+use crate::proxy::{Proxy, ProxyError};
+use crate::verdict_json::VerdictJson;
 
 /// The data plane's router: the rate-limit layer around the echo or the
 /// reverse proxy; around the proxy, overload protection inside the rate
@@ -60,12 +60,11 @@ pub fn router(engine: Arc<Engine>, proxy: Option<Proxy>, metrics: Arc<Metrics>) 
 }
 
 /// The router of `inner` behind the limits, outermost first: what every
-/// request meets at the edge ([`at_the_edge`]), then (before the limits)
-/// the body's fields where a rule reads them (a settle estimate, a
-/// `match.json`; a pass-through otherwise), then `limits`. One stack under
-/// the router's fallback, which clones it once a request: layered route by
-/// route (`Router::layer`), each layer was a route of its own, cloned and
-/// boxed for every request.
+/// request meets at the edge, and the body's fields where a rule reads
+/// them ([`Edge`]), then `limits`. One stack under the router's fallback,
+/// which clones it once a request: layered route by route
+/// (`Router::layer`), each layer was a route of its own, cloned and boxed
+/// for every request.
 fn at_the_edge_of<S>(inner: S, limits: RateLimitLayer, reads: Arc<Engine>, proxied: bool) -> Router
 where
     S: tower_service::Service<Request<Body>, Response = Response, Error = std::convert::Infallible>
@@ -75,39 +74,7 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    let fields = axum::middleware::map_request(move |req| {
-        crate::request_fields::read_request_fields(reads.clone(), req)
-    });
-    let edge = axum::middleware::map_request(move |req| at_the_edge(req, proxied));
-    Router::new().fallback_service(edge.layer(fields.layer(limits.layer(inner))))
-}
-
-/// What the data plane does to a request before any limit sees it, so that
-/// what is limited is what is served:
-/// - behind the proxy, hop-by-hop fields go, those the `Connection` field
-///   names included (`Connection: X-Api-Key`), as the proxy would drop
-///   them: a limit never counts a key the upstream does not get;
-/// - an HTTP/1.1 request without a host (no `Host`, no absolute-form
-///   target), or whose `Host` is ambiguous or malformed
-///   ([`host`](sluice_policy::host)), is refused with 400, as RFC 9112
-///   §3.2 says, whether or not a limit reads the host (the layer checks it
-///   only then).
-async fn at_the_edge(mut req: Request<Body>, proxied: bool) -> Result<Request<Body>, Response> {
-    if proxied {
-        strip_hop_by_hop(req.headers_mut());
-    }
-    if let Err(e) = sluice_policy::host::check(req.headers()) {
-        return Err(decide_error_response(&DecideError::Host(e)));
-    }
-    if req.version() == http::Version::HTTP_11
-        && req.uri().authority().is_none()
-        && !req.headers().contains_key(http::header::HOST)
-    {
-        return Err(decide_error_response(&DecideError::Host(
-            HostError::Missing,
-        )));
-    }
-    Ok(req)
+    Router::new().fallback_service(Edge::new(limits.layer(inner), reads, proxied))
 }
 
 /// The verdict as JSON (read in place: the layer puts it there).

@@ -30,6 +30,7 @@ pub mod conn_limits;
 pub mod conn_service;
 pub mod control;
 pub mod data_plane;
+pub mod edge;
 pub mod extract;
 pub mod forwarding_fields;
 pub mod guarded_body;

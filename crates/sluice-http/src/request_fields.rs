@@ -44,14 +44,7 @@ pub const MAX_WAIT: Duration = Duration::from_secs(10);
 /// force asks for them and the body is JSON (see the module docs); a JSON
 /// body it could not read gets [`BodyFields::unreadable`].
 pub async fn read_request_fields(engine: Arc<Engine>, req: Request<Body>) -> Request<Body> {
-    // Read as JSON when it says so, or says nothing: many servers parse a
-    // body without a `Content-Type` as JSON, so a client could otherwise
-    // hide a field from a rule by leaving it out.
-    let json = req
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .is_none_or(|v| BodyKind::from_content_type(v.as_bytes()) == Some(BodyKind::Json));
-    if !json || !engine.reads_request_body() {
+    if !has_fields_to_read(&engine, &req) {
         return req;
     }
     let (mut parts, body) = req.into_parts();
@@ -60,6 +53,18 @@ pub async fn read_request_fields(engine: Arc<Engine>, req: Request<Body>) -> Req
         .extensions
         .insert(fields.unwrap_or_else(BodyFields::unreadable));
     Request::from_parts(parts, body)
+}
+
+/// Whether [`read_request_fields`] would read `req`'s body: the policy in
+/// force reads request bodies, and this one is JSON (it says so, or says
+/// nothing: many servers parse a body without a `Content-Type` as JSON, so
+/// a client could otherwise hide a field from a rule by leaving it out).
+pub fn has_fields_to_read<B>(engine: &Engine, req: &Request<B>) -> bool {
+    engine.reads_request_body()
+        && req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .is_none_or(|v| BodyKind::from_content_type(v.as_bytes()) == Some(BodyKind::Json))
 }
 
 /// The body again, and its fields when it was read whole in time.
