@@ -8,11 +8,12 @@
 //! another (the one retry a proxy may make for any method, since the
 //! upstream saw nothing). The pool holds at most as many connections as
 //! requests may be in flight, and closes those idle for
-//! [`IDLE_TIMEOUT`].
+//! [`IDLE_TIMEOUT`]: as it is used, and every half of that while it is not.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -53,6 +54,8 @@ pub struct Upstream {
     connect_timeout: Duration,
     most_idle: usize,
     idle: Mutex<VecDeque<Idle>>,
+    /// Whether the task that closes stale idle connections has started.
+    sweeping: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -76,7 +79,13 @@ impl Upstream {
             connect_timeout,
             most_idle,
             idle: Mutex::new(VecDeque::new()),
+            sweeping: AtomicBool::new(false),
         }
+    }
+
+    /// How many connections wait idle in the pool.
+    pub fn idle(&self) -> usize {
+        self.idle.lock().len()
     }
 
     /// Sends `req` (in origin form) on a pooled connection or a new one,
@@ -131,18 +140,13 @@ impl Upstream {
         }
         let now = Instant::now();
         let mut idle = self.idle.lock();
-        while idle
-            .front()
-            .is_some_and(|c| now.duration_since(c.since) >= IDLE_TIMEOUT)
-        {
-            idle.pop_front();
-        }
+        close_stale(&mut idle, now);
         if idle.len() < self.most_idle {
             idle.push_back(Idle { tx, since: now });
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<Body>, UpstreamError> {
+    async fn connect(self: &Arc<Self>) -> Result<SendRequest<Body>, UpstreamError> {
         let connecting = TcpStream::connect((&*self.host, self.port));
         let stream = tokio::time::timeout(self.connect_timeout, connecting)
             .await
@@ -158,7 +162,33 @@ impl Upstream {
                 tracing::debug!(error = %e, "upstream connection failed");
             }
         });
+        if !self.sweeping.swap(true, Ordering::Relaxed) {
+            tokio::spawn(sweep(Arc::downgrade(self)));
+        }
         Ok(tx)
+    }
+}
+
+/// Closes the connections idle for [`IDLE_TIMEOUT`] (the oldest are at the
+/// front).
+fn close_stale(idle: &mut VecDeque<Idle>, now: Instant) {
+    while idle
+        .front()
+        .is_some_and(|c| now.duration_since(c.since) >= IDLE_TIMEOUT)
+    {
+        idle.pop_front();
+    }
+}
+
+/// Closes the pool's stale connections every half [`IDLE_TIMEOUT`], so
+/// that a pool no request uses does not hold them; ends with the pool.
+async fn sweep(pool: Weak<Upstream>) {
+    let mut every = tokio::time::interval(IDLE_TIMEOUT / 2);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(pool) = pool.upgrade() else { return };
+        close_stale(&mut pool.idle.lock(), Instant::now());
     }
 }
 
@@ -226,5 +256,53 @@ impl http_body::Body for Returning {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// An upstream that answers every request on a connection with `ok`.
+    async fn upstream() -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n @ 1..) = socket.read(&mut buf).await {
+                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                            let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                            if socket.write_all(ok).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_idle_connection_is_closed_though_no_request_comes() {
+        let addr = upstream().await;
+        let uri: Uri = format!("http://{addr}").parse().unwrap();
+        let pool = Arc::new(Upstream::new(&uri, Duration::from_secs(5), 8));
+        let req = Request::get("/").body(Body::empty()).unwrap();
+        let (response, lease) = pool.send(req).await.unwrap();
+        let body = Returning::new(response.into_body(), lease);
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
+        assert_eq!(pool.idle(), 1, "read to its end, back in the pool");
+        tokio::time::pause();
+        tokio::time::advance(IDLE_TIMEOUT - Duration::from_secs(1)).await;
+        assert_eq!(pool.idle(), 1, "not stale yet");
+        // The sweep runs every half timeout: within one more, it is closed.
+        tokio::time::advance(IDLE_TIMEOUT / 2 + Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert_eq!(pool.idle(), 0, "closed with no request to close it");
     }
 }
