@@ -84,7 +84,8 @@ impl Upstream {
     }
 
     /// How many connections wait idle in the pool.
-    pub fn idle(&self) -> usize {
+    #[cfg(test)]
+    fn idle(&self) -> usize {
         self.idle.lock().len()
     }
 
@@ -100,9 +101,6 @@ impl Upstream {
                 Some(tx) => (tx, true),
                 None => (self.connect().await?, false),
             };
-            if pooled && tx.ready().await.is_err() {
-                continue;
-            }
             match tx.try_send_request(req).await {
                 Ok(response) => {
                     let lease = Lease {
@@ -121,11 +119,15 @@ impl Upstream {
         }
     }
 
-    /// The newest idle connection still open.
+    /// The newest idle connection ready for a request. One that is not is
+    /// dropped (it closes once its work is done): its response was read,
+    /// but it may still be sending that request's body, as a client sends
+    /// it, to an upstream that answered early; the next request must not
+    /// wait behind it.
     fn checkout(&self) -> Option<SendRequest<Body>> {
         let mut idle = self.idle.lock();
         while let Some(c) = idle.pop_back() {
-            if !c.tx.is_closed() {
+            if c.tx.is_ready() {
                 return Some(c.tx);
             }
         }

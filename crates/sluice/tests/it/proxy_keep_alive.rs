@@ -14,8 +14,10 @@ use common::{Sluice, client, proxy_config, send};
 
 /// A raw HTTP/1.1 upstream that counts its connections and answers each
 /// request by its path: `/length` (a `Content-Length` body), `/chunked`,
-/// `/empty` (204), `/closing` (a `Content-Length` body, then it closes
-/// the connection without saying so, as an upstream's idle timeout would).
+/// `/empty` (204, also at once to a request whose body has not all
+/// arrived: it reads no body), `/closing` (a `Content-Length` body, then it
+/// closes the connection without saying so, as an upstream's idle timeout
+/// would).
 struct RawUpstream {
     addr: SocketAddr,
     connections: Arc<AtomicUsize>,
@@ -163,4 +165,41 @@ async fn a_kept_connection_the_upstream_closed_loses_no_request() {
     }
     assert_eq!(upstream.requests(), 30);
     assert_eq!(upstream.connections(), 30);
+}
+
+#[tokio::test]
+async fn a_connection_still_sending_a_body_is_not_lent_to_the_next_request() {
+    let upstream = RawUpstream::start().await;
+    let sluice = Sluice::start_with("proxy-early-answer", &config(&upstream));
+    // A client whose body trickles: the upstream answers before it has
+    // all arrived, and the proxy is still sending it on that connection.
+    let mut slow = tokio::net::TcpStream::connect(sluice.data).await.unwrap();
+    slow.write_all(
+        b"POST /empty HTTP/1.1\r\nHost: x\r\nX-Api-Key: demo-pro-key\r\nContent-Length: 100\r\n\r\nabc",
+    )
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("204") {
+        let mut chunk = [0u8; 1024];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), slow.read(&mut chunk))
+            .await
+            .expect("the early answer arrives")
+            .unwrap();
+        assert!(n > 0, "the proxy closed the slow client's connection");
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    // The next request must not wait behind the rest of that body.
+    let reply = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        send(
+            client()
+                .get(sluice.url("/length"))
+                .header("X-Api-Key", "demo-pro-key"),
+        ),
+    )
+    .await
+    .expect("the next request is answered at once");
+    assert_eq!(reply.status, 200);
+    drop(slow);
 }
