@@ -30,9 +30,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use http::{HeaderName, HeaderValue, Method, StatusCode};
 use sluice_policy::{Engine, RequestInfo};
 
 use crate::headers::add_headers;
@@ -46,18 +46,26 @@ pub const SLUICE_PROBLEM: HeaderName = HeaderName::from_static("sluice-problem")
 /// answer with.
 pub const SLUICE_STATUS: HeaderName = HeaderName::from_static("sluice-status");
 
-/// The handler of `GET /v1/auth`.
+/// `X-Original-Method`: the client request's method, set by nginx's config.
+const X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
+
+/// `X-Original-URI`: the client request's URI, set by nginx's config.
+const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
+
+/// The handler of `GET /v1/auth`. It takes the subrequest whole: its
+/// header fields are read where they are, not copied.
 pub async fn auth(
     State(engine): State<Arc<Engine>>,
     State(metrics): State<Arc<crate::metrics::Metrics>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    request: Request,
 ) -> Response {
+    let headers = request.headers();
     let method = headers
-        .get("x-original-method")
+        .get(X_ORIGINAL_METHOD)
         .and_then(|v| Method::from_bytes(v.as_bytes()).ok())
         .unwrap_or(Method::GET);
-    let Some(uri) = headers.get("x-original-uri").and_then(|v| v.to_str().ok()) else {
+    let Some(uri) = headers.get(X_ORIGINAL_URI).and_then(|v| v.to_str().ok()) else {
         tracing::warn!("/v1/auth without X-Original-URI: check the nginx config");
         return Problem::new(
             StatusCode::BAD_REQUEST,
@@ -70,7 +78,7 @@ pub async fn auth(
         .decide(&RequestInfo {
             method: &method,
             path,
-            headers: &headers,
+            headers,
             peer: Some(peer.ip()),
             cost: None,
             body: None,
