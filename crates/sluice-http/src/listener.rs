@@ -184,8 +184,7 @@ fn is_per_connection(e: &std::io::Error) -> bool {
 /// The client network a connection from `ip` counts against; `None` for
 /// a trusted proxy, which is exempt.
 fn client_of(engine: &Engine, ip: IpAddr) -> Option<IpNet> {
-    let policy = engine.policy();
-    (!policy.trusts(ip)).then(|| policy.network_of(ip))
+    engine.read_policy(|policy| (!policy.trusts(ip)).then(|| policy.network_of(ip)))
 }
 
 /// Tells a refused client why, if its socket takes the answer at once, and

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, Guard};
 use http::{Extensions, HeaderMap, Method};
 use serde::Serialize;
 use sluice_core::adaptive::{Entry, Gate, MAX_CLASSES, Outcome};
@@ -152,20 +152,36 @@ impl Overload {
     }
 
     /// The generation for the settings in force, replaced first if they
-    /// changed.
-    fn generation(&self) -> Arc<Generation> {
+    /// changed. Every request asks: while they have not changed, it takes
+    /// no count of the settings or the generation.
+    fn generation(&self) -> Guard<Arc<Generation>> {
+        let current = self.current.load();
+        let in_force = match &self.source {
+            SettingsSource::Policy => self
+                .engine
+                .read_policy(|p| Arc::ptr_eq(&current.settings, p.overload())),
+            SettingsSource::Fixed(s) => Arc::ptr_eq(&current.settings, s),
+        };
+        if in_force {
+            return current;
+        }
+        drop(current);
+        self.replace_generation();
+        self.current.load()
+    }
+
+    /// Puts a generation for the settings in force in place of one for
+    /// settings that changed, carrying the gate's state over where it can.
+    #[cold]
+    fn replace_generation(&self) {
         let wanted = match &self.source {
             SettingsSource::Policy => self.engine.policy().overload().clone(),
             SettingsSource::Fixed(s) => s.clone(),
         };
-        let current = self.current.load_full();
-        if Arc::ptr_eq(&current.settings, &wanted) {
-            return current;
-        }
         let mut carried = self.carried.lock();
         let current = self.current.load_full();
         if Arc::ptr_eq(&current.settings, &wanted) {
-            return current;
+            return;
         }
         let kept = current
             .state
@@ -181,12 +197,10 @@ impl Overload {
                 new_state(&wanted)
             }
         };
-        let next = Arc::new(Generation {
+        self.current.store(Arc::new(Generation {
             settings: wanted,
             state,
-        });
-        self.current.store(next.clone());
-        next
+        }));
     }
 
     /// Where a request goes: its class and wait, from its client's plan.
@@ -251,8 +265,8 @@ impl Overload {
         class: usize,
         max_wait: Duration,
     ) -> Result<Admission, sluice_core::adaptive::Shed> {
-        let generation = self.generation();
-        let limit = generation.settings.max_waiting;
+        // Read, not held across the wait.
+        let limit = self.generation().settings.max_waiting;
         let queued = self
             .waiting
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -446,5 +460,47 @@ impl Admission {
 impl Drop for Admission {
     fn drop(&mut self) {
         self.leave(Outcome::Cancelled);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_policy::Policy;
+
+    fn policy(overload: &str) -> Policy {
+        Policy::from_toml("t.toml", &format!("no_limits = true\n{overload}")).unwrap()
+    }
+
+    const GATE_OF_ONE: &str = "[overload]\ninitial_limit = 1\nmin_limit = 1\nmax_limit = 1\n";
+
+    fn admit(o: &Arc<Overload>) -> Admit {
+        o.try_admit(&Method::GET, "/", &HeaderMap::new(), &Extensions::new())
+    }
+
+    #[test]
+    fn the_gate_follows_the_policy_in_force_across_reloads() {
+        let engine = Arc::new(Engine::in_memory(policy(""), 100));
+        let o = Arc::new(Overload::new(engine.clone()));
+        assert!(matches!(admit(&o), Admit::Off));
+
+        engine.replace_policy(policy(GATE_OF_ONE));
+        let held = match admit(&o) {
+            Admit::In(a) => a,
+            _ => panic!("the gate is on once the policy has one"),
+        };
+        assert!(matches!(admit(&o), Admit::Shed { .. }), "one place, held");
+
+        // Another policy with the same gate keeps its state: the place is
+        // still held.
+        engine.replace_policy(policy(&format!("{GATE_OF_ONE}max_waiting = 3\n")));
+        assert!(matches!(admit(&o), Admit::Shed { .. }));
+        assert_eq!(o.settings().max_waiting, 3);
+        drop(held);
+        assert!(matches!(admit(&o), Admit::In(_)));
+
+        engine.replace_policy(policy(""));
+        assert!(matches!(admit(&o), Admit::Off));
+        assert!(o.snapshot().is_none());
     }
 }

@@ -172,7 +172,7 @@ impl Servers {
         let engine = self.engine.clone();
         let proxy = self.upstream.map(|u| {
             Proxy::new(u, self.settings.upstream).with_trusts(crate::proxy::Trusts(Arc::new(
-                move |ip| engine.policy().trusts(ip),
+                move |ip| engine.read_policy(|p| p.trusts(ip)),
             )))
         });
         let metrics = self

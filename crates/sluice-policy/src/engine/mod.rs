@@ -211,6 +211,13 @@ impl<C: Clock> Engine<C> {
         self.current.load().policy.clone()
     }
 
+    /// `read` of the policy in force now, without taking a count of it:
+    /// for what runs on every request, where [`policy`](Self::policy)'s
+    /// count, shared by every thread, would move between their caches.
+    pub fn read_policy<R>(&self, read: impl FnOnce(&Policy) -> R) -> R {
+        read(&self.current.load().policy)
+    }
+
     /// Whether a limit or cost rule of the policy in force matches on the
     /// request's host (one relaxed load: adapters ask before every
     /// request).
