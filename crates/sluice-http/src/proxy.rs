@@ -152,7 +152,12 @@ impl Proxy {
 
     /// Forwards a request and returns the upstream's response, whose body
     /// holds a place under the in-flight cap until it has streamed.
-    pub async fn forward(&self, req: Request<Body>) -> Result<Response<Body>, ProxyError> {
+    ///
+    /// The request's hop-by-hop fields are already gone: the data plane's
+    /// edge ([`Edge`](crate::edge::Edge)) strips them before any limit sees
+    /// the request, so that no limit counts a field the upstream would not
+    /// get. (Within the crate, so that no other caller skips that.)
+    pub(crate) async fn forward(&self, req: Request<Body>) -> Result<Response<Body>, ProxyError> {
         let permit = self
             .in_flight
             .clone()
@@ -161,7 +166,6 @@ impl Proxy {
         let (mut parts, body) = req.into_parts();
         parts.uri = self.target(std::mem::take(&mut parts.uri))?;
         parts.version = http::Version::HTTP_11;
-        strip_hop_by_hop(&mut parts.headers);
         // Room for the fields written below (`TE`, `Host`, three forwarding
         // fields) at once: hyper sizes a request's map to the fields it
         // came with, and each growth moves them all.
