@@ -145,10 +145,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Answered { response } => match response.take() {
-                Some(r) => Poll::Ready(Ok(r)),
-                None => Poll::Pending,
-            },
+            StateProj::Answered { response } => Poll::Ready(Ok(crate::answered::take(response))),
             StateProj::Inner { inner } => inner.poll(cx),
             StateProj::Reading { reading } => reading.as_mut().poll(cx),
         }

@@ -269,15 +269,7 @@ where
                 }
                 Poll::Ready(Ok(response))
             }
-            // Polled again after it completed: a caller's bug, answered
-            // with a bare 500 rather than a panic.
-            KindProj::Refused { response } => {
-                Poll::Ready(Ok(response.take().unwrap_or_else(|| {
-                    let mut r = Response::new(Body::empty());
-                    *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
-                    r
-                })))
-            }
+            KindProj::Refused { response } => Poll::Ready(Ok(crate::answered::take(response))),
             KindProj::Waiting { future } => future.as_mut().poll(cx),
         }
     }

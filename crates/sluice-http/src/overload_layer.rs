@@ -172,9 +172,7 @@ where
                 let result = std::task::ready!(inner.poll(cx));
                 Poll::Ready(with_admission(result, admission.take()))
             }
-            KindProj::Shed { response } => Poll::Ready(Ok(response
-                .take()
-                .unwrap_or_else(|| StatusCode::INTERNAL_SERVER_ERROR.into_response()))),
+            KindProj::Shed { response } => Poll::Ready(Ok(crate::answered::take(response))),
             KindProj::Waiting { future } => future.as_mut().poll(cx),
         }
     }
