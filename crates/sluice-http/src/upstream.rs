@@ -289,13 +289,45 @@ mod tests {
         addr
     }
 
+    fn get() -> Request<Body> {
+        Request::get("/").body(Body::empty()).unwrap()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_response_cut_short_closes_its_connection() {
+        let addr = upstream().await;
+        let uri: Uri = format!("http://{addr}").parse().unwrap();
+        let pool = Arc::new(Upstream::new(&uri, Duration::from_secs(5), 8));
+        let (response, lease) = pool.send(get()).await.unwrap();
+        // Dropped unread: the rest of its body would still come on that
+        // connection, ahead of the next response.
+        drop(Returning::new(response.into_body(), lease));
+        assert_eq!(pool.idle(), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_pool_keeps_no_more_idle_connections_than_its_cap() {
+        let addr = upstream().await;
+        let uri: Uri = format!("http://{addr}").parse().unwrap();
+        let pool = Arc::new(Upstream::new(&uri, Duration::from_secs(5), 2));
+        // Three at once: three connections, each read to its end.
+        let mut bodies = Vec::new();
+        for _ in 0..3 {
+            let (response, lease) = pool.send(get()).await.unwrap();
+            bodies.push(Returning::new(response.into_body(), lease));
+        }
+        for body in bodies {
+            assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
+        }
+        assert_eq!(pool.idle(), 2);
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn an_idle_connection_is_closed_though_no_request_comes() {
         let addr = upstream().await;
         let uri: Uri = format!("http://{addr}").parse().unwrap();
         let pool = Arc::new(Upstream::new(&uri, Duration::from_secs(5), 8));
-        let req = Request::get("/").body(Body::empty()).unwrap();
-        let (response, lease) = pool.send(req).await.unwrap();
+        let (response, lease) = pool.send(get()).await.unwrap();
         let body = Returning::new(response.into_body(), lease);
         assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
         assert_eq!(pool.idle(), 1, "read to its end, back in the pool");

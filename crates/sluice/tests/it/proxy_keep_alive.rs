@@ -10,7 +10,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common;
 
-use common::{Sluice, client, proxy_config, send};
+use common::{Reply, Sluice, client, proxy_config, send};
+
+/// A request of the config's pro client, sent.
+async fn pro(request: reqwest::RequestBuilder) -> Reply {
+    send(request.header("X-Api-Key", "demo-pro-key")).await
+}
 
 /// A raw HTTP/1.1 upstream that counts its connections and answers each
 /// request by its path: `/length` (a `Content-Length` body), `/chunked`,
@@ -100,12 +105,7 @@ async fn a_response_read_to_its_end_frees_its_connection_for_the_next() {
         "/length", "/chunked", "/empty", "/length", "/empty", "/chunked",
     ] {
         for _ in 0..3 {
-            let reply = send(
-                client
-                    .get(sluice.url(path))
-                    .header("X-Api-Key", "demo-pro-key"),
-            )
-            .await;
+            let reply = pro(client.get(sluice.url(path))).await;
             let want = if path == "/empty" { 204 } else { 200 };
             assert_eq!(
                 reply.status,
@@ -116,19 +116,9 @@ async fn a_response_read_to_its_end_frees_its_connection_for_the_next() {
         }
     }
     // HEAD: the upstream's Content-Length, and no body to read.
-    let reply = send(
-        client
-            .head(sluice.url("/length"))
-            .header("X-Api-Key", "demo-pro-key"),
-    )
-    .await;
+    let reply = pro(client.head(sluice.url("/length"))).await;
     assert_eq!(reply.status, 200);
-    let reply = send(
-        client
-            .get(sluice.url("/length"))
-            .header("X-Api-Key", "demo-pro-key"),
-    )
-    .await;
+    let reply = pro(client.get(sluice.url("/length"))).await;
     assert_eq!(reply.status, 200);
     assert_eq!(upstream.requests(), 20);
     // One request at a time: every one on the first connection.
@@ -147,12 +137,7 @@ async fn a_kept_connection_the_upstream_closed_loses_no_request() {
     // Each answer is followed by a close the proxy learns of only when it
     // next reads that connection: at once after the answer, or later.
     for i in 0..30 {
-        let reply = send(
-            client
-                .get(sluice.url("/closing"))
-                .header("X-Api-Key", "demo-pro-key"),
-        )
-        .await;
+        let reply = pro(client.get(sluice.url("/closing"))).await;
         assert_eq!(
             reply.status,
             200,
@@ -192,11 +177,7 @@ async fn a_connection_still_sending_a_body_is_not_lent_to_the_next_request() {
     // The next request must not wait behind the rest of that body.
     let reply = tokio::time::timeout(
         std::time::Duration::from_secs(5),
-        send(
-            client()
-                .get(sluice.url("/length"))
-                .header("X-Api-Key", "demo-pro-key"),
-        ),
+        pro(client().get(sluice.url("/length"))),
     )
     .await
     .expect("the next request is answered at once");
