@@ -73,7 +73,8 @@ impl std::fmt::Debug for Trusts {
 }
 
 /// Names, not text: a map looks a name up as it is, where text is parsed
-/// into a name at every call (three times a request through the proxy).
+/// into a name at every call (twice a request through the proxy: the
+/// request's fields at the edge, the response's here).
 static HOP_BY_HOP: LazyLock<NameSet> = LazyLock::new(|| {
     NameSet::new([
         CONNECTION,
