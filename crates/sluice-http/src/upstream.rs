@@ -289,15 +289,20 @@ mod tests {
         addr
     }
 
+    /// A pool of at most `most_idle` idle connections to a new upstream.
+    async fn pool(most_idle: usize) -> Arc<Upstream> {
+        let addr = upstream().await;
+        let uri: Uri = format!("http://{addr}").parse().unwrap();
+        Arc::new(Upstream::new(&uri, Duration::from_secs(5), most_idle))
+    }
+
     fn get() -> Request<Body> {
         Request::get("/").body(Body::empty()).unwrap()
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_response_cut_short_closes_its_connection() {
-        let addr = upstream().await;
-        let uri: Uri = format!("http://{addr}").parse().unwrap();
-        let pool = Arc::new(Upstream::new(&uri, Duration::from_secs(5), 8));
+        let pool = pool(8).await;
         let (response, lease) = pool.send(get()).await.unwrap();
         // Dropped unread: the rest of its body would still come on that
         // connection, ahead of the next response.
@@ -307,9 +312,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn the_pool_keeps_no_more_idle_connections_than_its_cap() {
-        let addr = upstream().await;
-        let uri: Uri = format!("http://{addr}").parse().unwrap();
-        let pool = Arc::new(Upstream::new(&uri, Duration::from_secs(5), 2));
+        let pool = pool(2).await;
         // Three at once: three connections, each read to its end.
         let mut bodies = Vec::new();
         for _ in 0..3 {
@@ -324,9 +327,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn an_idle_connection_is_closed_though_no_request_comes() {
-        let addr = upstream().await;
-        let uri: Uri = format!("http://{addr}").parse().unwrap();
-        let pool = Arc::new(Upstream::new(&uri, Duration::from_secs(5), 8));
+        let pool = pool(8).await;
         let (response, lease) = pool.send(get()).await.unwrap();
         let body = Returning::new(response.into_body(), lease);
         assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
