@@ -228,8 +228,9 @@ mod tests {
         }]
     }
 
-    #[tokio::test]
-    async fn requests_queued_behind_a_call_in_flight_leave_together() {
+    /// A batcher of at most 32 groups a call and `max_in_flight` calls, on
+    /// a node that holds each call until the test releases it.
+    fn held(max_in_flight: usize) -> (HeldNode, Batcher) {
         let node = HeldNode {
             calls: Arc::default(),
             started: Arc::new(Notify::new()),
@@ -237,28 +238,35 @@ mod tests {
         };
         let config = BatchConfig {
             max_groups: 32,
-            max_in_flight: 1,
+            max_in_flight,
         };
         let batcher = Batcher::start(node.clone(), DecisionScript::default(), config).unwrap();
-        let mut answers = Vec::new();
-        let mut send = || {
-            let (reply, answer) = oneshot::channel();
-            batcher
-                .tx
-                .send(Job {
-                    group: group(),
-                    reply,
-                })
-                .ok()
-                .unwrap();
-            answers.push(answer);
-        };
+        (node, batcher)
+    }
+
+    /// Queues one group of one check; its answer comes on the receiver.
+    fn send(batcher: &Batcher) -> oneshot::Receiver<Result<GroupReply, RedisStoreError>> {
+        let (reply, answer) = oneshot::channel();
+        batcher
+            .tx
+            .send(Job {
+                group: group(),
+                reply,
+            })
+            .ok()
+            .unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn requests_queued_behind_a_call_in_flight_leave_together() {
+        let (node, batcher) = held(1);
         // The first request leaves at once, alone.
-        send();
+        let mut answers = vec![send(&batcher)];
         node.started.notified().await;
         // 40 more queue up while it is in flight: 32, then 8.
         for _ in 0..40 {
-            send();
+            answers.push(send(&batcher));
         }
         node.release.add_permits(3);
         for answer in answers {
@@ -271,28 +279,7 @@ mod tests {
 
     #[tokio::test]
     async fn while_a_call_is_in_flight_the_ready_requests_join_the_next() {
-        let node = HeldNode {
-            calls: Arc::default(),
-            started: Arc::new(Notify::new()),
-            release: Arc::new(Semaphore::new(0)),
-        };
-        let config = BatchConfig {
-            max_groups: 32,
-            max_in_flight: 2,
-        };
-        let batcher = Batcher::start(node.clone(), DecisionScript::default(), config).unwrap();
-        let send = |batcher: &Batcher| {
-            let (reply, answer) = oneshot::channel();
-            batcher
-                .tx
-                .send(Job {
-                    group: group(),
-                    reply,
-                })
-                .ok()
-                .unwrap();
-            answer
-        };
+        let (node, batcher) = held(2);
         // The first call leaves at once, alone, and stays in flight.
         let mut answers = vec![send(&batcher)];
         node.started.notified().await;
