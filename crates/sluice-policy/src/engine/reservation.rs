@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use sluice_core::Clock;
+use sluice_core::{Clock, Decision};
 use sluice_store::KeyId;
 use sluice_store::seam::{Check, Counter};
 use smallvec::SmallVec;
@@ -220,9 +220,9 @@ impl<C: Clock> Engine<C> {
         Ok((verdict, reservation))
     }
 
-    /// What a reserved limit's key has left now (a peek: it charges
+    /// A reserved limit's key's state now, by a check of cost 0 (it charges
     /// nothing); `None` when the store could not say.
-    async fn left(&self, r: &Reserved) -> Option<u64> {
+    async fn peek(&self, r: &Reserved) -> Option<Decision> {
         let peek = [Check {
             counter: &r.counter,
             key: r.key,
@@ -231,22 +231,20 @@ impl<C: Clock> Engine<C> {
             lease: None,
         }];
         let checked = self.store.check(&peek).await.ok()?;
-        checked.decisions.first().map(|d| d.remaining)
+        checked.decisions.first().copied()
+    }
+
+    /// What a reserved limit's key has left now (a peek); `None` when the
+    /// store could not say.
+    async fn left(&self, r: &Reserved) -> Option<u64> {
+        self.peek(r).await.map(|d| d.remaining)
     }
 
     /// A reserved limit's key's debt now (a peek: a key in debt is refused,
     /// and its `retry_after` counts the debt); `None` when the store could
     /// not say or the key is not in debt.
     async fn debt_of(&self, r: &Reserved) -> Option<Debt> {
-        let peek = [Check {
-            counter: &r.counter,
-            key: r.key,
-            cost: 0,
-            reserve: 0,
-            lease: None,
-        }];
-        let checked = self.store.check(&peek).await.ok()?;
-        let d = checked.decisions.first().filter(|d| !d.allowed)?;
+        let d = self.peek(r).await.filter(|d| !d.allowed)?;
         let paid_off_in = d.retry_after?;
         let rate = r.counter.def().spec().rate;
         let units = u128::from(paid_off_in) * u128::from(rate.amount()) / u128::from(rate.period());
