@@ -39,10 +39,7 @@ impl<R: Remote> Protected<R> {
         amount: u64,
         max_debt: u64,
     ) -> Result<Debited, StoreError> {
-        let pair = counter
-            .slot()
-            .get::<Pair>()
-            .ok_or_else(|| StoreError::ForeignCounter(counter.def().id().to_owned()))?;
+        let pair = counter.state::<Pair>()?;
         if self.breaker.state() == BreakerState::Closed {
             let call = self.settle_then_debit(pair, key, amount, max_debt);
             match tokio::time::timeout(self.opts.timeout, call).await {

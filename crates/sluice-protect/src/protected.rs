@@ -464,15 +464,7 @@ impl<R: Remote> Store for Protected<R> {
 /// Each check's pair of counters (remote, local share); fails for a
 /// counter of another store.
 pub(crate) fn pairs_of<'c>(checks: &[Check<'c>]) -> Result<SmallVec<[&'c Pair; 4]>, StoreError> {
-    checks
-        .iter()
-        .map(|c| {
-            c.counter
-                .slot()
-                .get::<Pair>()
-                .ok_or_else(|| StoreError::ForeignCounter(c.counter.def().id().to_owned()))
-        })
-        .collect()
+    checks.iter().map(|c| c.counter.state::<Pair>()).collect()
 }
 
 /// The probe a call is making. When it ends, however it ends, the callers

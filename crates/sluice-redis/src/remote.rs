@@ -244,10 +244,10 @@ fn prepared<'a>(checks: &[Check<'a>]) -> Result<SmallVec<[Prepared<'a>; 4]>, Rem
         .iter()
         .map(|c| {
             let def = c.counter.def();
-            let slot =
-                c.counter.slot().get::<RedisSlot>().ok_or_else(|| {
-                    RemoteError::Refused(StoreError::ForeignCounter(def.id().into()))
-                })?;
+            let slot = c
+                .counter
+                .state::<RedisSlot>()
+                .map_err(RemoteError::Refused)?;
             Ok(Prepared {
                 limit_id: def.id(),
                 tag: def.tag(),

@@ -86,11 +86,7 @@ fn plain<'a>(check: &Check<'a>) -> Result<TableCheck<'a>, StoreError> {
 /// The table a check's counter names in this store.
 #[inline(always)]
 fn table<'a>(check: &Check<'a>) -> Result<&'a Limit, StoreError> {
-    check
-        .counter
-        .slot()
-        .get::<Limit>()
-        .ok_or_else(|| StoreError::ForeignCounter(check.counter.def().id().to_owned()))
+    check.counter.state::<Limit>()
 }
 
 impl<C: Clock> MemoryStore<C> {
@@ -195,10 +191,7 @@ impl<C: Clock> MemoryStore<C> {
         amount: u64,
         max_debt: u64,
     ) -> Result<Debited, StoreError> {
-        let limit = counter
-            .slot()
-            .get::<Limit>()
-            .ok_or_else(|| StoreError::ForeignCounter(counter.def().id().to_owned()))?;
+        let limit = counter.state::<Limit>()?;
         let mut guard = limit.table.lock(limit.table.shard_of(key));
         let now = self.clock().now();
         Ok(guard.debit(key, now, amount, max_debt))

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use sluice_core::{LimitError, LimitSpec, Limiter};
 
+use super::StoreError;
 use crate::tag::limit_tag;
 
 /// What a store counts for one limit: its identity, its bucket and the tag
@@ -169,5 +170,14 @@ impl Counter {
     /// The store's state.
     pub fn slot(&self) -> &Slot {
         &self.slot
+    }
+
+    /// The store's state as the `T` a store keeps, or
+    /// [`StoreError::ForeignCounter`] for a counter that another store made.
+    #[inline(always)]
+    pub fn state<T: Any + Send + Sync>(&self) -> Result<&T, StoreError> {
+        self.slot
+            .get()
+            .ok_or_else(|| StoreError::ForeignCounter(self.def.id().to_owned()))
     }
 }
