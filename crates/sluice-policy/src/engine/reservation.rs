@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use sluice_core::{Clock, Decision};
 use sluice_store::KeyId;
-use sluice_store::seam::{Check, Counter};
+use sluice_store::seam::{Check, Counter, StoreError};
 use smallvec::SmallVec;
 
 use super::Engine;
@@ -220,9 +220,10 @@ impl<C: Clock> Engine<C> {
         Ok((verdict, reservation))
     }
 
-    /// A reserved limit's key's state now, by a check of cost 0 (it charges
-    /// nothing); `None` when the store could not say.
-    async fn peek(&self, r: &Reserved) -> Option<Decision> {
+    /// A reserved limit's key's state now, by a check of cost 0: it charges
+    /// nothing (and moves a held slot's lease on, on a store that keeps
+    /// leases).
+    async fn peek(&self, r: &Reserved) -> Result<Option<Decision>, StoreError> {
         let peek = [Check {
             counter: &r.counter,
             key: r.key,
@@ -230,21 +231,20 @@ impl<C: Clock> Engine<C> {
             reserve: 0,
             lease: None,
         }];
-        let checked = self.store.check(&peek).await.ok()?;
-        checked.decisions.first().copied()
+        Ok(self.store.check(&peek).await?.decisions.first().copied())
     }
 
     /// What a reserved limit's key has left now (a peek); `None` when the
     /// store could not say.
     async fn left(&self, r: &Reserved) -> Option<u64> {
-        self.peek(r).await.map(|d| d.remaining)
+        self.peek(r).await.ok().flatten().map(|d| d.remaining)
     }
 
     /// A reserved limit's key's debt now (a peek: a key in debt is refused,
     /// and its `retry_after` counts the debt); `None` when the store could
     /// not say or the key is not in debt.
     async fn debt_of(&self, r: &Reserved) -> Option<Debt> {
-        let d = self.peek(r).await.filter(|d| !d.allowed)?;
+        let d = self.peek(r).await.ok().flatten().filter(|d| !d.allowed)?;
         let paid_off_in = d.retry_after?;
         let rate = r.counter.def().spec().rate;
         let units = u128::from(paid_off_in) * u128::from(rate.amount()) / u128::from(rate.period());
@@ -277,14 +277,7 @@ impl<C: Clock> Engine<C> {
             ) {
                 continue;
             }
-            let peek = [Check {
-                counter: &r.counter,
-                key: r.key,
-                cost: 0,
-                reserve: 0,
-                lease: None,
-            }];
-            if let Err(e) = self.store.check(&peek).await {
+            if let Err(e) = self.peek(r).await {
                 tracing::debug!(limit = %r.labels.limit, error = %e, "a slot's lease was not renewed");
             }
         }
