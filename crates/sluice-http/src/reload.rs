@@ -286,6 +286,17 @@ fn snapshot(engine: &Engine, path: &Path) -> Option<Snapshot> {
 mod tests {
     use super::*;
 
+    /// An engine of the config at `path`, and its reloader.
+    fn loaded(path: &std::path::Path) -> (Arc<Engine>, Reloader) {
+        let engine = Arc::new(Engine::new(Policy::load(path).unwrap()));
+        let reloader = Reloader::new(
+            engine.clone(),
+            path.to_owned(),
+            Deployment::load(path).unwrap(),
+        );
+        (engine, reloader)
+    }
+
     #[test]
     fn a_missing_or_broken_file_is_reported_once_and_the_config_stays() {
         let dir = std::env::temp_dir().join(format!("sluice-reload-{}", std::process::id()));
@@ -293,12 +304,7 @@ mod tests {
         let path = dir.join("sluice.toml");
         let good = "[[limits]]\nname = \"a\"\nkey = \"ip\"\nrate = \"1/s\"\n";
         std::fs::write(&path, good).unwrap();
-        let engine = Arc::new(Engine::new(Policy::load(&path).unwrap()));
-        let reloader = Reloader::new(
-            engine.clone(),
-            path.clone(),
-            Deployment::load(&path).unwrap(),
-        );
+        let (engine, reloader) = loaded(&path);
         assert_eq!(reloader.reload(false).unwrap(), Reloaded::Unchanged);
 
         std::fs::remove_file(&path).unwrap();
@@ -336,12 +342,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.join("keys.csv"), "alice,free\n").unwrap();
-        let engine = Arc::new(Engine::new(Policy::load(&path).unwrap()));
-        let reloader = Reloader::new(
-            engine.clone(),
-            path.clone(),
-            Deployment::load(&path).unwrap(),
-        );
+        let (engine, reloader) = loaded(&path);
         assert_eq!(reloader.reload(false).unwrap(), Reloaded::Unchanged);
         std::fs::write(dir.join("keys.csv"), "alice,pro\n").unwrap();
         assert_eq!(reloader.reload(false).unwrap(), Reloaded::Applied);
