@@ -7,7 +7,7 @@ use http::{Response, StatusCode};
 /// The response kept in `slot`, taken. A future polled again after it
 /// completed (its caller's bug) finds the slot empty and answers a bare
 /// 500: neither a panic nor a wait that no one would ever wake.
-pub fn take(slot: &mut Option<Response<Body>>) -> Response<Body> {
+pub(crate) fn take(slot: &mut Option<Response<Body>>) -> Response<Body> {
     slot.take().unwrap_or_else(|| {
         let mut r = Response::new(Body::empty());
         *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;

@@ -24,7 +24,7 @@
 
 pub mod account_events;
 pub mod admin;
-pub mod answered;
+mod answered;
 pub mod body_deadline;
 pub mod conn_activity;
 pub mod conn_limits;
